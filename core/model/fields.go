@@ -1,0 +1,222 @@
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// FieldError reports a config key whose value is missing or unusable.
+// Field is the key's path in the JSON ("text_config.num_key_value_heads").
+type FieldError struct {
+	Field  string
+	Value  string // the value as written in the JSON, "" when the key is missing
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("model: %s: %s", e.Field, e.Reason)
+	}
+	return fmt.Sprintf("model: %s = %s: %s", e.Field, e.Value, e.Reason)
+}
+
+// object is one JSON object of a config, with its path for error messages.
+type object struct {
+	path string
+	m    map[string]json.RawMessage
+}
+
+func parseObject(path string, data []byte) (object, error) {
+	var m map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&m); err != nil {
+		field := path
+		if field == "" {
+			field = "config.json"
+		}
+		return object{}, &FieldError{Field: field, Reason: "not a JSON object: " + err.Error()}
+	}
+	if m == nil {
+		return object{}, &FieldError{Field: orRoot(path), Value: "null", Reason: "not a JSON object"}
+	}
+	if dec.More() {
+		return object{}, &FieldError{Field: orRoot(path), Reason: "trailing data after the JSON object"}
+	}
+	return object{path: path, m: m}, nil
+}
+
+func orRoot(path string) string {
+	if path == "" {
+		return "config.json"
+	}
+	return path
+}
+
+func (o object) field(key string) string {
+	if o.path == "" {
+		return key
+	}
+	return o.path + "." + key
+}
+
+// raw returns the key's raw value, treating JSON null as absent.
+func (o object) raw(key string) (json.RawMessage, bool) {
+	v, ok := o.m[key]
+	if !ok || string(bytes.TrimSpace(v)) == "null" {
+		return nil, false
+	}
+	return v, true
+}
+
+func (o object) has(key string) bool {
+	_, ok := o.raw(key)
+	return ok
+}
+
+func (o object) errf(key string, format string, args ...any) error {
+	v, _ := o.raw(key)
+	return &FieldError{Field: o.field(key), Value: shorten(string(v)), Reason: fmt.Sprintf(format, args...)}
+}
+
+func shorten(s string) string {
+	s = string(bytes.TrimSpace([]byte(s)))
+	if len(s) > 60 {
+		return s[:57] + "..."
+	}
+	return s
+}
+
+// sub returns a nested object, and whether it exists.
+func (o object) sub(key string) (object, bool, error) {
+	v, ok := o.raw(key)
+	if !ok {
+		return object{}, false, nil
+	}
+	s, err := parseObject(o.field(key), v)
+	if err != nil {
+		return object{}, false, err
+	}
+	return s, true, nil
+}
+
+// intValue parses an integer-valued JSON number (1024 or 1024.0).
+func (o object) intValue(key string) (int, bool, error) {
+	v, ok := o.raw(key)
+	if !ok {
+		return 0, false, nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(v, &n); err != nil {
+		return 0, true, o.errf(key, "not a number")
+	}
+	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+		if i > math.MaxInt32 || i < math.MinInt32 {
+			return 0, true, o.errf(key, "out of range")
+		}
+		return int(i), true, nil
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil || f != math.Trunc(f) || math.IsInf(f, 0) || f > math.MaxInt32 || f < math.MinInt32 {
+		return 0, true, o.errf(key, "not an integer")
+	}
+	return int(f), true, nil
+}
+
+// positive reads a required positive integer.
+func (o object) positive(key string) (int, error) {
+	v, ok, err := o.intValue(key)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, &FieldError{Field: o.field(key), Reason: "required key is missing"}
+	}
+	if v <= 0 {
+		return 0, o.errf(key, "must be positive")
+	}
+	return v, nil
+}
+
+// positiveOr reads an optional positive integer, returning def when absent.
+// applied reports whether the default was used.
+func (o object) positiveOr(key string, def int) (v int, applied bool, err error) {
+	v, ok, err := o.intValue(key)
+	if err != nil {
+		return 0, false, err
+	}
+	if !ok {
+		return def, true, nil
+	}
+	if v <= 0 {
+		return 0, false, o.errf(key, "must be positive")
+	}
+	return v, false, nil
+}
+
+func (o object) str(key string) (string, bool, error) {
+	v, ok := o.raw(key)
+	if !ok {
+		return "", false, nil
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", true, o.errf(key, "not a string")
+	}
+	return s, true, nil
+}
+
+func (o object) boolean(key string) (bool, bool, error) {
+	v, ok := o.raw(key)
+	if !ok {
+		return false, false, nil
+	}
+	var b bool
+	if err := json.Unmarshal(v, &b); err != nil {
+		return false, true, o.errf(key, "not a boolean")
+	}
+	return b, true, nil
+}
+
+func (o object) strings(key string) ([]string, bool, error) {
+	v, ok := o.raw(key)
+	if !ok {
+		return nil, false, nil
+	}
+	var s []string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return nil, true, o.errf(key, "not a list of strings")
+	}
+	return s, true, nil
+}
+
+func (o object) ints(key string) ([]int, bool, error) {
+	v, ok := o.raw(key)
+	if !ok {
+		return nil, false, nil
+	}
+	var raw []json.Number
+	if err := json.Unmarshal(v, &raw); err != nil {
+		return nil, true, o.errf(key, "not a list of integers")
+	}
+	out := make([]int, len(raw))
+	for i, n := range raw {
+		x, err := strconv.Atoi(string(n))
+		if err != nil {
+			return nil, true, &FieldError{Field: fmt.Sprintf("%s[%d]", o.field(key), i), Value: string(n), Reason: "not an integer"}
+		}
+		out[i] = x
+	}
+	return out, true, nil
+}
+
+// firstString returns the first element of a list-of-strings key.
+func (o object) firstString(key string) string {
+	s, _, err := o.strings(key)
+	if err != nil || len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}

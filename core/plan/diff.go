@@ -1,0 +1,51 @@
+package plan
+
+// Change is one layer whose placement differs between two plans.
+type Change struct {
+	Layer     string `json:"layer"`
+	FromGroup int    `json:"from_group"` // -1 when the layer is absent
+	ToGroup   int    `json:"to_group"`
+	FromSlot  int    `json:"from_slot"`
+	ToSlot    int    `json:"to_slot"`
+	FromBlock int    `json:"from_block_size"`
+	ToBlock   int    `json:"to_block_size"`
+}
+
+// Diff compares two plans layer by layer.
+type Diff struct {
+	SameLayout     bool     `json:"same_layout"`      // same groups with the same layers in the same slots
+	SameBlockSizes bool     `json:"same_block_sizes"` // every layer has the same block size on both sides
+	Changes        []Change `json:"changes"`          // layers that change group, slot or block size
+}
+
+// Compare reports which layers change group, slot or block size from a to b.
+func Compare(a, b *Plan) Diff {
+	d := Diff{SameLayout: true, SameBlockSizes: true}
+	seen := map[string]bool{}
+	for _, la := range a.Layers {
+		seen[la.Name] = true
+		lb, ok := b.LayerByName(la.Name)
+		if !ok {
+			d.SameLayout, d.SameBlockSizes = false, false
+			d.Changes = append(d.Changes, Change{Layer: la.Name, FromGroup: la.Group, ToGroup: -1, FromSlot: la.Slot, ToSlot: -1, FromBlock: la.Block})
+			continue
+		}
+		layout := la.Group == lb.Group && la.Slot == lb.Slot
+		block := la.Block == lb.Block
+		d.SameLayout = d.SameLayout && layout
+		d.SameBlockSizes = d.SameBlockSizes && block
+		if !layout || !block {
+			d.Changes = append(d.Changes, Change{Layer: la.Name, FromGroup: la.Group, ToGroup: lb.Group, FromSlot: la.Slot, ToSlot: lb.Slot, FromBlock: la.Block, ToBlock: lb.Block})
+		}
+	}
+	for _, lb := range b.Layers {
+		if !seen[lb.Name] {
+			d.SameLayout, d.SameBlockSizes = false, false
+			d.Changes = append(d.Changes, Change{Layer: lb.Name, FromGroup: -1, ToGroup: lb.Group, FromSlot: -1, ToSlot: lb.Slot, ToBlock: lb.Block})
+		}
+	}
+	if len(a.Groups) != len(b.Groups) {
+		d.SameLayout = false
+	}
+	return d
+}

@@ -1,0 +1,309 @@
+package plan
+
+import (
+	"fmt"
+
+	"github.com/kvscope/kvscope/core/kvspec"
+	"github.com/kvscope/kvscope/core/model"
+)
+
+// This file is vLLM's get_kv_cache_groups: the dispatch between one uniform
+// group, one uniform-type group and hybrid groups; page unification; the
+// ordered buckets; and the strided split of every bucket by the group size.
+
+// grouping is the result of grouping: the groups (as indices into the
+// unified specs) and how they were chosen.
+type grouping struct {
+	specs     []kvspec.LayerSpec // after conversion and page unification
+	groups    []draftGroup
+	buckets   []bucket
+	groupSize int    // g (0 when not a hybrid split)
+	dispatch  string // "uniform", "uniform-type", "hybrid" or "fixed"
+	warnings  []string
+	logs      []string
+}
+
+type draftGroup struct {
+	layers      []int // indices into specs, in slot order
+	bucket      int
+	uniformType bool // one group whose layers have different pages
+}
+
+type bucket struct {
+	layers []int
+	spec   kvspec.Spec // the first layer's spec
+	bytes  int64       // b_j: the largest worst-case bytes per request of a layer
+}
+
+// convertForDisabledHybrid is vLLM's unify_hybrid_kv_cache_specs: with the
+// hybrid manager disabled, sliding-window and chunked layers become full
+// attention that records its window.
+func convertForDisabledHybrid(specs []kvspec.LayerSpec) {
+	hasFull := false
+	for _, s := range specs {
+		hasFull = hasFull || s.Spec.Kind == model.Full
+	}
+	if !hasFull {
+		return
+	}
+	for i := range specs {
+		if k := specs[i].Spec.Kind; k == model.Sliding || k == model.ChunkedLocal {
+			specs[i].Spec.Kind = model.Full
+		}
+	}
+}
+
+// mergeable reports whether vLLM's merge accepts two specs in one group:
+// equal in every field, except that full-attention specs may differ in the
+// window or chunk they record.
+func mergeable(a, b kvspec.Spec) bool {
+	if a.Kind == model.Full && b.Kind == model.Full {
+		a.Window, a.Chunk, b.Window, b.Chunk = 0, 0, 0, 0
+	}
+	return a.Equal(b)
+}
+
+func allMergeable(specs []kvspec.LayerSpec) bool {
+	for _, s := range specs[1:] {
+		if !mergeable(specs[0].Spec, s.Spec) {
+			return false
+		}
+	}
+	return true
+}
+
+// uniformType reports whether the layers form vLLM's
+// UniformTypeKVCacheSpecs: one block size and one type (full with any
+// window, MLA, sliding with one window, chunked with one chunk, or state
+// with one speculative block count), whatever their page sizes.
+func uniformType(specs []kvspec.LayerSpec) bool {
+	first := specs[0].Spec
+	for _, ls := range specs[1:] {
+		s := ls.Spec
+		if s.BlockSize != first.BlockSize || s.Kind != first.Kind {
+			return false
+		}
+		switch {
+		case s.Kind == model.Sliding && s.Window != first.Window:
+			return false
+		case s.Kind == model.ChunkedLocal && s.Chunk != first.Chunk:
+			return false
+		case s.Kind.IsState() && s.SpecBlocks != first.SpecBlocks:
+			return false
+		}
+	}
+	return true
+}
+
+// unifyPages is vLLM's unify_kv_cache_spec_page_size (newest): every page
+// becomes the largest page; a state page is padded, an attention layer whose
+// page divides the largest gets a proportionally larger block size, and
+// other attention pages are padded. MLA pages that do not divide are an
+// error, as in vLLM.
+func unifyPages(specs []kvspec.LayerSpec) ([]string, error) {
+	var largest int64
+	for _, s := range specs {
+		largest = max(largest, s.Spec.PageBytes())
+	}
+	var logs []string
+	counts := map[string]int{}
+	for i := range specs {
+		s := &specs[i].Spec
+		page := s.PageBytes()
+		var line string
+		switch {
+		case page == largest:
+			continue
+		case s.Kind.IsState():
+			s.PagePadded = largest
+			line = fmt.Sprintf("%s page of %d B padded to %d B", s.Kind, page, largest)
+		case largest%page == 0:
+			ratio := int(largest / page)
+			*s = s.WithBlockSize(s.BlockSize * ratio)
+			line = fmt.Sprintf("%s page of %d B: block size x%d to %d tokens", s.Kind, page, ratio, s.BlockSize)
+		case s.Kind != model.MLA:
+			s.PagePadded = largest
+			line = fmt.Sprintf("%s page of %d B padded to %d B", s.Kind, page, largest)
+		default:
+			return nil, fmt.Errorf("plan: layer %s: MLA page of %d B does not divide the largest page of %d B (vLLM: NotImplementedError)", specs[i].Layer.Name, page, largest)
+		}
+		if counts[line] == 0 {
+			logs = append(logs, line)
+		}
+		counts[line]++
+	}
+	for i, line := range logs {
+		logs[i] = fmt.Sprintf("Unifying page sizes: %d layer(s): %s", counts[line], line)
+	}
+	return logs, nil
+}
+
+// makeBuckets groups layers in first-appearance order. A layer joins the
+// first bucket it can merge with under the rule; otherwise it opens a new
+// bucket.
+func makeBuckets(specs []kvspec.LayerSpec, rule BucketMerge, lim kvspec.Limits) []bucket {
+	var out []bucket
+	for i, s := range specs {
+		placed := false
+		for j := range out {
+			ok := mergeable(out[j].spec, s.Spec)
+			if rule == Loose {
+				ok = ok || out[j].spec.LooselyEqual(s.Spec)
+			}
+			if ok {
+				out[j].layers = append(out[j].layers, i)
+				out[j].bytes = max(out[j].bytes, s.Spec.MaxMemoryBytes(lim))
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			out = append(out, bucket{layers: []int{i}, spec: s.Spec, bytes: s.Spec.MaxMemoryBytes(lim)})
+		}
+	}
+	return out
+}
+
+// splitBuckets splits bucket j into ceil(L_j/g) groups, strided
+// (layers[i::n]), so that each group spans the model's depth and pipeline
+// stages stay balanced. It returns vLLM's padding warnings, computed
+// against g.
+func splitBuckets(buckets []bucket, g int) ([]draftGroup, []string) {
+	var groups []draftGroup
+	var warnings []string
+	for bi, b := range buckets {
+		l := len(b.layers)
+		n := (l + g - 1) / g
+		if pad := padOf(l, g); pad != 0 {
+			warnings = append(warnings, fmt.Sprintf("Add %d padding layers, may waste at most %.2f%% KV cache memory", pad, 100*float64(pad)/float64(l)))
+		}
+		for i := 0; i < n; i++ {
+			var members []int
+			for k := i; k < l; k += n {
+				members = append(members, b.layers[k])
+			}
+			groups = append(groups, draftGroup{layers: members, bucket: bi})
+		}
+	}
+	return groups, warnings
+}
+
+// groupLayers runs vLLM's dispatch on one rank's specs.
+func groupLayers(specs []kvspec.LayerSpec, e Engine, fixed *Layout) (*grouping, error) {
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("plan: the model has no layer with a KV cache")
+	}
+	specs = append([]kvspec.LayerSpec(nil), specs...)
+	r := &grouping{specs: specs}
+	if e.DisableHybrid {
+		convertForDisabledHybrid(specs)
+		if !allMergeable(specs) && !uniformType(specs) {
+			return nil, flagErr("--disable-hybrid-kv-cache-manager", true, "the layers cannot be converted to one KV cache type (state layers need the hybrid manager)")
+		}
+	}
+	if fixed == nil {
+		all := make([]int, len(specs))
+		for i := range all {
+			all[i] = i
+		}
+		if allMergeable(specs) {
+			r.dispatch = "uniform"
+			r.groups = []draftGroup{{layers: all}}
+			r.buckets = []bucket{{layers: all, spec: specs[0].Spec}}
+			return r, nil
+		}
+		if uniformType(specs) {
+			r.dispatch = "uniform-type"
+			r.groups = []draftGroup{{layers: all, uniformType: true}}
+			r.buckets = []bucket{{layers: all, spec: specs[0].Spec}}
+			return r, nil
+		}
+	}
+	logs, err := unifyPages(specs)
+	if err != nil {
+		return nil, err
+	}
+	r.logs = logs
+	lim := e.limits()
+	if fixed != nil {
+		return r, r.applyLayout(fixed, lim)
+	}
+	r.dispatch = "hybrid"
+	r.buckets = makeBuckets(specs, e.merge(), lim)
+	sizes := make([]int, len(r.buckets))
+	bytes := make([]int64, len(r.buckets))
+	for j, b := range r.buckets {
+		sizes[j], bytes[j] = len(b.layers), b.bytes
+	}
+	r.groupSize = chooseGroupSize(e, sizes, bytes)
+	r.groups, r.warnings = splitBuckets(r.buckets, r.groupSize)
+	return r, nil
+}
+
+// chooseGroupSize applies the fixed override or the engine's selector.
+func chooseGroupSize(e Engine, sizes []int, bytes []int64) int {
+	switch {
+	case e.GroupSize > 0:
+		return e.GroupSize
+	case e.Selector == Classic:
+		return classicGroupSize(sizes)
+	case e.Selector == Balanced:
+		return balancedGroupSize(sizes, e.BalancedLambda)
+	default:
+		return paddingBytesGroupSize(sizes, bytes, e.MinGroupLayers)
+	}
+}
+
+// applyLayout uses a fixed grouping (a TP-invariant layout) instead of
+// bucketing and selecting. Every group's layers must have mergeable specs
+// on this rank.
+func (r *grouping) applyLayout(l *Layout, lim kvspec.Limits) error {
+	index := map[string]int{}
+	for i, s := range r.specs {
+		index[s.Layer.Name] = i
+	}
+	r.dispatch = "fixed"
+	r.groupSize = l.GroupSize
+	seen := map[string]bool{}
+	bucketOf := map[int]int{}
+	for gi, names := range l.Groups {
+		var g draftGroup
+		g.bucket = l.Buckets[gi]
+		for _, name := range names {
+			i, ok := index[name]
+			if !ok {
+				return fmt.Errorf("plan: fixed layout group %d names layer %s, which has no KV cache here", gi, name)
+			}
+			if seen[name] {
+				return fmt.Errorf("plan: fixed layout names layer %s twice", name)
+			}
+			seen[name] = true
+			if len(g.layers) > 0 && !mergeable(r.specs[g.layers[0]].Spec, r.specs[i].Spec) {
+				return fmt.Errorf("plan: fixed layout group %d: layers %s and %s have different specs on this engine (%s vs %s)",
+					gi, r.specs[g.layers[0]].Layer.Name, name, r.specs[g.layers[0]].Spec, r.specs[i].Spec)
+			}
+			g.layers = append(g.layers, i)
+		}
+		r.groups = append(r.groups, g)
+		if _, ok := bucketOf[g.bucket]; !ok {
+			bucketOf[g.bucket] = len(r.buckets)
+			r.buckets = append(r.buckets, bucket{spec: r.specs[g.layers[0]].Spec})
+		}
+		b := &r.buckets[bucketOf[g.bucket]]
+		b.layers = append(b.layers, g.layers...)
+		for _, i := range g.layers {
+			b.bytes = max(b.bytes, r.specs[i].Spec.MaxMemoryBytes(lim))
+		}
+	}
+	for _, s := range r.specs {
+		if !seen[s.Layer.Name] {
+			return fmt.Errorf("plan: fixed layout does not place layer %s", s.Layer.Name)
+		}
+	}
+	for _, b := range r.buckets {
+		if pad := padOf(len(b.layers), l.GroupSize); l.GroupSize > 0 && pad != 0 {
+			r.warnings = append(r.warnings, fmt.Sprintf("Add %d padding layers, may waste at most %.2f%% KV cache memory", pad, 100*float64(pad)/float64(len(b.layers))))
+		}
+	}
+	return nil
+}

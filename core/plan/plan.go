@@ -1,0 +1,415 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvscope/kvscope/core/kvspec"
+	"github.com/kvscope/kvscope/core/model"
+)
+
+// Plan is one engine's KV cache group plan and what it costs, per rank.
+type Plan struct {
+	Model  string `json:"model"`
+	Engine Engine `json:"engine"` // with defaults filled in
+
+	BlockSize     int   `json:"block_size"`      // cache block size in tokens (attention, after alignment)
+	PageBytes     int64 `json:"page_size_bytes"` // bytes of one layer's block per rank (the unified page)
+	BytesPerBlock int64 `json:"bytes_per_block"` // bytes one block id takes across a group's slots
+
+	Groups       []Group `json:"groups"`
+	NumGroups    int     `json:"num_groups"`
+	GroupSize    int     `json:"group_size"`    // the selector's g (0 unless hybrid)
+	Slots        int     `json:"slots"`         // G: the longest group, the number of slot tensors
+	PaddingSlots int     `json:"padding_slots"` // Σ (G - len(group)): slot cells no layer uses
+	// PaddingBytesPerRequest is Σ (G - len(group)) * blocks * page: the
+	// worst-case bytes per request the padding slots reserve on one rank.
+	PaddingBytesPerRequest int64 `json:"padding_bytes_per_request"`
+
+	NumBlocks        int64   `json:"num_blocks"`
+	BlocksPerRequest int64   `json:"blocks_per_request"`
+	MaxConcurrency   float64 `json:"max_concurrency"`
+	KVCacheTokens    int64   `json:"kv_cache_tokens"`
+
+	Selector Selector    `json:"selector"`
+	Merge    BucketMerge `json:"bucket_merge"`
+	Dispatch string      `json:"dispatch"` // uniform, uniform-type, hybrid or fixed
+
+	Inferred        bool     `json:"inferred"`
+	InferredReasons []string `json:"inferred_reasons,omitempty"`
+	Warnings        []string `json:"warnings"`
+	Logs            []string `json:"logs"`
+	Notes           []string `json:"notes,omitempty"`
+
+	Layers    []LayerPlan       `json:"layers"`
+	Stages    []Stage           `json:"stages"`
+	Alignment *kvspec.Alignment `json:"alignment,omitempty"`
+	Backend   string            `json:"attention_backend"`
+}
+
+// Group is one KV cache group: layers that share block ids, one per slot.
+type Group struct {
+	Index            int         `json:"index"`
+	Kind             model.Kind  `json:"kind"`
+	Layers           []string    `json:"layers"` // in slot order
+	BlockSize        int         `json:"block_size"`
+	PageBytes        int64       `json:"page_size_bytes"`
+	BlocksPerRequest int64       `json:"blocks_per_request"`
+	Bucket           int         `json:"bucket"`
+	UniformType      bool        `json:"uniform_type,omitempty"`
+	Spec             kvspec.Spec `json:"-"`
+}
+
+// LayerPlan places one layer: its group, its slot and its spec on a rank.
+type LayerPlan struct {
+	Name    string      `json:"name"`
+	Kind    model.Kind  `json:"kind"`
+	Role    model.Role  `json:"role"`
+	Group   int         `json:"group"`
+	Slot    int         `json:"slot"`
+	Stage   int         `json:"stage"`
+	Spec    kvspec.Spec `json:"-"`
+	Page    int64       `json:"page_size_bytes"`
+	Block   int         `json:"block_size"`
+	KVHeads int         `json:"kv_heads_per_rank,omitempty"`
+}
+
+// Stage is one pipeline-parallel stage's projection of the plan.
+type Stage struct {
+	Index         int   `json:"index"`
+	Layers        int   `json:"layers"`
+	Slots         int   `json:"slots"`
+	BytesPerBlock int64 `json:"bytes_per_block"`
+	NumBlocks     int64 `json:"num_blocks"`
+}
+
+// Layout is a grouping that can be imposed on an engine instead of its own
+// selection: the TP-invariant plan uses one layout on both sides.
+type Layout struct {
+	GroupSize int        `json:"group_size"`
+	Groups    [][]string `json:"groups"`  // layer names per group, in slot order
+	Buckets   []int      `json:"buckets"` // bucket index of each group
+}
+
+// New plans m for one engine. m must already carry any draft or MTP layers.
+func New(m *model.Model, e Engine) (*Plan, error) {
+	return newPlan(m, e, nil)
+}
+
+// WithLayout plans m for one engine with a fixed grouping.
+func WithLayout(m *model.Model, e Engine, l *Layout) (*Plan, error) {
+	return newPlan(m, e, l)
+}
+
+func newPlan(m *model.Model, e Engine, fixed *Layout) (*Plan, error) {
+	e, err := e.resolved(m.MaxModelLen)
+	if err != nil {
+		return nil, err
+	}
+	rank, err := kvspec.ForRank(m, e.specOptions())
+	if err != nil {
+		return nil, err
+	}
+	specs := rank.Layers
+	if extra := extraRetained(m, e); extra > 0 {
+		for i := range specs {
+			if specs[i].Spec.Kind == model.Sliding {
+				specs[i].Spec.ExtraRetained = extra
+			}
+		}
+	}
+	p, err := fromSpecs(specs, e, fixed, stagesOf(m, e.PipelineParallelSize))
+	if err != nil {
+		return nil, err
+	}
+	p.Model = m.Name
+	p.BlockSize = rank.BlockSize
+	p.Alignment = rank.Alignment
+	p.Backend = rank.Backend.Name
+	p.Logs = append(append([]string(nil), rank.Logs...), p.Logs...)
+	p.Notes = append(append(append([]string(nil), m.Notes...), rank.Notes...), p.Notes...)
+	if e.PipelineParallelSize > 1 && hasRole(m, model.Draft, model.MTP) {
+		p.addInferred("draft and MTP layers are placed on the last pipeline stage")
+	}
+	p.finish()
+	return p, nil
+}
+
+// FromSpecs plans layers whose per-rank specs are given directly (one
+// pipeline stage). It is the planner without the model and platform steps,
+// which is how vLLM's own unit tests drive get_kv_cache_configs.
+func FromSpecs(specs []kvspec.LayerSpec, e Engine) (*Plan, error) {
+	e, err := e.resolved(1)
+	if err != nil {
+		return nil, err
+	}
+	if len(specs) > 0 {
+		e.BlockSize = specs[0].Spec.BlockSize
+	}
+	p, err := fromSpecs(specs, e, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(specs) > 0 {
+		p.BlockSize = specs[0].Spec.BlockSize
+	}
+	p.finish()
+	return p, nil
+}
+
+func hasRole(m *model.Model, roles ...model.Role) bool {
+	for _, l := range m.Layers {
+		for _, r := range roles {
+			if l.Role == r {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// extraRetained is vLLM's extra_retained_tokens: with multi-layer MTP
+// drafting (more than one MTP layer and more than one speculative token),
+// sliding windows retain num_speculative_tokens-1 extra tokens.
+func extraRetained(m *model.Model, e Engine) int {
+	mtp := 0
+	for _, l := range m.Layers {
+		if l.Role == model.MTP {
+			mtp++
+		}
+	}
+	if min(mtp, e.NumSpeculativeTokens) > 1 {
+		return e.NumSpeculativeTokens - 1
+	}
+	return 0
+}
+
+// stagesOf maps each layer name to its pipeline stage, as vLLM's
+// get_pp_indices partitions num_hidden_layers: every stage gets
+// layers/pp, and the remainder goes one each to the stages before the last.
+// Draft and MTP layers run on the last stage.
+func stagesOf(m *model.Model, pp int) map[string]int {
+	if pp <= 1 {
+		return nil
+	}
+	n := m.HiddenLayers
+	sizes := make([]int, pp)
+	for i := range sizes {
+		sizes[i] = n / pp
+	}
+	for i := 2; i < n%pp+2; i++ {
+		sizes[pp-i]++
+	}
+	bounds := make([]int, pp)
+	acc := 0
+	for i, s := range sizes {
+		acc += s
+		bounds[i] = acc
+	}
+	out := map[string]int{}
+	for _, l := range m.Layers {
+		stage := pp - 1
+		if l.Role == model.Target {
+			for s, b := range bounds {
+				if l.Index < b {
+					stage = s
+					break
+				}
+			}
+		}
+		out[l.Name] = stage
+	}
+	return out
+}
+
+func fromSpecs(specs []kvspec.LayerSpec, e Engine, fixed *Layout, stages map[string]int) (*Plan, error) {
+	g, err := groupLayers(specs, e, fixed)
+	if err != nil {
+		return nil, err
+	}
+	lim := e.limits()
+	p := &Plan{
+		Engine:    e,
+		Selector:  e.Selector,
+		Merge:     e.merge(),
+		Dispatch:  g.dispatch,
+		GroupSize: g.groupSize,
+		Warnings:  append([]string{}, g.warnings...),
+		Logs:      append([]string{}, g.logs...),
+	}
+	if g.dispatch != "hybrid" && g.dispatch != "fixed" {
+		p.Selector = ""
+		p.Merge = ""
+	}
+	for gi, dg := range g.groups {
+		first := g.specs[dg.layers[0]].Spec
+		grp := Group{Index: gi, Kind: first.Kind, BlockSize: first.BlockSize, Bucket: dg.bucket, UniformType: dg.uniformType, Spec: first}
+		for slot, li := range dg.layers {
+			ls := g.specs[li]
+			grp.Layers = append(grp.Layers, ls.Layer.Name)
+			if dg.uniformType {
+				grp.PageBytes += ls.Spec.PageBytes()
+				grp.BlocksPerRequest = max(grp.BlocksPerRequest, ls.Spec.MaxBlocks(lim))
+			}
+			p.Layers = append(p.Layers, LayerPlan{
+				Name: ls.Layer.Name, Kind: ls.Spec.Kind, Role: ls.Layer.Role, Group: gi, Slot: slot,
+				Stage: stages[ls.Layer.Name], Spec: ls.Spec, Page: ls.Spec.PageBytes(), Block: ls.Spec.BlockSize, KVHeads: ls.Spec.KVHeads,
+			})
+		}
+		if !dg.uniformType {
+			grp.PageBytes = first.PageBytes()
+			grp.BlocksPerRequest = first.MaxBlocks(lim)
+		}
+		p.Groups = append(p.Groups, grp)
+		p.Slots = max(p.Slots, len(dg.layers))
+		p.BlocksPerRequest += grp.BlocksPerRequest
+	}
+	p.NumGroups = len(p.Groups)
+	p.PageBytes = p.Groups[0].PageBytes
+	if !p.Groups[0].UniformType {
+		for _, grp := range p.Groups {
+			p.PaddingSlots += p.Slots - len(grp.Layers)
+			p.PaddingBytesPerRequest += int64(p.Slots-len(grp.Layers)) * grp.BlocksPerRequest * grp.PageBytes
+		}
+	}
+	p.memory(e, stages)
+	if e.merge() == Loose && g.dispatch == "hybrid" {
+		for _, b := range g.buckets {
+			for _, li := range b.layers[1:] {
+				if !mergeable(b.spec, g.specs[li].Spec) {
+					p.addInferred(fmt.Sprintf("bucket merge loose: layer %s shares a bucket with layers of another head layout (same kind, block size, page bytes and window)", g.specs[li].Layer.Name))
+					break
+				}
+			}
+		}
+	}
+	if p.Selector == PaddingBytes && e.GroupSize == 0 {
+		p.addInferred("selector padding-bytes follows vLLM PR #58207's diff, which vLLM main does not carry")
+	}
+	if p.Selector == Balanced && e.GroupSize == 0 {
+		p.addInferred("selector balanced follows vLLM PR #49472, which vLLM main does not carry")
+	}
+	if e.MambaCacheMode == "all" {
+		for _, s := range specs {
+			if s.Spec.Kind.IsState() {
+				p.addInferred("mamba cache mode all: the state kernel chunk (64 for gated delta net, 128 otherwise) is assumed")
+				break
+			}
+		}
+	}
+	return p, nil
+}
+
+// memory sizes the pool: bytes per block is the largest group's total page
+// bytes (G * page when pages are uniform); num_blocks is the KV memory
+// divided by it, the minimum over pipeline stages.
+func (p *Plan) memory(e Engine, stages map[string]int) {
+	nstages := max(1, e.PipelineParallelSize)
+	if stages == nil {
+		nstages = 1
+	}
+	p.Stages = nil
+	for s := 0; s < nstages; s++ {
+		st := Stage{Index: s}
+		for _, grp := range p.Groups {
+			var bytes int64
+			n := 0
+			for _, lp := range p.Layers {
+				if lp.Group == grp.Index && lp.Stage == s {
+					n++
+					if grp.UniformType {
+						bytes += lp.Page
+					} else {
+						bytes += grp.PageBytes
+					}
+				}
+			}
+			st.Layers += n
+			st.Slots = max(st.Slots, n)
+			st.BytesPerBlock = max(st.BytesPerBlock, bytes)
+		}
+		if st.BytesPerBlock > 0 {
+			st.NumBlocks = e.KVCacheMemoryBytes / st.BytesPerBlock
+		}
+		p.Stages = append(p.Stages, st)
+	}
+	p.NumBlocks = -1
+	for _, st := range p.Stages {
+		if st.Layers == 0 {
+			continue
+		}
+		if p.NumBlocks < 0 || st.NumBlocks < p.NumBlocks {
+			p.NumBlocks = st.NumBlocks
+		}
+		p.BytesPerBlock = max(p.BytesPerBlock, st.BytesPerBlock)
+	}
+	if p.NumBlocks < 0 {
+		p.NumBlocks = 0
+	}
+	if e.NumGPUBlocksOverride > 0 {
+		p.Logs = append(p.Logs, fmt.Sprintf("Overriding num_gpu_blocks=%d with num_gpu_blocks_override=%d", p.NumBlocks, e.NumGPUBlocksOverride))
+		p.NumBlocks = int64(e.NumGPUBlocksOverride)
+	}
+	if p.BlocksPerRequest > 0 {
+		p.MaxConcurrency = float64(p.NumBlocks) / float64(p.BlocksPerRequest)
+		p.KVCacheTokens = int64(p.MaxConcurrency * float64(e.MaxModelLen))
+	}
+}
+
+func (p *Plan) addInferred(reason string) {
+	for _, r := range p.InferredReasons {
+		if r == reason {
+			return
+		}
+	}
+	p.InferredReasons = append(p.InferredReasons, reason)
+	p.Inferred = true
+}
+
+// finish appends the capacity log lines vLLM prints.
+func (p *Plan) finish() {
+	p.Logs = append(p.Logs,
+		fmt.Sprintf("GPU KV cache size: %s tokens", commas(p.KVCacheTokens)),
+		fmt.Sprintf("Maximum concurrency for %s tokens per request: %.2fx", commas(int64(p.Engine.MaxModelLen)), p.MaxConcurrency))
+}
+
+// Layout returns the plan's grouping, to impose it elsewhere or compare.
+func (p *Plan) Layout() *Layout {
+	l := &Layout{GroupSize: p.GroupSize}
+	for _, g := range p.Groups {
+		l.Groups = append(l.Groups, append([]string(nil), g.Layers...))
+		l.Buckets = append(l.Buckets, g.Bucket)
+	}
+	return l
+}
+
+// LayerByName finds a layer's placement.
+func (p *Plan) LayerByName(name string) (LayerPlan, bool) {
+	for _, l := range p.Layers {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return LayerPlan{}, false
+}
+
+// commas formats n with thousands separators, as vLLM's "{:,}" does.
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// Commas formats n with thousands separators.
+func Commas(n int64) string { return commas(n) }

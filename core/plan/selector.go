@@ -1,0 +1,85 @@
+package plan
+
+// This file holds the group-size selectors: given the bucket sizes L_j (and,
+// for padding-bytes, each bucket's worst-case bytes per layer b_j), each
+// returns the group size g that every bucket is split by.
+
+// classicGroupSize is vLLM main's rule (kv_cache_utils.py at commit
+// 002f10e0): g is the smallest bucket, unless the largest bucket is under
+// 1.5 times the smallest (a float comparison), in which case g is the
+// largest.
+func classicGroupSize(sizes []int) int {
+	mn, mx := sizes[0], sizes[0]
+	for _, l := range sizes {
+		mn, mx = min(mn, l), max(mx, l)
+	}
+	if float64(mx) < 1.5*float64(mn) {
+		return mx
+	}
+	return mn
+}
+
+// paddingLayers is Σ_j (-L_j mod g): the padding layers counted against g.
+func paddingLayers(sizes []int, g int) int {
+	pad := 0
+	for _, l := range sizes {
+		pad += padOf(l, g)
+	}
+	return pad
+}
+
+// padOf is the padding layers of one bucket of l layers at group size g.
+func padOf(l, g int) int { return (g - l%g) % g }
+
+// groupCount is Σ_j ceil(L_j / g).
+func groupCount(sizes []int, g int) int {
+	n := 0
+	for _, l := range sizes {
+		n += (l + g - 1) / g
+	}
+	return n
+}
+
+// balancedGroupSize is vLLM PR #49472's rule: the g in 1..max L that
+// minimises padding slots + lambda * groups, where padding slots are
+// Σ_j (ceil(L_j/g)*g - L_j); ties go to fewer groups.
+func balancedGroupSize(sizes []int, lambda float64) int {
+	mx := 0
+	for _, l := range sizes {
+		mx = max(mx, l)
+	}
+	best, bestCost, bestGroups := 0, 0.0, 0
+	for g := 1; g <= mx; g++ {
+		groups := groupCount(sizes, g)
+		cost := float64(paddingLayers(sizes, g)) + lambda*float64(groups)
+		if best == 0 || cost < bestCost || (cost == bestCost && groups < bestGroups) {
+			best, bestCost, bestGroups = g, cost, groups
+		}
+	}
+	return best
+}
+
+// paddingBytesGroupSize is vLLM PR #58207's rule, as read from its diff
+// (reference/padding-bytes-selector.md §1): candidates run from
+// min(max(min L, minLayers), max L) to max L; the cost of g is first the
+// padding bytes Σ_j b_j * (-L_j mod g), then the group count; the first
+// candidate with the smallest (bytes, groups) wins.
+func paddingBytesGroupSize(sizes []int, bytes []int64, minLayers int) int {
+	mn, mx := sizes[0], sizes[0]
+	for _, l := range sizes {
+		mn, mx = min(mn, l), max(mx, l)
+	}
+	lo := min(max(mn, minLayers), mx)
+	best, bestBytes, bestGroups := 0, int64(0), 0
+	for g := lo; g <= mx; g++ {
+		var cost int64
+		for j, l := range sizes {
+			cost += bytes[j] * int64(padOf(l, g))
+		}
+		groups := groupCount(sizes, g)
+		if best == 0 || cost < bestBytes || (cost == bestBytes && groups < bestGroups) {
+			best, bestBytes, bestGroups = g, cost, groups
+		}
+	}
+	return best
+}

@@ -1,0 +1,3 @@
+module github.com/kvscope/kvscope
+
+go 1.26
