@@ -71,10 +71,14 @@ func (p *parser) parse() error {
 	if p.m.Name == "" {
 		p.m.Name = modelType
 	}
-	p.defaults = defaultsFor(modelType)
-	if modelType == "" {
+	family := modelType
+	if family == "" && p.text.has("hybrid_override_pattern") {
+		family = "nemotron_h"
+		p.note("model_type missing: hybrid_override_pattern makes it a NemotronH config")
+	} else if family == "" {
 		p.note("model_type missing: reading the config as a Llama-style decoder (transformers LlamaConfig defaults)")
 	}
+	p.defaults = defaultsFor(family)
 
 	if p.m.HiddenLayers, err = p.text.positive("num_hidden_layers"); err != nil {
 		return err
@@ -662,6 +666,12 @@ func (p *parser) nemotronH() error {
 	if len(pattern) != p.m.HiddenLayers {
 		return p.text.errf("hybrid_override_pattern", "has %d characters but num_hidden_layers is %d", len(pattern), p.m.HiddenLayers)
 	}
+	for i, c := range pattern {
+		if !strings.ContainsRune("M*-E", c) {
+			return &FieldError{Field: fmt.Sprintf("%s[%d]", p.text.field("hybrid_override_pattern"), i), Value: fmt.Sprintf("%q", c),
+				Reason: "unknown layer code (want M, *, - or E)"}
+		}
+	}
 	var d attnDims
 	if strings.Contains(pattern, "*") {
 		if d, err = p.attnDims(); err != nil {
@@ -697,10 +707,6 @@ func (p *parser) nemotronH() error {
 			p.addLayer(Layer{Index: i, Kind: Mamba2, State: &s})
 		case '*':
 			p.addLayer(p.attn(i, Full, d))
-		case '-', 'E':
-		default:
-			return &FieldError{Field: fmt.Sprintf("%s[%d]", p.text.field("hybrid_override_pattern"), i), Value: fmt.Sprintf("%q", c),
-				Reason: "unknown layer code (want M, *, - or E)"}
 		}
 	}
 	return nil
