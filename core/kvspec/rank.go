@@ -43,12 +43,12 @@ type Rank struct {
 // attention block size is raised until one attention page holds at least
 // one state page, then the state page is padded to the attention page.
 type Alignment struct {
-	AttnBytesPerToken int64   // attn_1: one token's K+V bytes of the target's attention on this rank
-	StatePageBytes    int64   // the unpadded state page on this rank
-	Align             int     // max(kernel block multiple, user block size)
-	AttnBlockSize     int     // the smallest aligned block size whose page holds a state page
-	AttnPageBytes     int64   // block size * attn_1 = the padded state page
-	PadPercent        float64 // state page padding in percent
+	AttnBytesPerToken int64   `json:"attn_bytes_per_token"` // attn_1: one token's K+V bytes of the target's attention on this rank
+	StatePageBytes    int64   `json:"state_page_bytes"`     // the unpadded state page on this rank
+	Align             int     `json:"align"`                // max(kernel block multiple, user block size)
+	AttnBlockSize     int     `json:"attn_block_size"`      // the smallest aligned block size whose page holds a state page
+	AttnPageBytes     int64   `json:"attn_page_bytes"`      // block size * attn_1 = the padded state page
+	PadPercent        float64 `json:"pad_percent"`          // state page padding in percent
 }
 
 // DTypeBytes returns the element size of a dtype name.

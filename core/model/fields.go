@@ -134,10 +134,31 @@ func (o object) positive(key string) (int, error) {
 	if !ok {
 		return 0, &FieldError{Field: o.field(key), Reason: "required key is missing"}
 	}
+	return v, o.checkRange(key, v)
+}
+
+// upperBounds caps dimensions far beyond any real model, so that sizes
+// computed from them stay well inside int64.
+var upperBounds = map[string]int{
+	"num_hidden_layers": 4096, "num_attention_heads": 16384, "num_key_value_heads": 1024,
+	"num_global_key_value_heads": 1024, "head_dim": 2048, "global_head_dim": 2048,
+	"kv_lora_rank": 2048, "qk_rope_head_dim": 2048, "hidden_size": 1 << 20, "intermediate_size": 1 << 20,
+	"linear_num_key_heads": 4096, "linear_num_value_heads": 4096, "linear_key_head_dim": 4096,
+	"linear_value_head_dim": 4096, "linear_conv_kernel_dim": 64, "conv_kernel": 64,
+	"mamba_num_heads": 4096, "mamba_head_dim": 4096, "n_groups": 4096, "ssm_state_size": 4096,
+	"state_size": 4096, "expand": 64, "sliding_window_pattern": 4096, "full_attention_interval": 4096,
+	"no_rope_layer_interval": 4096, "sliding_window": 1 << 30, "attention_chunk_size": 1 << 30,
+	"mtp_num_hidden_layers": 64, "num_nextn_predict_layers": 64,
+}
+
+func (o object) checkRange(key string, v int) error {
 	if v <= 0 {
-		return 0, o.errf(key, "must be positive")
+		return o.errf(key, "must be positive")
 	}
-	return v, nil
+	if limit, ok := upperBounds[key]; ok && v > limit {
+		return o.errf(key, "implausibly large (at most %d)", limit)
+	}
+	return nil
 }
 
 // positiveOr reads an optional positive integer, returning def when absent.
@@ -150,10 +171,7 @@ func (o object) positiveOr(key string, def int) (v int, applied bool, err error)
 	if !ok {
 		return def, true, nil
 	}
-	if v <= 0 {
-		return 0, false, o.errf(key, "must be positive")
-	}
-	return v, false, nil
+	return v, false, o.checkRange(key, v)
 }
 
 func (o object) str(key string) (string, bool, error) {

@@ -443,8 +443,8 @@ func (p *parser) mla() error {
 	if err != nil {
 		return err
 	}
-	if ok && mtp < 0 {
-		return p.text.errf("num_nextn_predict_layers", "must not be negative")
+	if ok && (mtp < 0 || mtp > upperBounds["num_nextn_predict_layers"]) {
+		return p.text.errf("num_nextn_predict_layers", "must be between 0 and %d", upperBounds["num_nextn_predict_layers"])
 	}
 	for i := 0; i < mtp; i++ {
 		l := layer(p.m.HiddenLayers + i)
@@ -514,8 +514,8 @@ func (p *parser) qwenGDN() error {
 	if err != nil {
 		return err
 	}
-	if ok && mtp < 0 {
-		return p.text.errf("mtp_num_hidden_layers", "must not be negative")
+	if ok && (mtp < 0 || mtp > upperBounds["mtp_num_hidden_layers"]) {
+		return p.text.errf("mtp_num_hidden_layers", "must be between 0 and %d", upperBounds["mtp_num_hidden_layers"])
 	}
 	for i := 0; i < mtp; i++ {
 		l := p.attn(p.m.HiddenLayers+i, Full, d)
@@ -550,8 +550,10 @@ func (p *parser) llama4() error {
 	if err != nil {
 		return err
 	}
-	if hasChunk && chunk <= 0 {
-		return p.text.errf("attention_chunk_size", "must be positive")
+	if hasChunk {
+		if err := p.text.checkRange("attention_chunk_size", chunk); err != nil {
+			return err
+		}
 	}
 	rope, ok, err := p.text.ints("no_rope_layers")
 	if err != nil {

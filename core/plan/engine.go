@@ -47,25 +47,25 @@ const DefaultMaxNumBatchedTokens = 8192
 // value of every field means vLLM's default, so Engine{} is a TP1 engine
 // with default flags.
 type Engine struct {
-	TensorParallelSize   int         `json:"tensor_parallel_size,omitempty"`   // --tensor-parallel-size (1)
-	PipelineParallelSize int         `json:"pipeline_parallel_size,omitempty"` // --pipeline-parallel-size (1)
-	BlockSize            int         `json:"block_size,omitempty"`             // --block-size (16, or the backend's)
-	MaxModelLen          int         `json:"max_model_len,omitempty"`          // --max-model-len (derived from the config)
-	MaxNumBatchedTokens  int         `json:"max_num_batched_tokens,omitempty"` // --max-num-batched-tokens (8192)
-	KVCacheDType         string      `json:"kv_cache_dtype,omitempty"`         // --kv-cache-dtype (auto)
-	KVCacheMemoryBytes   int64       `json:"kv_cache_memory_bytes,omitempty"`  // --kv-cache-memory-bytes (40 GiB) per rank
-	NumSpeculativeTokens int         `json:"num_speculative_tokens,omitempty"` // --num-speculative-tokens (0)
-	Selector             Selector    `json:"selector,omitempty"`               // --selector (padding-bytes)
-	MinGroupLayers       int         `json:"min_kv_cache_group_layers,omitempty"`
-	GroupSize            int         `json:"kv_cache_group_size,omitempty"` // --kv-cache-group-size: fixed g
-	BalancedLambda       float64     `json:"balanced_lambda,omitempty"`     // padding_per_group of the balanced selector (1.0)
-	BucketMerge          BucketMerge `json:"bucket_merge,omitempty"`        // --kv-cache-bucket-merge (auto)
-	DisableHybrid        bool        `json:"disable_hybrid_kv_cache_manager,omitempty"`
-	MambaCacheMode       string      `json:"mamba_cache_mode,omitempty"`      // --mamba-cache-mode (none)
-	MambaSSMCacheDType   string      `json:"mamba_ssm_cache_dtype,omitempty"` // --mamba-ssm-cache-dtype (auto)
-	NoAsyncScheduling    bool        `json:"no_async_scheduling,omitempty"`   // --no-async-scheduling
-	AttentionBackend     string      `json:"attention_backend,omitempty"`     // --attention-backend
-	NumGPUBlocksOverride int         `json:"num_gpu_blocks_override,omitempty"`
+	TensorParallelSize   int         `json:"tensor_parallel_size"`   // --tensor-parallel-size (1)
+	PipelineParallelSize int         `json:"pipeline_parallel_size"` // --pipeline-parallel-size (1)
+	BlockSize            int         `json:"block_size"`             // --block-size (16, or the backend's)
+	MaxModelLen          int         `json:"max_model_len"`          // --max-model-len (derived from the config)
+	MaxNumBatchedTokens  int         `json:"max_num_batched_tokens"` // --max-num-batched-tokens (8192)
+	KVCacheDType         string      `json:"kv_cache_dtype"`         // --kv-cache-dtype (auto)
+	KVCacheMemoryBytes   int64       `json:"kv_cache_memory_bytes"`  // --kv-cache-memory-bytes (40 GiB) per rank
+	NumSpeculativeTokens int         `json:"num_speculative_tokens"` // --num-speculative-tokens (0)
+	Selector             Selector    `json:"selector"`               // --selector (padding-bytes)
+	MinGroupLayers       int         `json:"min_kv_cache_group_layers"`
+	GroupSize            int         `json:"kv_cache_group_size"` // --kv-cache-group-size: fixed g
+	BalancedLambda       float64     `json:"balanced_lambda"`     // padding_per_group of the balanced selector (1.0)
+	BucketMerge          BucketMerge `json:"bucket_merge"`        // --kv-cache-bucket-merge (auto)
+	DisableHybrid        bool        `json:"disable_hybrid_kv_cache_manager"`
+	MambaCacheMode       string      `json:"mamba_cache_mode"`      // --mamba-cache-mode (none)
+	MambaSSMCacheDType   string      `json:"mamba_ssm_cache_dtype"` // --mamba-ssm-cache-dtype (auto)
+	NoAsyncScheduling    bool        `json:"no_async_scheduling"`   // --no-async-scheduling
+	AttentionBackend     string      `json:"attention_backend"`     // --attention-backend
+	NumGPUBlocksOverride int         `json:"num_gpu_blocks_override"`
 }
 
 // FlagError reports an engine setting that is out of range.
@@ -128,10 +128,10 @@ func (e Engine) resolved(modelMaxLen int) (Engine, error) {
 		why  string
 	}{
 		{e.TensorParallelSize > 0 && e.TensorParallelSize <= 1024, "--tensor-parallel-size", e.TensorParallelSize, "must be between 1 and 1024"},
-		{e.PipelineParallelSize > 0 && e.PipelineParallelSize <= 1024, "--pipeline-parallel-size", e.PipelineParallelSize, "must be between 1 and 1024"},
+		{e.PipelineParallelSize > 0 && e.PipelineParallelSize <= 256, "--pipeline-parallel-size", e.PipelineParallelSize, "must be between 1 and 256"},
 		{e.BlockSize >= 0 && e.BlockSize <= 1<<20, "--block-size", e.BlockSize, "must be between 1 and 1048576"},
-		{e.MaxModelLen > 0 && e.MaxModelLen <= 1<<30, "--max-model-len", e.MaxModelLen, "must be between 1 and 2^30"},
-		{e.MaxNumBatchedTokens > 0 && e.MaxNumBatchedTokens <= 1<<30, "--max-num-batched-tokens", e.MaxNumBatchedTokens, "must be between 1 and 2^30"},
+		{e.MaxModelLen > 0 && e.MaxModelLen <= 1<<26, "--max-model-len", e.MaxModelLen, "must be between 1 and 67108864"},
+		{e.MaxNumBatchedTokens > 0 && e.MaxNumBatchedTokens <= 1<<26, "--max-num-batched-tokens", e.MaxNumBatchedTokens, "must be between 1 and 67108864"},
 		{e.KVCacheMemoryBytes > 0 && e.KVCacheMemoryBytes <= 1<<50, "--kv-cache-memory-bytes", e.KVCacheMemoryBytes, "must be between 1 and 2^50"},
 		{e.NumSpeculativeTokens >= 0 && e.NumSpeculativeTokens <= 64, "--num-speculative-tokens", e.NumSpeculativeTokens, "must be between 0 and 64"},
 		{e.MinGroupLayers > 0 && e.MinGroupLayers <= 1<<16, "--min-kv-cache-group-layers", e.MinGroupLayers, "must be positive"},

@@ -36,10 +36,10 @@ type Plan struct {
 	Dispatch string      `json:"dispatch"` // uniform, uniform-type, hybrid or fixed
 
 	Inferred        bool     `json:"inferred"`
-	InferredReasons []string `json:"inferred_reasons,omitempty"`
+	InferredReasons []string `json:"inferred_reasons"`
 	Warnings        []string `json:"warnings"`
 	Logs            []string `json:"logs"`
-	Notes           []string `json:"notes,omitempty"`
+	Notes           []string `json:"notes"`
 
 	Layers    []LayerPlan       `json:"layers"`
 	Stages    []Stage           `json:"stages"`
@@ -127,7 +127,7 @@ func newPlan(m *model.Model, e Engine, fixed *Layout) (*Plan, error) {
 	p.Alignment = rank.Alignment
 	p.Backend = rank.Backend.Name
 	p.Logs = append(append([]string(nil), rank.Logs...), p.Logs...)
-	p.Notes = append(append(append([]string(nil), m.Notes...), rank.Notes...), p.Notes...)
+	p.Notes = append(append(append([]string{}, m.Notes...), rank.Notes...), p.Notes...)
 	if e.PipelineParallelSize > 1 && hasRole(m, model.Draft, model.MTP) {
 		p.addInferred("draft and MTP layers are placed on the last pipeline stage")
 	}
@@ -229,13 +229,15 @@ func fromSpecs(specs []kvspec.LayerSpec, e Engine, fixed *Layout, stages map[str
 	}
 	lim := e.limits()
 	p := &Plan{
-		Engine:    e,
-		Selector:  e.Selector,
-		Merge:     e.merge(),
-		Dispatch:  g.dispatch,
-		GroupSize: g.groupSize,
-		Warnings:  append([]string{}, g.warnings...),
-		Logs:      append([]string{}, g.logs...),
+		Engine:          e,
+		Selector:        e.Selector,
+		Merge:           e.merge(),
+		Dispatch:        g.dispatch,
+		GroupSize:       g.groupSize,
+		Warnings:        append([]string{}, g.warnings...),
+		InferredReasons: []string{},
+		Notes:           []string{},
+		Logs:            append([]string{}, g.logs...),
 	}
 	if g.dispatch != "hybrid" && g.dispatch != "fixed" {
 		p.Selector = ""
@@ -371,6 +373,28 @@ func (p *Plan) finish() {
 	p.Logs = append(p.Logs,
 		fmt.Sprintf("GPU KV cache size: %s tokens", commas(p.KVCacheTokens)),
 		fmt.Sprintf("Maximum concurrency for %s tokens per request: %.2fx", commas(int64(p.Engine.MaxModelLen)), p.MaxConcurrency))
+}
+
+// LogLines returns vLLM's log lines for the plan in the order vLLM prints
+// them, each prefixed with its level: platform and unification lines,
+// padding warnings, then the capacity lines.
+func (p *Plan) LogLines() []string {
+	var out []string
+	n := len(p.Logs)
+	capacity := 2
+	if n < capacity {
+		capacity = n
+	}
+	for _, l := range p.Logs[:n-capacity] {
+		out = append(out, "INFO    "+l)
+	}
+	for _, w := range p.Warnings {
+		out = append(out, "WARNING "+w)
+	}
+	for _, l := range p.Logs[n-capacity:] {
+		out = append(out, "INFO    "+l)
+	}
+	return out
 }
 
 // Layout returns the plan's grouping, to impose it elsewhere or compare.

@@ -1,0 +1,64 @@
+package model
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+)
+
+// Catalog is a set of bundled model configs, read from a directory of
+// Hugging Face config.json files named "<org>__<name>.json".
+type Catalog struct {
+	fsys fs.FS
+	dir  string
+}
+
+// NewCatalog reads configs from dir inside fsys.
+func NewCatalog(fsys fs.FS, dir string) Catalog { return Catalog{fsys: fsys, dir: dir} }
+
+// Names lists the bundled models as "org/name", sorted.
+func (c Catalog) Names() []string {
+	if c.fsys == nil {
+		return nil
+	}
+	entries, err := fs.ReadDir(c.fsys, c.dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() {
+			out = append(out, strings.Replace(n, "__", "/", 1))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Lookup resolves a bundled model by "org/name", "org__name" or a unique
+// case-insensitive suffix such as "gpt-oss-20b", and returns its config.
+func (c Catalog) Lookup(ref string) (name string, data []byte, err error) {
+	want := strings.ToLower(strings.TrimSuffix(strings.Replace(ref, "__", "/", 1), ".json"))
+	var matches []string
+	for _, n := range c.Names() {
+		l := strings.ToLower(n)
+		if l == want {
+			matches = []string{n}
+			break
+		}
+		if strings.HasSuffix(l, "/"+want) || strings.HasSuffix(l, want) && strings.Contains(want, "/") {
+			matches = append(matches, n)
+		}
+	}
+	switch len(matches) {
+	case 0:
+		return "", nil, fmt.Errorf("model: no bundled model %q (have %s)", ref, strings.Join(c.Names(), ", "))
+	case 1:
+	default:
+		return "", nil, fmt.Errorf("model: %q matches %s", ref, strings.Join(matches, ", "))
+	}
+	data, err = fs.ReadFile(c.fsys, path.Join(c.dir, strings.Replace(matches[0], "/", "__", 1)+".json"))
+	return matches[0], data, err
+}

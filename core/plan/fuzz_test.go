@@ -1,0 +1,68 @@
+package plan
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/kvscope/kvscope/core/kvspec"
+	"github.com/kvscope/kvscope/core/model"
+)
+
+// FuzzPlan drives the planner with arbitrary engine settings on bundled
+// models. Every outcome must be a plan that places each layer once with
+// sane numbers, or an error that names the flag.
+func FuzzPlan(f *testing.F) {
+	models := []string{"Qwen__Qwen3.6-35B-A3B", "google__gemma-3-27b-it", "nvidia__NVIDIA-Nemotron-Nano-9B-v2",
+		"deepseek-ai__DeepSeek-V2-Lite", "meta-llama__Llama-4-Scout-17B-16E", "google__gemma-4-E2B"}
+	var loaded []*model.Model
+	for _, name := range models {
+		loaded = append(loaded, loadModel(f, name))
+	}
+	f.Add(uint8(0), 2, 1, 0, 262144, 8192, 7, 3, 0, uint8(0), uint8(0), false, false)
+	f.Add(uint8(1), 8, 2, 32, 131072, 2048, 0, 1, 4, uint8(1), uint8(2), true, true)
+	f.Add(uint8(2), 4, 4, 0, 4096, 512, 2, 5, 0, uint8(2), uint8(1), false, true)
+	f.Fuzz(func(t *testing.T, mi uint8, tp, pp, bs, mml, mnbt, spec, minLayers, g int, sel, mode uint8, noAsync, disable bool) {
+		m := loaded[int(mi)%len(loaded)]
+		e := Engine{
+			TensorParallelSize: tp, PipelineParallelSize: pp, BlockSize: bs, MaxModelLen: mml,
+			MaxNumBatchedTokens: mnbt, NumSpeculativeTokens: spec, MinGroupLayers: minLayers, GroupSize: g,
+			Selector:          []Selector{Classic, Balanced, PaddingBytes}[int(sel)%3],
+			MambaCacheMode:    []string{"none", "align", "all"}[int(mode)%3],
+			NoAsyncScheduling: noAsync, DisableHybrid: disable,
+		}
+		p, err := New(m, e)
+		if err != nil {
+			var fe *FlagError
+			var oe *kvspec.OptionError
+			if !errors.As(err, &fe) && !errors.As(err, &oe) {
+				t.Fatalf("error %v names no flag", err)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, grp := range p.Groups {
+			if len(grp.Layers) == 0 || len(grp.Layers) > p.Slots {
+				t.Fatalf("group %d has %d layers, slots %d", grp.Index, len(grp.Layers), p.Slots)
+			}
+			for _, name := range grp.Layers {
+				if seen[name] {
+					t.Fatalf("layer %s placed twice", name)
+				}
+				seen[name] = true
+			}
+		}
+		for _, l := range m.Layers {
+			if l.OwnsKV() && !seen[l.Name] {
+				t.Fatalf("layer %s not placed", l.Name)
+			}
+		}
+		if p.NumBlocks < 0 || p.KVCacheTokens < 0 || p.BlocksPerRequest <= 0 || p.PaddingBytesPerRequest < 0 || p.BytesPerBlock <= 0 {
+			t.Fatalf("impossible numbers: blocks %d tokens %d per request %d padding %d", p.NumBlocks, p.KVCacheTokens, p.BlocksPerRequest, p.PaddingBytesPerRequest)
+		}
+		for _, l := range p.Layers {
+			if l.Page <= 0 || l.Page != p.Groups[l.Group].PageBytes && !p.Groups[l.Group].UniformType {
+				t.Fatalf("layer %s page %d, group page %d", l.Name, l.Page, p.Groups[l.Group].PageBytes)
+			}
+		}
+	})
+}

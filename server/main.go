@@ -1,0 +1,110 @@
+// Command kvscope plans vLLM KV cache groups, computes and checks the
+// descriptor geometry of prefill/decode KV transfers, and serves the browser
+// app.
+//
+//	kvscope plan   --model M.json [engine flags] [--json]
+//	kvscope models
+//
+// Every subcommand is a function of its arguments and an output writer, so
+// tests run them exactly as a user does.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// command is one subcommand.
+type command struct {
+	name, summary string
+	run           func(args []string, stdout io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"plan", "plan one engine's KV cache groups and what they cost", runPlan},
+		{"models", "list the bundled model configs", runModels},
+	}
+}
+
+// run dispatches a subcommand and returns the process exit code: 0 on
+// success, 1 on an error, 2 on a usage error.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdout)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, new(*usageError)):
+			fmt.Fprintf(stderr, "kvscope %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "kvscope %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "kvscope: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: kvscope <command> [flags]")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "Run kvscope <command> -h for its flags.")
+}
+
+// usageError is a bad command line, as opposed to a failed computation.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// parseFlags parses a flag set whose errors are returned, not printed twice.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fs.PrintDefaults()
+			return err
+		}
+		return &usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+func runModels(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("models", flag.ContinueOnError)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	for _, n := range catalog().Names() {
+		fmt.Fprintln(stdout, n)
+	}
+	return nil
+}
