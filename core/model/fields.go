@@ -149,6 +149,7 @@ var upperBounds = map[string]int{
 	"state_size": 4096, "expand": 64, "sliding_window_pattern": 4096, "full_attention_interval": 4096,
 	"no_rope_layer_interval": 4096, "sliding_window": 1 << 30, "attention_chunk_size": 1 << 30,
 	"mtp_num_hidden_layers": 64, "num_nextn_predict_layers": 64,
+	"mamba_expand": 64, "mamba_d_state": 4096, "mamba_d_conv": 64, "attn_layer_period": 4096,
 }
 
 func (o object) checkRange(key string, v int) error {

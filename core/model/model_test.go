@@ -172,6 +172,30 @@ func TestLayerDimensions(t *testing.T) {
 	})
 }
 
+func TestMamba1Families(t *testing.T) {
+	t.Run("a pure Mamba model is all Mamba1 with d_inner = expand * hidden", func(t *testing.T) {
+		m, err := Parse([]byte(`{"model_type":"mamba","num_hidden_layers":24,"hidden_size":768,"state_size":16,"conv_kernel":4,"expand":2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Layers) != 24 || m.KindCounts()[Mamba1] != 24 || m.Layers[0].State.Intermediate != 1536 {
+			t.Errorf("%d layers, %v, state %+v", len(m.Layers), m.KindCounts(), m.Layers[0].State)
+		}
+	})
+	t.Run("Jamba puts attention every attn_layer_period layers at the offset", func(t *testing.T) {
+		m, err := Parse([]byte(`{"model_type":"jamba","num_hidden_layers":32,"hidden_size":4096,"num_attention_heads":32,"num_key_value_heads":8,"attn_layer_period":8,"attn_layer_offset":4}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l4, _ := m.Layer("L4")
+		l12, _ := m.Layer("L12")
+		l5, _ := m.Layer("L5")
+		if c := m.KindCounts(); c[Full] != 4 || c[Mamba1] != 28 || l4.Kind != Full || l12.Kind != Full || l5.Kind != Mamba1 || l5.State.Intermediate != 8192 {
+			t.Errorf("counts %v, L4 %s, L12 %s, L5 %s %+v", c, l4.Kind, l12.Kind, l5.Kind, l5.State)
+		}
+	})
+}
+
 func TestDraftAttachesAfterTarget(t *testing.T) {
 	target := load(t, "Qwen__Qwen3.6-35B-A3B")
 	draft := load(t, "z-lab__Qwen3.6-35B-A3B-DFlash")

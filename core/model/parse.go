@@ -94,6 +94,8 @@ func (p *parser) parse() error {
 		err = p.nemotronH()
 	case modelType == "mamba" || modelType == "falcon_mamba":
 		err = p.pureMamba()
+	case modelType == "jamba":
+		err = p.jamba()
 	case p.text.has("kv_lora_rank"):
 		err = p.mla()
 	case strings.HasPrefix(modelType, "qwen3_next") || strings.HasPrefix(modelType, "qwen3_5"):
@@ -748,6 +750,55 @@ func (p *parser) pureMamba() error {
 	return nil
 }
 
+// jamba handles Jamba: Mamba1 layers with an attention layer every
+// attn_layer_period layers, at attn_layer_offset.
+func (p *parser) jamba() error {
+	d, err := p.attnDims()
+	if err != nil {
+		return err
+	}
+	hidden, err := p.text.positive("hidden_size")
+	if err != nil {
+		return err
+	}
+	var st StateDims
+	expand, err := p.intOr("mamba_expand")
+	if err != nil {
+		return err
+	}
+	st.Intermediate = expand * hidden
+	if st.StateSize, err = p.intOr("mamba_d_state"); err != nil {
+		return err
+	}
+	if st.ConvKernel, err = p.intOr("mamba_d_conv"); err != nil {
+		return err
+	}
+	period, err := p.intOr("attn_layer_period")
+	if err != nil {
+		return err
+	}
+	offset, _, err := p.text.intValue("attn_layer_offset")
+	if err != nil {
+		return err
+	}
+	if !p.text.has("attn_layer_offset") {
+		offset = 4
+		p.note("%s missing: using 4, the transformers JambaConfig default", p.text.field("attn_layer_offset"))
+	}
+	if offset < 0 || offset >= period {
+		return p.text.errf("attn_layer_offset", "must be between 0 and attn_layer_period-1 = %d", period-1)
+	}
+	for i := 0; i < p.m.HiddenLayers; i++ {
+		if i%period == offset {
+			p.addLayer(p.attn(i, Full, d))
+			continue
+		}
+		s := st
+		p.addLayer(Layer{Index: i, Kind: Mamba1, State: &s})
+	}
+	return nil
+}
+
 // familyDefaults are the transformers config-class defaults of one model
 // type, for the keys kvscope reads.
 type familyDefaults struct {
@@ -791,6 +842,10 @@ func defaultsFor(modelType string) familyDefaults {
 	case modelType == "nemotron_h":
 		return familyDefaults{"transformers NemotronHConfig", map[string]int{
 			"mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "ssm_state_size": 128, "conv_kernel": 4}}
+	case modelType == "jamba":
+		return familyDefaults{"transformers JambaConfig", map[string]int{
+			"num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 262144,
+			"mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4, "attn_layer_period": 8}}
 	case modelType == "mamba" || modelType == "falcon_mamba":
 		return familyDefaults{"transformers MambaConfig", map[string]int{
 			"expand": 2, "state_size": 16, "conv_kernel": 4}}

@@ -266,6 +266,18 @@ func TestPipelineStagesProjectTheGroups(t *testing.T) {
 	}
 }
 
+func TestFixedGroupSizeOverridesTheSelector(t *testing.T) {
+	// Gemma-3-27B with --kv-cache-group-size 13: 52 SW layers split into
+	// 4 groups of 13, the 10 full layers into 1 group padded by 3.
+	p := mustPlan(t, loadModel(t, "google__gemma-3-27b-it"), Engine{GroupSize: 13})
+	if p.GroupSize != 13 || p.NumGroups != 5 || p.Slots != 13 || p.PaddingSlots != 3 {
+		t.Errorf("g %d, groups %d, slots %d, padding %d; want 13, 5, 13, 3", p.GroupSize, p.NumGroups, p.Slots, p.PaddingSlots)
+	}
+	if !contains(p.Warnings, "Add 3 padding layers, may waste at most 30.00% KV cache memory") {
+		t.Errorf("warnings %q", p.Warnings)
+	}
+}
+
 func TestInFlightTokens(t *testing.T) {
 	tests := []struct {
 		e    Engine
