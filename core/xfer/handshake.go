@@ -1,0 +1,287 @@
+package xfer
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
+)
+
+// HandshakeVersion is the metadata version kvscope speaks: vLLM's version
+// 12 fields plus, per region member, its KV cache group, global head range
+// and tokens per page.
+const HandshakeVersion = 15
+
+// Metadata is what one rank advertises in the handshake.
+type Metadata struct {
+	Version       int        `json:"version"`
+	EngineID      string     `json:"engine_id"`
+	TPSize        int        `json:"tp_size"`
+	TPRank        int        `json:"tp_rank"`
+	BlockSize     int        `json:"block_size"`
+	KVCacheLayout string     `json:"kv_cache_layout"` // always HND
+	BlocksFirst   bool       `json:"blocks_first"`
+	BaseAddrs     []uint64   `json:"kv_caches_base_addr"`
+	BlockLens     []int64    `json:"block_lens"`
+	NumBlocks     int64      `json:"num_blocks"`
+	SSMSizes      [2]int64   `json:"ssm_sizes"` // conv bytes, SSM bytes of one state layer
+	CompatHash    string     `json:"compatibility_hash"`
+	Members       [][]Member `json:"region_members"` // per region
+}
+
+// Member is one layer that uses a region, as version 15 advertises it.
+type Member struct {
+	Layer         string `json:"layer"`
+	Group         int    `json:"group"`
+	HeadLo        int    `json:"head_lo"` // global KV head (or channel) range on this rank
+	HeadHi        int    `json:"head_hi"`
+	TokensPerPage int    `json:"tokens_per_page"`
+}
+
+// Check is one handshake check and its outcome.
+type Check struct {
+	Rule   string `json:"rule"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// Rejection says why a pair of engines cannot transfer: the rule, the side
+// it concerns, what differs and what to change.
+type Rejection struct {
+	Rule   string `json:"rule"`
+	Side   string `json:"side"` // P, D or P/D
+	Detail string `json:"detail"`
+	Fix    string `json:"fix"`
+}
+
+func (r *Rejection) Error() string {
+	return fmt.Sprintf("rejected (%s, %s): %s; %s", r.Rule, r.Side, r.Detail, r.Fix)
+}
+
+// Handshake is both sides' metadata, the checks run on it, and whether the
+// transfer can take vLLM's own (matched-plan) path.
+type Handshake struct {
+	P            []Metadata `json:"p"`
+	D            []Metadata `json:"d"`
+	Checks       []Check    `json:"checks"`
+	Rejection    *Rejection `json:"rejection,omitempty"`
+	Matched      bool       `json:"matched"`
+	MatchReason  string     `json:"match_reason"`
+	VLLMInferred []string   `json:"-"`
+}
+
+func metadata(m *model.Model, r *Registration, engineID string) Metadata {
+	md := Metadata{
+		Version: HandshakeVersion, EngineID: engineID, TPSize: r.TP, TPRank: r.Rank,
+		BlockSize: r.plan.BlockSize, KVCacheLayout: "HND", BlocksFirst: r.Layout == BlocksFirst,
+		NumBlocks: r.NumBlocks, CompatHash: compatHash(m, r.plan),
+	}
+	md.Members = make([][]Member, len(r.Regions))
+	for _, reg := range r.Regions {
+		md.BaseAddrs = append(md.BaseAddrs, reg.Base)
+		md.BlockLens = append(md.BlockLens, reg.BlockLen)
+	}
+	for _, l := range r.Layers {
+		seen := map[int]bool{}
+		for _, s := range l.Segments {
+			if seen[s.Region] {
+				continue
+			}
+			seen[s.Region] = true
+			md.Members[s.Region] = append(md.Members[s.Region], Member{Layer: l.Name, Group: l.Group, HeadLo: s.Lo, HeadHi: s.Hi, TokensPerPage: l.BlockSize})
+		}
+		if l.Kind.IsState() && md.SSMSizes == [2]int64{} {
+			var conv int64
+			for _, s := range l.Segments {
+				if s.Name != SegSSM {
+					conv += s.Bytes()
+				} else {
+					md.SSMSizes = [2]int64{conv, s.Bytes()}
+				}
+			}
+		}
+	}
+	return md
+}
+
+// compatHash hashes what must agree between P and D for any transfer (the
+// model and its dtypes, the backend, the KV cache dtype). Unlike vLLM's hash
+// it leaves out whether the hybrid manager is on: kvscope transfers between
+// different group plans.
+func compatHash(m *model.Model, p *plan.Plan) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "v%d|%s|%s|%d|", HandshakeVersion, m.Name, m.DType, m.HiddenLayers)
+	if l, ok := m.TargetAttention(); ok {
+		fmt.Fprintf(h, "%d|%d|", l.KVHeads, l.HeadDim)
+	}
+	fmt.Fprintf(h, "%s|%s", p.Backend, p.Engine.KVCacheDType)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// newHandshake builds both sides' metadata and runs the checks.
+func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mode Mode) *Handshake {
+	hs := &Handshake{}
+	for _, r := range pRegs {
+		hs.P = append(hs.P, metadata(m, r, "prefill"))
+	}
+	for _, r := range dRegs {
+		hs.D = append(hs.D, metadata(m, r, "decode"))
+	}
+	pp, dp := pRegs[0].plan, dRegs[0].plan
+	pTP, dTP := len(pRegs), len(dRegs)
+	add := func(rule string, ok bool, detail string) { hs.Checks = append(hs.Checks, Check{rule, ok, detail}) }
+	reject := func(rule, side, detail, fix string) {
+		add(rule, false, detail)
+		if hs.Rejection == nil {
+			hs.Rejection = &Rejection{Rule: rule, Side: side, Detail: detail, Fix: fix}
+		}
+	}
+
+	if hs.P[0].CompatHash == hs.D[0].CompatHash {
+		add("compatibility-hash", true, "model, dtypes, backend and KV cache dtype agree")
+	} else {
+		reject("compatibility-hash", "P/D", fmt.Sprintf("P hashes %s (backend %s, kv_cache_dtype %s), D %s (backend %s, kv_cache_dtype %s)",
+			hs.P[0].CompatHash, pp.Backend, pp.Engine.KVCacheDType, hs.D[0].CompatHash, dp.Backend, dp.Engine.KVCacheDType),
+			"run P and D with the same --kv-cache-dtype and attention backend")
+	}
+	if TPRatio(pTP, dTP) == 0 {
+		reject("tp-ratio", "P/D", fmt.Sprintf("P TP %d and D TP %d: neither divides the other", pTP, dTP), "choose TP sizes where one divides the other")
+	} else {
+		add("tp-ratio", true, fmt.Sprintf("tp_ratio %d", TPRatio(pTP, dTP)))
+	}
+	diff := plan.Compare(pp, dp)
+	same := diff.SameLayout && diff.SameBlockSizes
+	if c.NeedsMatchingGroups(m) && !same {
+		reject("matching-groups", "P/D", fmt.Sprintf("%s needs P and D to use one KV cache group plan; P plans %d groups, D %d, %d layers change group, slot or block size",
+			c, pp.NumGroups, dp.NumGroups, len(diff.Changes)), "use the TP-invariant plan on both engines (kvscope pd --plans auto)")
+	}
+	if m.HasKind(model.MLA) && !same {
+		reject("mla-plan", "P/D", fmt.Sprintf("MLA layers move one whole replicated block from one P rank, so P and D need the same plan; %d layers differ (block %d vs %d)",
+			len(diff.Changes), pp.BlockSize, dp.BlockSize), "give P and D the same --block-size and group plan")
+	}
+	if mode == Push && pp.Engine.PipelineParallelSize > 1 && !same {
+		reject("pp-push-plan", "P", fmt.Sprintf("a pipeline-parallel push producer (P PP %d) routes layers by name into D's regions and cannot follow a different plan", pp.Engine.PipelineParallelSize),
+			"use the TP-invariant plan on both engines, or pull")
+	}
+	if why := layersCompatible(pRegs[0], dRegs[0]); why != "" {
+		reject("layer-shapes", "P/D", why, "run P and D with the same model, draft, dtypes and --num-speculative-tokens")
+	} else {
+		add("layer-shapes", true, "every D layer exists on P with the same head size, dtype and state shape")
+	}
+	if hs.Rejection != nil {
+		return hs
+	}
+	hs.Matched, hs.MatchReason, hs.VLLMInferred = matchedPath(m, pRegs, dRegs, diff)
+	add("vllm-path", true, hs.MatchReason)
+	return hs
+}
+
+// layersCompatible reports why P cannot supply D's layers, or "".
+func layersCompatible(p, d *Registration) string {
+	for _, dl := range d.Layers {
+		pl, ok := p.Layer(dl.Name)
+		if !ok {
+			return fmt.Sprintf("layer %s has a KV cache on D but not on P", dl.Name)
+		}
+		if pl.Kind.IsState() != dl.Kind.IsState() || (pl.Kind == model.MLA) != (dl.Kind == model.MLA) {
+			return fmt.Sprintf("layer %s is %s on P but %s on D", dl.Name, pl.Kind, dl.Kind)
+		}
+		if len(pl.Segments) != len(dl.Segments) {
+			return fmt.Sprintf("layer %s has %d segments on P, %d on D", dl.Name, len(pl.Segments), len(dl.Segments))
+		}
+		for i, ds := range dl.Segments {
+			ps := pl.Segments[i]
+			if ds.Name != ps.Name || ds.RowBytes != ps.RowBytes && ds.IsAttention() || !ds.IsAttention() && ds.IndexBytes != ps.IndexBytes {
+				return fmt.Sprintf("layer %s %s: P rows of %d B, D rows of %d B (dtype, head size or conv rows differ)", dl.Name, ds.Name, ps.RowBytes, ds.RowBytes)
+			}
+		}
+	}
+	return ""
+}
+
+// matchedPath decides whether vLLM's own path applies: the same groups,
+// slots and block sizes on both sides, the same layout, no chunked local
+// attention (kvscope does not model vLLM's chunked clipping), and vLLM's
+// model-wide head mapping right for every layer on every D rank.
+func matchedPath(m *model.Model, pRegs, dRegs []*Registration, diff plan.Diff) (bool, string, []string) {
+	p0, d0 := pRegs[0], dRegs[0]
+	switch {
+	case !diff.SameLayout:
+		return false, fmt.Sprintf("the plans differ: %d layers change group or slot", countLayout(diff)), nil
+	case !diff.SameBlockSizes:
+		return false, "the plans' pages hold different token counts", nil
+	case p0.Layout != d0.Layout:
+		return false, fmt.Sprintf("P is %s, D is %s", p0.Layout, d0.Layout), nil
+	case len(p0.Regions) != len(d0.Regions):
+		return false, "P and D register different region counts", nil
+	}
+	for _, l := range d0.Layers {
+		if l.Kind == model.ChunkedLocal {
+			return false, "chunked local attention moves per group pair (vLLM's clipping of chunked groups is not modelled)", nil
+		}
+	}
+	kv, ok := modelKVHeads(m)
+	if !ok {
+		kv = 1
+	}
+	pTP, dTP := len(pRegs), len(dRegs)
+	mla := m.HasKind(model.MLA)
+	if pTP > dTP && pTP > kv && !mla {
+		return false, fmt.Sprintf("vLLM refuses P TP %d > D TP %d with %d replicated KV heads", pTP, dTP, kv), nil
+	}
+	var inferred []string
+	for j := range dRegs {
+		for _, dl := range dRegs[j].Layers {
+			for si, ds := range dl.Segments {
+				pSeg := func(r int) Segment {
+					pl, _ := pRegs[r].Layer(dl.Name)
+					return pl.Segments[si]
+				}
+				mp := newVLLMMapping(kv, pTP, dTP, j, mla)
+				if !ds.IsAttention() {
+					mp = stateMapping(pTP, dTP, j)
+					if pTP != dTP && len(inferred) == 0 {
+						inferred = append(inferred, "state descriptors across TP sizes follow kvscope's reading of vLLM PR #36957 (position-based split of each conv sub-projection and the SSM state)")
+					}
+				}
+				want, err := truePieces(ds, pSeg, pTP, dTP, j)
+				if err != nil {
+					return false, err.Error(), nil
+				}
+				if !samePieces(vllmPieces(mp, ds), want) {
+					return false, fmt.Sprintf("vLLM's model-wide head mapping (%d KV heads) does not fit layer %s (%d KV heads) on D rank %d", kv, dl.Name, headsOf(dl), j), nil
+				}
+			}
+		}
+	}
+	return true, "matched plans that vLLM's model-wide head mapping fits: vLLM's own descriptor lists", inferred
+}
+
+func headsOf(l LayerReg) int { return l.layer.KVHeads }
+
+func countLayout(d plan.Diff) int {
+	n := 0
+	for _, c := range d.Changes {
+		if c.FromGroup != c.ToGroup || c.FromSlot != c.ToSlot {
+			n++
+		}
+	}
+	return n
+}
+
+// Summary is a one-line description of the handshake for logs.
+func (h *Handshake) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "v%d: P %d ranks x %d regions, D %d ranks x %d regions", HandshakeVersion, len(h.P), len(h.P[0].BaseAddrs), len(h.D), len(h.D[0].BaseAddrs))
+	if h.Rejection != nil {
+		fmt.Fprintf(&b, "; rejected: %s", h.Rejection.Rule)
+	} else if h.Matched {
+		b.WriteString("; vLLM path")
+	} else {
+		b.WriteString("; group-pair path")
+	}
+	return b.String()
+}

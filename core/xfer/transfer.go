@@ -1,0 +1,266 @@
+package xfer
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
+)
+
+// Mode is the direction of the NIXL operation: D reads (pull) or P writes
+// (push). Data always flows from P to D.
+type Mode string
+
+// The modes.
+const (
+	Pull Mode = "pull"
+	Push Mode = "push"
+)
+
+// Path names how a transfer was built.
+type Path string
+
+// The paths.
+const (
+	// VLLMPath is vLLM's own: matched plans, block ids flattened over
+	// groups and broadcast over every region, vLLM's descriptor ids.
+	VLLMPath Path = "vllm"
+	// GroupPairPath is kvscope's: layer by layer per (P group, D group),
+	// following token runs.
+	GroupPairPath Path = "group-pairs"
+)
+
+// Loc is a byte range start inside one rank's registered region.
+type Loc struct {
+	Region int   `json:"region"`
+	Offset int64 `json:"offset"`
+}
+
+// Pair is one descriptor pair: Len bytes from P's Src to D's Dst.
+type Pair struct {
+	Src    Loc     `json:"src"`
+	Dst    Loc     `json:"dst"`
+	Len    int64   `json:"len"`
+	SrcID  int     `json:"src_desc_id"` // vLLM's descriptor id on P, -1 off the vLLM path
+	DstID  int     `json:"dst_desc_id"` // on D
+	Layer  string  `json:"layer"`       // "" for a padding slot on the vLLM path
+	Seg    SegName `json:"segment"`
+	Lo     int     `json:"lo"` // global head or channel range
+	Hi     int     `json:"hi"`
+	Tokens Span    `json:"tokens"` // token range (attention)
+	PGroup int     `json:"p_group"`
+	DGroup int     `json:"d_group"`
+}
+
+// RankPair is every descriptor pair between one P rank and one D rank: one
+// NIXL READ (pull, posted by D) or WRITE (push, posted by P) per local
+// handle.
+type RankPair struct {
+	P      int    `json:"p_rank"`
+	D      int    `json:"d_rank"`
+	Op     string `json:"op"` // READ or WRITE
+	Notif  string `json:"notif"`
+	Pairs  []Pair `json:"pairs,omitempty"`
+	Bytes  int64  `json:"bytes"`
+	Descs  int    `json:"descs"`
+	Merged int    `json:"descs_merged"` // after NIXL merges contiguous runs
+}
+
+// GroupPair totals the descriptors between one P group and one D group.
+type GroupPair struct {
+	PGroup int    `json:"p_group"`
+	DGroup int    `json:"d_group"`
+	Kind   string `json:"kind"`
+	Layers int    `json:"layers"`
+	Descs  int    `json:"descs"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// Options configure a transfer computation.
+type Options struct {
+	Connector Connector
+	PLayout   CacheLayout // "" means split K/V (blocks-first is forced next to Mamba state)
+	DLayout   CacheLayout
+	Bases     Bases // nil means DefaultBases
+	// Blocks overrides the block ids of a side's groups (tests): P or D ->
+	// group -> ids, for the pages the transfer lists.
+	Blocks map[Side][][]int
+	// KeepPairs keeps every descriptor pair in the result (the oracle and
+	// the descriptor view need them); otherwise only totals are kept.
+	KeepPairs bool
+}
+
+// Transfer is the geometry of one request between two engines.
+type Transfer struct {
+	Mode       Mode        `json:"mode"`
+	Path       Path        `json:"path"`
+	PathReason string      `json:"path_reason"`
+	Request    Request     `json:"request"` // with the effective prefix hit
+	Handshake  *Handshake  `json:"handshake"`
+	Rejection  *Rejection  `json:"rejection,omitempty"`
+	RankPairs  []RankPair  `json:"rank_pairs"`
+	GroupPairs []GroupPair `json:"group_pairs"`
+	Bytes      int64       `json:"bytes"`
+	Descs      int         `json:"descs"`
+	Merged     int         `json:"descs_merged"`
+	Logs       []string    `json:"logs"`
+	Inferred   []string    `json:"inferred"`
+
+	PRegs []*Registration `json:"-"`
+	DRegs []*Registration `json:"-"`
+	// PPages and DPages are the block ids each side's groups use for this
+	// request (what the oracle materialises).
+	PPages []pages `json:"-"`
+	DPages []pages `json:"-"`
+	// DNeed is the token range D must receive, per D layer.
+	DNeed map[string]Span `json:"-"`
+	// PComputed is how many tokens P prefilled.
+	PComputed int `json:"-"`
+
+	model *model.Model
+}
+
+// Compute builds the transfer of one request from P's plan to D's plan.
+// A geometry the transfer cannot express is not an error: the result's
+// Rejection says why. Errors are for bad input.
+func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Transfer, error) {
+	if req.PromptTokens < 2 {
+		return nil, fmt.Errorf("xfer: --prompt-tokens %d: a transfer needs at least 2 prompt tokens (D recomputes the last)", req.PromptTokens)
+	}
+	if req.PrefixHitTokens < 0 {
+		return nil, fmt.Errorf("xfer: --prefix-hit-tokens %d: must not be negative", req.PrefixHitTokens)
+	}
+	if req.PromptTokens > pp.Engine.MaxModelLen || req.PromptTokens > dp.Engine.MaxModelLen {
+		return nil, fmt.Errorf("xfer: --prompt-tokens %d exceeds max_model_len (P %d, D %d)", req.PromptTokens, pp.Engine.MaxModelLen, dp.Engine.MaxModelLen)
+	}
+	kind, ok := opt.Connector.Transport()
+	if !ok {
+		kind = Nixl
+	}
+	t := &Transfer{Mode: Pull, Request: req, Logs: []string{}, Inferred: []string{}, GroupPairs: []GroupPair{}, RankPairs: []RankPair{}, model: m}
+	if kind == NixlPush {
+		t.Mode = Push
+	}
+	hit, why := effectiveHit(dp, req)
+	t.Request.PrefixHitTokens = hit
+	if why != "" {
+		t.Logs = append(t.Logs, why)
+	}
+	var err error
+	if t.PRegs, err = registerAll(m, pp, P, opt.PLayout, opt.Bases); err != nil {
+		return nil, err
+	}
+	if t.DRegs, err = registerAll(m, dp, D, opt.DLayout, opt.Bases); err != nil {
+		return nil, err
+	}
+	t.Handshake = newHandshake(m, t.PRegs, t.DRegs, opt.Connector, t.Mode)
+	if t.Handshake.Rejection != nil {
+		t.Rejection = t.Handshake.Rejection
+		return t, nil
+	}
+	t.PComputed = tokensComputedByP(pp, req.PromptTokens)
+	if t.Handshake.Matched {
+		t.Path, t.PathReason = VLLMPath, t.Handshake.MatchReason
+		t.Inferred = append(t.Inferred, t.Handshake.VLLMInferred...)
+		err = t.vllmPath(opt)
+	} else {
+		t.Path, t.PathReason = GroupPairPath, t.Handshake.MatchReason
+		t.Inferred = append(t.Inferred, "the group-pair path (per P group, D group, following token runs) is kvscope's design; vLLM has none")
+		err = t.groupPairPath(opt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t.Rejection != nil {
+		return t, nil
+	}
+	t.finish(opt.KeepPairs)
+	return t, nil
+}
+
+func registerAll(m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
+	var out []*Registration
+	for r := 0; r < p.Engine.TensorParallelSize; r++ {
+		reg, err := Register(m, p, side, r, layout, bases)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, reg)
+	}
+	return out, nil
+}
+
+// finish totals the rank pairs and group pairs, merging contiguous runs as
+// NIXL's makeXferReq does.
+func (t *Transfer) finish(keep bool) {
+	type gpKey struct{ p, d int }
+	gps := map[gpKey]*GroupPair{}
+	layers := map[gpKey]map[string]bool{}
+	var order []gpKey
+	for i := range t.RankPairs {
+		rp := &t.RankPairs[i]
+		rp.Descs = len(rp.Pairs)
+		rp.Merged = MergedCount(rp.Pairs)
+		rp.Bytes = 0
+		for _, p := range rp.Pairs {
+			rp.Bytes += p.Len
+			k := gpKey{p.PGroup, p.DGroup}
+			g, ok := gps[k]
+			if !ok {
+				kind := ""
+				if reg, ok := t.DRegs[rp.D].Layer(p.Layer); ok {
+					kind = string(reg.Kind)
+				}
+				g = &GroupPair{PGroup: p.PGroup, DGroup: p.DGroup, Kind: kind}
+				gps[k] = g
+				layers[k] = map[string]bool{}
+				order = append(order, k)
+			}
+			g.Descs++
+			g.Bytes += p.Len
+			if p.Layer != "" {
+				layers[k][p.Layer] = true
+			}
+		}
+		t.Bytes += rp.Bytes
+		t.Descs += rp.Descs
+		t.Merged += rp.Merged
+		if !keep {
+			rp.Pairs = nil
+		}
+	}
+	sort.Slice(order, func(i, j int) bool {
+		if order[i].p != order[j].p {
+			return order[i].p < order[j].p
+		}
+		return order[i].d < order[j].d
+	})
+	for _, k := range order {
+		g := gps[k]
+		g.Layers = len(layers[k])
+		t.GroupPairs = append(t.GroupPairs, *g)
+	}
+}
+
+// MergedCount is the number of descriptors NIXL posts after merging runs of
+// consecutive pairs that are contiguous on both sides (same regions, each
+// starting where the previous ended).
+func MergedCount(pairs []Pair) int {
+	n := 0
+	for i, p := range pairs {
+		if i > 0 {
+			q := pairs[i-1]
+			if q.Src.Region == p.Src.Region && q.Dst.Region == p.Dst.Region &&
+				q.Src.Offset+q.Len == p.Src.Offset && q.Dst.Offset+q.Len == p.Dst.Offset {
+				continue
+			}
+		}
+		n++
+	}
+	return n
+}
+
+func (t *Transfer) reject(rule, side, detail, fix string) {
+	t.Rejection = &Rejection{Rule: rule, Side: side, Detail: detail, Fix: fix}
+}
