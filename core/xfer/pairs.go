@@ -23,7 +23,7 @@ func (t *Transfer) groupPairPath(opt Options) error {
 	dNeed := make([]Span, len(dp.Groups))
 	for gi, g := range dp.Groups {
 		l, _ := t.DRegs[0].Layer(g.Layers[0])
-		dNeed[gi] = need(l.Kind, l.Window, l.Chunk, n, hit)
+		dNeed[gi] = Need(l.Kind, l.Window, l.Chunk, n, hit)
 	}
 	pKept := make([]Span, len(pp.Groups))
 	for gi, g := range pp.Groups {
@@ -33,11 +33,11 @@ func (t *Transfer) groupPairPath(opt Options) error {
 	var pa, da allocator
 	for gi, g := range pp.Groups {
 		first, count := pagesOf(pKept[gi], g.BlockSize, g.Kind.IsState())
-		t.PPages = append(t.PPages, pages{BlockSize: g.BlockSize, First: first, IDs: pick(opt, P, gi, pa.take(count))})
+		t.PPages = append(t.PPages, Pages{BlockSize: g.BlockSize, First: first, IDs: pick(opt, P, gi, pa.take(count))})
 	}
 	for gi, g := range dp.Groups {
 		first, count := pagesOf(dNeed[gi], g.BlockSize, g.Kind.IsState())
-		t.DPages = append(t.DPages, pages{BlockSize: g.BlockSize, First: first, IDs: pick(opt, D, gi, da.take(count))})
+		t.DPages = append(t.DPages, Pages{BlockSize: g.BlockSize, First: first, IDs: pick(opt, D, gi, da.take(count))})
 	}
 
 	// Order D's layers by (P group, D group), then by D's layer order.
@@ -143,8 +143,8 @@ func (t *Transfer) attnRuns(out []Pair, name string, pl, dl *LayerReg, pReg, dRe
 	for tok := span.Lo; tok < span.Hi; {
 		pPage, dPage := tok/bsP, tok/bsD
 		end := min(span.Hi, (pPage+1)*bsP, (dPage+1)*bsD)
-		pBlock, _ := t.PPages[pg].block(pPage)
-		dBlock, _ := t.DPages[dg].block(dPage)
+		pBlock, _ := t.PPages[pg].Block(pPage)
+		dBlock, _ := t.DPages[dg].Block(dPage)
 		pBase := int64(pBlock)*pr.BlockLen + ps.Offset
 		dBase := int64(dBlock)*dr.BlockLen + ds.Offset
 		pRow, dRow, rows := tok-pPage*bsP, tok-dPage*bsD, end-tok

@@ -70,10 +70,10 @@ func gcd(a, b int) int {
 
 func lcm(a, b int) int { return a / gcd(a, b) * b }
 
-// need is the token range D must receive for a layer of D's kind: every
+// Need is the token range D must receive for a layer of D's kind: every
 // prompt token but the last (D recomputes it), from the prefix hit on;
 // sliding-window and chunked layers only what the last token attends to.
-func need(kind model.Kind, window, chunk, n, hit int) Span {
+func Need(kind model.Kind, window, chunk, n, hit int) Span {
 	last := n - 1 // D recomputes token n-1
 	s := Span{Lo: hit, Hi: last}
 	switch kind {
@@ -112,16 +112,16 @@ func ceilDiv(a, b int) int {
 	return (a + b - 1) / b
 }
 
-// pages is one group's allocated pages on one side: page index First+i
+// Pages is one group's allocated pages on one side: page index First+i
 // lives in block IDs[i].
-type pages struct {
+type Pages struct {
 	BlockSize int   `json:"block_size"`
 	First     int   `json:"first_page"`
 	IDs       []int `json:"block_ids"`
 }
 
-// block returns the block id of a page.
-func (p pages) block(page int) (int, bool) {
+// Block returns the block id of a page.
+func (p Pages) Block(page int) (int, bool) {
 	i := page - p.First
 	if i < 0 || i >= len(p.IDs) {
 		return 0, false

@@ -111,8 +111,8 @@ type Transfer struct {
 	DRegs []*Registration `json:"-"`
 	// PPages and DPages are the block ids each side's groups use for this
 	// request (what the oracle materialises).
-	PPages []pages `json:"-"`
-	DPages []pages `json:"-"`
+	PPages []Pages `json:"-"`
+	DPages []Pages `json:"-"`
 	// DNeed is the token range D must receive, per D layer.
 	DNeed map[string]Span `json:"-"`
 	// PComputed is how many tokens P prefilled.

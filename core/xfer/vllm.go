@@ -40,8 +40,8 @@ func (t *Transfer) vllmGroupPages(opt Options) error {
 		if !g.Kind.IsState() {
 			pFirst, dFirst = total-pCount, total-dCount
 		}
-		t.PPages = append(t.PPages, pages{BlockSize: pg.BlockSize, First: pFirst, IDs: pick(opt, P, gi, pa.take(pCount))})
-		t.DPages = append(t.DPages, pages{BlockSize: bs, First: dFirst, IDs: pick(opt, D, gi, da.take(dCount))})
+		t.PPages = append(t.PPages, Pages{BlockSize: pg.BlockSize, First: pFirst, IDs: pick(opt, P, gi, pa.take(pCount))})
+		t.DPages = append(t.DPages, Pages{BlockSize: bs, First: dFirst, IDs: pick(opt, D, gi, da.take(dCount))})
 	}
 	return nil
 }

@@ -1,0 +1,117 @@
+package oracle
+
+import (
+	"testing"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// The oracle must catch a misplaced descriptor and say where: these tests
+// move one descriptor by one head, by one token, or onto another layer, and
+// expect "wrong" at the D rank, layer, head and token that descriptor fills.
+func TestMutationsAreCaught(t *testing.T) {
+	gpt := loadModel(t, "openai__gpt-oss-20b")
+	seed, err := loadModel(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(loadModel(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		m    *model.Model
+		p, d plan.Engine
+		req  xfer.Request
+	}{
+		{"vLLM path, gpt-oss-20b TP2 to TP4", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}},
+		{"group-pair path, gpt-oss-20b block 16 to 48", gpt, plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301}},
+		{"group-pair path, Qwen3.6 + DFlash TP2 to TP4", seed, plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 8192}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 8192}, xfer.Request{PromptTokens: 700}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			x := transfer(t, c.m, c.p, c.d, c.req, "nixl")
+			rpi, pi := pickAttentionPair(t, x)
+			rp := x.RankPairs[rpi]
+			orig := rp.Pairs[pi]
+			dl, _ := x.DRegs[rp.D].Layer(orig.Layer)
+			var seg xfer.Segment
+			for _, s := range dl.Segments {
+				if s.Name == orig.Seg {
+					seg = s
+				}
+			}
+			otherRegion := -1
+			for _, q := range rp.Pairs {
+				if q.Layer != orig.Layer && q.Layer != "" && q.Src.Region != orig.Src.Region {
+					otherRegion = q.Src.Region
+					break
+				}
+			}
+			mutations := []struct {
+				name  string
+				apply func(p *xfer.Pair)
+				head  bool // the mismatch must name the pair's first head
+			}{
+				{"shifted by one head", func(p *xfer.Pair) { p.Src.Offset += seg.IndexBytes }, true},
+				{"shifted by one token", func(p *xfer.Pair) { p.Src.Offset += seg.RowBytes }, true},
+				{"moved onto another layer", func(p *xfer.Pair) { p.Src.Region = otherRegion }, true},
+				{"written one token late in D", func(p *xfer.Pair) { p.Dst.Offset += seg.RowBytes }, false},
+			}
+			for _, mu := range mutations {
+				t.Run(mu.name, func(t *testing.T) {
+					if mu.name == "moved onto another layer" && otherRegion < 0 {
+						t.Skip("no other layer in this rank pair")
+					}
+					y := *x
+					y.RankPairs = append([]xfer.RankPair(nil), x.RankPairs...)
+					y.RankPairs[rpi].Pairs = append([]xfer.Pair(nil), rp.Pairs...)
+					mu.apply(&y.RankPairs[rpi].Pairs[pi])
+					res, err := Check(c.m, &y)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Verdict != Wrong {
+						t.Fatalf("verdict %s, want wrong", res.Verdict)
+					}
+					mm := res.Mismatch
+					if mm.DRank != rp.D {
+						t.Errorf("mismatch on D rank %d, want %d: %s", mm.DRank, rp.D, mm)
+					}
+					if mu.head && (mm.Layer != orig.Layer || mm.Segment != string(orig.Seg) || mm.Index != orig.Lo || mm.Token != orig.Tokens.Lo) {
+						t.Errorf("mismatch at %s, want layer %s %s index %d token %d", mm, orig.Layer, orig.Seg, orig.Lo, orig.Tokens.Lo)
+					}
+				})
+			}
+		})
+	}
+}
+
+// pickAttentionPair finds a K pair of a layer that D needs, away from the
+// request's first token.
+func pickAttentionPair(t *testing.T, x *xfer.Transfer) (int, int) {
+	for i, rp := range x.RankPairs {
+		for j, p := range rp.Pairs {
+			if p.Seg == xfer.SegK && p.Layer != "" && p.Tokens.Lo > 0 {
+				dl, _ := x.DRegs[rp.D].Layer(p.Layer)
+				need := xfer.Need(dl.Kind, dl.Window, dl.Chunk, x.Request.PromptTokens, x.Request.PrefixHitTokens)
+				if need.Lo <= p.Tokens.Lo && p.Tokens.Lo < need.Hi {
+					return i, j
+				}
+			}
+		}
+	}
+	t.Fatal("no attention pair to mutate")
+	return 0, 0
+}
+
+func TestRejectedIsAVerdict(t *testing.T) {
+	m := loadModel(t, "deepseek-ai__DeepSeek-V2-Lite")
+	x := transfer(t, m, plan.Engine{BlockSize: 16}, plan.Engine{BlockSize: 32}, xfer.Request{PromptTokens: 100}, "nixl")
+	res, err := Check(m, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != Rejected || res.Reason == "" {
+		t.Errorf("verdict %s %q, want rejected with a reason", res.Verdict, res.Reason)
+	}
+}

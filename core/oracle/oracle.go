@@ -1,0 +1,435 @@
+// Package oracle proves a transfer's descriptor pairs on bytes.
+//
+// It materialises only the pages a request touches, as byte buffers per
+// rank and region; fills every P page with tags that encode the layer, the
+// segment (K, V, latent, conv part, SSM), the global head or channel, the
+// token and the byte; fills D with a sentinel; replays the pairs (a pull
+// reads into D, a push writes into D: either way P's bytes land in D); and
+// then reads every materialised D page through D's own layout. A D row is
+// right when it holds exactly P's tag for the same layer, segment, index
+// and token, or is untouched (the sentinel) and D does not need it; bytes
+// that belong to no layer may hold only the sentinel or P's padding. Every
+// token D needs (xfer.Need) and every state row must hold P's tag.
+//
+// The verdict is exact, rejected (with the handshake's reason) or wrong
+// (with the first mismatch). The oracle shares no code with the geometry it
+// checks beyond the registrations' layouts and xfer.Need, the rule for
+// which tokens D needs.
+package oracle
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"sort"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// Verdict is the outcome of one case.
+type Verdict string
+
+// The verdicts.
+const (
+	Exact    Verdict = "exact"
+	Rejected Verdict = "rejected"
+	Wrong    Verdict = "wrong"
+)
+
+// Sentinel fills D before the replay; Padding fills P bytes that belong to
+// no layer.
+const (
+	Sentinel byte = 0xA5
+	Padding  byte = 0x5A
+)
+
+// Mismatch locates the first wrong byte row.
+type Mismatch struct {
+	DRank    int    `json:"d_rank"`
+	Region   int    `json:"region"`
+	Block    int    `json:"block"`
+	Layer    string `json:"layer"` // "" for bytes that belong to no layer
+	Segment  string `json:"segment"`
+	Index    int    `json:"index"` // global head or channel
+	Token    int    `json:"token"` // -1 for state rows and padding
+	Expected string `json:"expected"`
+	Found    string `json:"found"`
+	What     string `json:"what"`
+}
+
+func (m *Mismatch) String() string {
+	return fmt.Sprintf("D rank %d, layer %s %s, index %d, token %d (region %d block %d): %s; expected %s, found %s",
+		m.DRank, m.Layer, m.Segment, m.Index, m.Token, m.Region, m.Block, m.What, m.Expected, m.Found)
+}
+
+// Result is the oracle's verdict on one transfer.
+type Result struct {
+	Verdict  Verdict   `json:"verdict"`
+	Reason   string    `json:"reason,omitempty"`
+	Mismatch *Mismatch `json:"mismatch,omitempty"`
+	Pairs    int       `json:"pairs"`
+	Bytes    int64     `json:"bytes_moved"`
+	Checked  int64     `json:"bytes_checked"` // D bytes read back and verified
+}
+
+// MaxBytes bounds the bytes one check materialises, so an enormous request
+// fails with a message instead of exhausting memory.
+const MaxBytes = 2 << 30
+
+// Check replays a transfer computed with KeepPairs and verifies D's bytes.
+func Check(m *model.Model, x *xfer.Transfer) (*Result, error) {
+	if x.Rejection != nil {
+		return &Result{Verdict: Rejected, Reason: x.Rejection.Error()}, nil
+	}
+	o := &run{m: m, x: x, layerID: map[string]uint64{}}
+	for i, l := range m.Layers {
+		o.layerID[l.Name] = uint64(i + 1)
+	}
+	res := &Result{Verdict: Exact}
+	if err := o.materialise(); err != nil {
+		return nil, err
+	}
+	for _, rp := range x.RankPairs {
+		res.Pairs += len(rp.Pairs)
+		for _, p := range rp.Pairs {
+			res.Bytes += p.Len
+			if err := o.copy(rp.P, rp.D, p); err != nil {
+				return &Result{Verdict: Wrong, Mismatch: &Mismatch{DRank: rp.D, Layer: p.Layer, Segment: string(p.Seg), Token: -1, What: err.Error()}, Pairs: res.Pairs}, nil
+			}
+		}
+	}
+	for j := range x.DRegs {
+		mm, n := o.verify(j)
+		res.Checked += n
+		if mm != nil {
+			res.Verdict, res.Mismatch = Wrong, mm
+			return res, nil
+		}
+	}
+	return res, nil
+}
+
+// pageKey is one block of one region.
+type pageKey struct {
+	region int
+	block  int
+}
+
+// owner is which group (and page of the request) a block serves on a side.
+type owner struct {
+	group int
+	page  int
+}
+
+type run struct {
+	m       *model.Model
+	x       *xfer.Transfer
+	layerID map[string]uint64
+	p, d    []map[pageKey][]byte // per rank
+	pOwn    map[int]owner        // block id -> owner on P (ids are per side)
+	dOwn    map[int]owner
+	total   int64
+	scratch []byte
+}
+
+func owners(groups []xfer.Pages) map[int]owner {
+	out := map[int]owner{}
+	for g, pg := range groups {
+		for i, id := range pg.IDs {
+			out[id] = owner{g, pg.First + i}
+		}
+	}
+	return out
+}
+
+// materialise allocates and fills every page a pair reads (P) or writes
+// (D), and every page D allocated for the request.
+func (o *run) materialise() error {
+	x := o.x
+	o.pOwn, o.dOwn = owners(x.PPages), owners(x.DPages)
+	o.p = make([]map[pageKey][]byte, len(x.PRegs))
+	o.d = make([]map[pageKey][]byte, len(x.DRegs))
+	for i := range o.p {
+		o.p[i] = map[pageKey][]byte{}
+	}
+	for i := range o.d {
+		o.d[i] = map[pageKey][]byte{}
+	}
+	for _, rp := range x.RankPairs {
+		for _, p := range rp.Pairs {
+			if err := o.touch(x.PRegs[rp.P], o.p[rp.P], p.Src, p.Len, true); err != nil {
+				return err
+			}
+			if err := o.touch(x.DRegs[rp.D], o.d[rp.D], p.Dst, p.Len, false); err != nil {
+				return err
+			}
+		}
+	}
+	for j, reg := range x.DRegs {
+		for _, l := range reg.Layers {
+			for _, s := range l.Segments {
+				for _, id := range x.DPages[l.Group].IDs {
+					if err := o.ensure(reg, o.d[j], pageKey{s.Region, id}, false); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// touch materialises the pages a byte range spans.
+func (o *run) touch(reg *xfer.Registration, pagesOf map[pageKey][]byte, at xfer.Loc, n int64, isP bool) error {
+	if at.Region < 0 || at.Region >= len(reg.Regions) || at.Offset < 0 || n <= 0 {
+		return nil // copy reports it
+	}
+	bl := reg.Regions[at.Region].BlockLen
+	for b := at.Offset / bl; b*bl < at.Offset+n; b++ {
+		if err := o.ensure(reg, pagesOf, pageKey{at.Region, int(b)}, isP); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *run) ensure(reg *xfer.Registration, pagesOf map[pageKey][]byte, k pageKey, isP bool) error {
+	if _, ok := pagesOf[k]; ok {
+		return nil
+	}
+	bl := reg.Regions[k.region].BlockLen
+	o.total += bl
+	if o.total > MaxBytes {
+		return fmt.Errorf("oracle: the request touches more than %d MiB of pages; use a shorter --prompt-tokens", MaxBytes>>20)
+	}
+	page := make([]byte, bl)
+	if isP {
+		o.fillP(reg, k, page)
+	} else {
+		fill(page, Sentinel)
+	}
+	pagesOf[k] = page
+	return nil
+}
+
+func fill(b []byte, v byte) {
+	if len(b) == 0 {
+		return
+	}
+	b[0] = v
+	for i := 1; i < len(b); i *= 2 {
+		copy(b[i:], b[:i])
+	}
+}
+
+// fillP writes P's tags into one page: the layer that owns the block in
+// this region's tensor, segment by segment; everything else is padding.
+func (o *run) fillP(reg *xfer.Registration, k pageKey, page []byte) {
+	fill(page, Padding)
+	own, ok := o.pOwn[k.block]
+	if !ok {
+		return
+	}
+	region := reg.Regions[k.region]
+	name := reg.TensorMembers[region.Tensor][own.group]
+	l, ok := reg.Layer(name)
+	if !ok {
+		return
+	}
+	for _, s := range l.Segments {
+		if s.Region != k.region {
+			continue
+		}
+		o.eachRow(l, s, own.page, func(off int64, key uint64) {
+			tag(page[off:off+s.RowBytes], key)
+		})
+	}
+}
+
+// eachRow visits every row of a segment in one page: its byte offset in the
+// block and its tag key.
+func (o *run) eachRow(l *xfer.LayerReg, s xfer.Segment, page int, fn func(off int64, key uint64)) {
+	lid := o.layerID[l.Name]
+	seg := segID(s.Name)
+	for idx := s.Lo; idx < s.Hi; idx++ {
+		for r := 0; r < s.Rows; r++ {
+			token := 0
+			if s.IsAttention() {
+				token = page*l.BlockSize + r
+			}
+			off := s.Offset + int64(idx-s.Lo)*s.IndexBytes + int64(r)*s.RowBytes
+			fn(off, rowKey(lid, seg, idx, token))
+		}
+	}
+}
+
+func segID(n xfer.SegName) uint64 {
+	for i, s := range []xfer.SegName{xfer.SegK, xfer.SegV, xfer.SegLatent, xfer.SegConvQ, xfer.SegConvK, xfer.SegConvV,
+		xfer.SegConvX, xfer.SegConvB, xfer.SegConvC, xfer.SegSSM} {
+		if s == n {
+			return uint64(i + 1)
+		}
+	}
+	return 0
+}
+
+// rowKey packs a row's coordinates; tag expands it into pseudo-random bytes
+// that differ for every coordinate and every byte position.
+func rowKey(layer, seg uint64, index, token int) uint64 {
+	return layer<<52 ^ seg<<46 ^ uint64(index)<<28 ^ uint64(token)
+}
+
+func mix(z uint64) uint64 {
+	z += 0x9E3779B97F4A7C15
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return z ^ z>>31
+}
+
+// tag fills a row with its coordinates' bytes.
+func tag(row []byte, key uint64) {
+	h := mix(key)
+	i := 0
+	for ; i+8 <= len(row); i += 8 {
+		binary.LittleEndian.PutUint64(row[i:], mix(h+uint64(i)))
+	}
+	if i < len(row) {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], mix(h+uint64(i)))
+		copy(row[i:], w[:])
+	}
+}
+
+// copy replays one pair, page by page.
+func (o *run) copy(pRank, dRank int, p xfer.Pair) error {
+	pReg, dReg := o.x.PRegs[pRank], o.x.DRegs[dRank]
+	if p.Src.Region < 0 || p.Src.Region >= len(pReg.Regions) || p.Dst.Region < 0 || p.Dst.Region >= len(dReg.Regions) {
+		return fmt.Errorf("descriptor names a region outside the registration (P %d, D %d)", p.Src.Region, p.Dst.Region)
+	}
+	pbl, dbl := pReg.Regions[p.Src.Region].BlockLen, dReg.Regions[p.Dst.Region].BlockLen
+	if p.Src.Offset < 0 || p.Dst.Offset < 0 || p.Src.Offset+p.Len > pbl*pReg.Regions[p.Src.Region].NumBlocks ||
+		p.Dst.Offset+p.Len > dbl*dReg.Regions[p.Dst.Region].NumBlocks {
+		return fmt.Errorf("descriptor of %d B runs outside its region (P offset %d, D offset %d)", p.Len, p.Src.Offset, p.Dst.Offset)
+	}
+	src, dst, left := p.Src.Offset, p.Dst.Offset, p.Len
+	for left > 0 {
+		sp := o.p[pRank][pageKey{p.Src.Region, int(src / pbl)}]
+		dp := o.d[dRank][pageKey{p.Dst.Region, int(dst / dbl)}]
+		si, di := src%pbl, dst%dbl
+		n := min(left, pbl-si, dbl-di)
+		copy(dp[di:di+n], sp[si:si+n])
+		src, dst, left = src+n, dst+n, left-n
+	}
+	return nil
+}
+
+// verify reads back every materialised page of one D rank.
+func (o *run) verify(j int) (*Mismatch, int64) {
+	reg := o.x.DRegs[j]
+	keys := make([]pageKey, 0, len(o.d[j]))
+	for k := range o.d[j] {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		if keys[a].region != keys[b].region {
+			return keys[a].region < keys[b].region
+		}
+		return keys[a].block < keys[b].block
+	})
+	var checked int64
+	for _, k := range keys {
+		page := o.d[j][k]
+		checked += int64(len(page))
+		if mm := o.verifyPage(j, reg, k, page); mm != nil {
+			mm.DRank, mm.Region, mm.Block = j, k.region, k.block
+			return mm, checked
+		}
+	}
+	return nil, checked
+}
+
+func (o *run) verifyPage(j int, reg *xfer.Registration, k pageKey, page []byte) *Mismatch {
+	covered := make([]bool, 0)
+	own, ok := o.dOwn[k.block]
+	var l *xfer.LayerReg
+	if ok {
+		region := reg.Regions[k.region]
+		name := reg.TensorMembers[region.Tensor][own.group]
+		l, _ = reg.Layer(name)
+	}
+	if l != nil {
+		covered = make([]bool, len(page))
+		need := xfer.Need(l.Kind, l.Window, l.Chunk, o.x.Request.PromptTokens, o.x.Request.PrefixHitTokens)
+		if cap(o.scratch) < len(page) {
+			o.scratch = make([]byte, len(page))
+		}
+		var mm *Mismatch
+		for _, s := range l.Segments {
+			if s.Region != k.region || mm != nil {
+				continue
+			}
+			o.eachRow(l, s, own.page, func(off int64, key uint64) {
+				if mm != nil {
+					return
+				}
+				row := page[off : off+s.RowBytes]
+				for i := off; i < off+s.RowBytes; i++ {
+					covered[i] = true
+				}
+				want := o.scratch[:s.RowBytes]
+				tag(want, key)
+				if bytes.Equal(row, want) {
+					return
+				}
+				idx := s.Lo + int((off-s.Offset)/s.IndexBytes)
+				token := -1
+				if s.IsAttention() {
+					token = own.page*l.BlockSize + int((off-s.Offset)%s.IndexBytes/s.RowBytes)
+				}
+				needed := !s.IsAttention() || need.Lo <= token && token < need.Hi
+				if all(row, Sentinel) && !needed {
+					return
+				}
+				what := "holds bytes of another place"
+				if all(row, Sentinel) {
+					what = "needed but never written"
+				} else if all(row, Padding) {
+					what = "holds padding"
+				}
+				mm = &Mismatch{Layer: l.Name, Segment: string(s.Name), Index: idx, Token: token, Expected: short(want), Found: short(row), What: what}
+			})
+		}
+		if mm != nil {
+			return mm
+		}
+	}
+	for i, b := range page {
+		if (len(covered) == 0 || !covered[i]) && b != Sentinel && b != Padding {
+			name := ""
+			if l != nil {
+				name = l.Name
+			}
+			return &Mismatch{Layer: name, Segment: "none", Index: -1, Token: -1, Expected: "sentinel or padding", Found: short(page[i:min(len(page), i+8)]),
+				What: fmt.Sprintf("byte %d of the block belongs to no row of this layer but was written", i)}
+		}
+	}
+	return nil
+}
+
+func all(b []byte, v byte) bool {
+	for _, x := range b {
+		if x != v {
+			return false
+		}
+	}
+	return true
+}
+
+func short(b []byte) string {
+	if len(b) > 8 {
+		b = b[:8]
+	}
+	return hex.EncodeToString(b)
+}

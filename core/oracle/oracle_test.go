@@ -1,0 +1,87 @@
+package oracle
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+func loadModel(t testing.TB, name string) *model.Model {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func transfer(t testing.TB, m *model.Model, pe, de plan.Engine, req xfer.Request, conn string) *xfer.Transfer {
+	t.Helper()
+	pp, err := plan.New(m, pe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, err := plan.New(m, de)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := xfer.ParseConnector(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := xfer.Compute(m, pp, dp, req, xfer.Options{Connector: c, KeepPairs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func TestExactCases(t *testing.T) {
+	seed, err := loadModel(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(loadModel(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		m    *model.Model
+		p, d plan.Engine
+		req  xfer.Request
+		path xfer.Path
+	}{
+		{"gpt-oss-20b TP2 to TP4 matched", loadModel(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}, xfer.VLLMPath},
+		{"gpt-oss-20b TP4 to TP2 with a prefix hit", loadModel(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 4}, plan.Engine{TensorParallelSize: 2}, xfer.Request{PromptTokens: 300, PrefixHitTokens: 64}, xfer.VLLMPath},
+		{"gpt-oss-20b block 16 to 32", loadModel(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, xfer.Request{PromptTokens: 300}, xfer.GroupPairPath},
+		{"gpt-oss-20b block 16 to 48 (no divide)", loadModel(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301, PrefixHitTokens: 96}, xfer.GroupPairPath},
+		{"seed P TP2 to D TP4 independent", seed, plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 8192}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 8192}, xfer.Request{PromptTokens: 1500}, xfer.GroupPairPath},
+		{"Nemotron TP1 to TP2", loadModel(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, xfer.Request{PromptTokens: 900}, ""},
+		{"DeepSeek-V2-Lite TP2 to TP1", loadModel(t, "deepseek-ai__DeepSeek-V2-Lite"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, xfer.Request{PromptTokens: 200}, xfer.VLLMPath},
+		{"Llama-4 chunked TP2 to TP4", loadModel(t, "meta-llama__Llama-4-Scout-17B-16E"), plan.Engine{TensorParallelSize: 2, MaxModelLen: 32768}, plan.Engine{TensorParallelSize: 4, MaxModelLen: 32768}, xfer.Request{PromptTokens: 9000}, xfer.GroupPairPath},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := transfer(t, tt.m, tt.p, tt.d, tt.req, "nixl")
+			if x.Rejection != nil {
+				t.Fatalf("rejected: %v", x.Rejection)
+			}
+			if tt.path != "" && x.Path != tt.path {
+				t.Errorf("path %s (%s), want %s", x.Path, x.PathReason, tt.path)
+			}
+			res, err := Check(tt.m, x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Verdict != Exact {
+				t.Fatalf("verdict %s: %v", res.Verdict, res.Mismatch)
+			}
+			t.Logf("%s: %d pairs (%d merged), %d B moved, %d B checked", x.Path, x.Descs, x.Merged, res.Bytes, res.Checked)
+		})
+	}
+}
