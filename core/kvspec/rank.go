@@ -15,6 +15,9 @@ type Options struct {
 	MambaSSMCacheDType   string // auto (model dtype), float32, bfloat16, float16
 	MambaCacheMode       string // none (default), align, all
 	NumSpeculativeTokens int
+	// MaxModelLen sizes a state layer's block in mamba_cache_mode none
+	// (vLLM gives it the whole request); 0 leaves the attention block size.
+	MaxModelLen int
 	// AttentionBackend is vLLM's attention backend name; "" picks the
 	// default (FLASH_ATTN, or FLASH_ATTN_MLA for MLA models).
 	AttentionBackend string
@@ -108,8 +111,8 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 	ssmBytes := convBytes
 	switch o.MambaSSMCacheDType {
 	case "", "auto":
-		if m.MambaSSMDType != "" && m.MambaSSMDType != m.DType && hasState(m) {
-			r.Notes = append(r.Notes, fmt.Sprintf("the checkpoint declares mamba_ssm_dtype %s; --mamba-ssm-cache-dtype auto keeps the model dtype %s (pass --mamba-ssm-cache-dtype %s to use it)", m.MambaSSMDType, m.DType, m.MambaSSMDType))
+		if v := m.VLLMSSMDType; v != "" && v != m.DType && hasState(m) {
+			r.Notes = append(r.Notes, fmt.Sprintf("--mamba-ssm-cache-dtype auto keeps the model dtype %s for the SSM state, as the seed deployment's block sizes show; vLLM main's config hook for this model picks %s (pass --mamba-ssm-cache-dtype %s to plan that)", m.DType, v, v))
 		}
 	case "float32", "bfloat16", "float16":
 		ssmBytes, _ = DTypeBytes(o.MambaSSMCacheDType)
@@ -124,10 +127,23 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 	default:
 		return nil, optErr("--mamba-cache-mode", mode, "want none, align or all")
 	}
+	if mode == "all" && hasState(m) {
+		switch m.MambaAll {
+		case "reject":
+			return nil, optErr("--mamba-cache-mode", mode, "this model does not support Mamba prefix caching (vLLM raises NotImplementedError); use none or align")
+		case "align", "":
+			mode = "align"
+			r.Logs = append(r.Logs, "Mamba prefix caching mode all is not supported by this model; using align.")
+		}
+	}
 	if o.NumSpeculativeTokens < 0 {
 		return nil, optErr("--num-speculative-tokens", o.NumSpeculativeTokens, "must not be negative")
 	}
-	backend, err := LookupBackend(o.AttentionBackend, m.HasKind(model.MLA))
+	backendName := o.AttentionBackend
+	if backendName == "" && m.HasKind(model.MLA) && kvBytes == 1 {
+		backendName = "FLASHMLA" // FLASH_ATTN_MLA takes no fp8 KV cache
+	}
+	backend, err := LookupBackend(backendName, m.HasKind(model.MLA))
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +185,7 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 	}
 
 	if attn, ok := m.TargetAttention(); ok && hasState(m) {
-		a, err := alignHybrid(r, attn, tp, kvBytes, bs, align, mode)
+		a, err := alignHybrid(m, r, attn, tp, kvBytes, bs, align, mode)
 		if err != nil {
 			return nil, err
 		}
@@ -191,6 +207,20 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 			}
 		}
 	}
+	// vLLM's MambaSpec block size: the whole request in mode none, the
+	// attention block in align, the chunk-aligned block in all.
+	for i := range r.Layers {
+		s := &r.Layers[i].Spec
+		if !s.Kind.IsState() {
+			continue
+		}
+		switch {
+		case mode == "none" && o.MaxModelLen > 0:
+			s.BlockSize = o.MaxModelLen
+		case mode == "all" && r.Alignment != nil:
+			s.BlockSize = r.Alignment.AttnBlockSize
+		}
+	}
 	r.BlockSize = bs
 	return r, nil
 }
@@ -206,7 +236,7 @@ func hasState(m *model.Model) bool {
 
 // alignHybrid is vLLM's Platform._align_hybrid_block_size: the smallest
 // block size, a multiple of align, whose attention page holds a state page.
-func alignHybrid(r *Rank, attn model.Layer, tp, kvBytes, bs, align int, mode string) (*Alignment, error) {
+func alignHybrid(m *model.Model, r *Rank, attn model.Layer, tp, kvBytes, bs, align int, mode string) (*Alignment, error) {
 	one := Spec{Kind: attn.Kind, BlockSize: 1, KVHeads: max(1, attn.KVHeads/tp), HeadSize: attn.HeadDim, HeadSizeV: attn.HeadDimV, DTypeBytes: kvBytes}
 	if attn.Kind == model.MLA {
 		one.KVHeads = 1
@@ -225,24 +255,15 @@ func alignHybrid(r *Rank, attn model.Layer, tp, kvBytes, bs, align int, mode str
 		return a, nil
 	}
 	if mode == "all" {
-		chunk := int64(lcm(stateChunk(r), a.Align))
+		chunk := int64(a.Align)
+		if m.MambaChunkSize > 0 {
+			chunk = int64(lcm(m.MambaChunkSize, a.Align))
+		}
 		a.AttnBlockSize = int(chunk * ceilDiv(ceilDiv(statePage, attn1), chunk))
 	} else {
 		a.AttnBlockSize = a.Align * int(ceilDiv(statePage, int64(a.Align)*attn1))
 	}
 	return a, nil
-}
-
-// stateChunk is the chunk size of the model's state kernel used by
-// mamba_cache_mode all. Inferred: 64 for gated delta net (its FLA kernel
-// chunk) and 128 otherwise (the NemotronH/Mamba2 default chunk_size).
-func stateChunk(r *Rank) int {
-	for _, l := range r.Layers {
-		if l.Spec.Kind == model.GatedDeltaNet {
-			return 64
-		}
-	}
-	return 128
 }
 
 func gcd(a, b int) int {

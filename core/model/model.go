@@ -111,14 +111,26 @@ type StateDims struct {
 // Model is a parsed config: the layers that plan a KV cache, in order, and
 // the model-wide facts the planner needs.
 type Model struct {
-	Name           string // a display name (architecture or file name)
-	ModelType      string // text model_type
-	Architecture   string
-	DType          string // model dtype as vLLM resolves "auto": bfloat16, float16 or float32
-	MambaSSMDType  string // the checkpoint's mamba_ssm_dtype, "" when it declares none
-	MaxModelLen    int    // derived maximum model length, as vLLM derives it
-	AttentionHeads int    // total query heads (tensor parallelism must divide them)
-	HiddenLayers   int    // num_hidden_layers of the config (including layers without a cache)
+	Name          string // a display name (architecture or file name)
+	ModelType     string // text model_type
+	Architecture  string
+	DType         string // model dtype as vLLM resolves "auto": bfloat16, float16 or float32
+	MambaSSMDType string // the checkpoint's mamba_ssm_dtype, "" when it declares none
+	// VLLMSSMDType is the SSM cache dtype vLLM main's model config hook
+	// picks for --mamba-ssm-cache-dtype auto ("" when it keeps the model
+	// dtype): the checkpoint's mamba_ssm_dtype for Qwen3.5/3.6, the
+	// config's mamba_ssm_cache_dtype or float32 for NemotronH.
+	VLLMSSMDType string
+	// MambaAll says what vLLM does with --mamba-cache-mode all for this
+	// model: "supported" (Mamba prefix caching), "align" (downgraded to
+	// align, Qwen3-Next) or "reject" (Qwen3.5/3.6 raise an error).
+	MambaAll string
+	// MambaChunkSize is the state kernel's chunk size that mode all aligns
+	// blocks to (NemotronH chunk_size); 0 when unknown.
+	MambaChunkSize int
+	MaxModelLen    int // derived maximum model length, as vLLM derives it
+	AttentionHeads int // total query heads (tensor parallelism must divide them)
+	HiddenLayers   int // num_hidden_layers of the config (including layers without a cache)
 	Layers         []Layer
 	MTPLayers      []Layer  // the model's own MTP layers; planned only when attached
 	Notes          []string // defaults applied and other facts a user should see

@@ -271,3 +271,17 @@ func TestBadInputNamesTheField(t *testing.T) {
 		})
 	}
 }
+
+func TestGemma4WithoutLayerTypesUsesItsPattern(t *testing.T) {
+	m, err := Parse([]byte(`{"model_type":"gemma4_text","num_hidden_layers":12,"num_attention_heads":8}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// transformers' defaults: 5 sliding (512 tokens, 4 KV heads of 256),
+	// then 1 full (global head dim 512).
+	l5, _ := m.Layer("L5")
+	l4, _ := m.Layer("L4")
+	if c := m.KindCounts(); c[Full] != 2 || c[Sliding] != 10 || l5.Kind != Full || l5.HeadDim != 512 || l4.Window != 512 || l4.KVHeads != 4 {
+		t.Errorf("counts %v, L5 %+v, L4 %+v", c, l5, l4)
+	}
+}

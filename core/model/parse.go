@@ -153,6 +153,12 @@ func (p *parser) dtype() error {
 func (p *parser) maxModelLen() error {
 	keys := []string{"max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
 		"model_max_length", "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len"}
+	if v, ok, err := p.text.intValue("model_max_length"); err != nil {
+		return err
+	} else if ok && v > 0 {
+		p.m.MaxModelLen = v // model_max_length overrides the derived length in vLLM
+		return nil
+	}
 	best := 0
 	for _, k := range keys {
 		v, ok, err := p.text.intValue(k)
@@ -219,7 +225,11 @@ func (p *parser) ropeScaled(length int) (int, error) {
 				base = orig
 			}
 		}
-		return int(float64(base) * factor), nil
+		scaled := float64(base) * factor
+		if scaled > 1<<30 {
+			return 0, rs.errf("factor", "scales max_position_embeddings %d beyond 2^30 tokens", base)
+		}
+		return int(scaled), nil
 	}
 	return length, nil
 }
@@ -383,7 +393,7 @@ func (p *parser) attentionKinds() ([]Kind, error) {
 	}
 	mt := p.m.ModelType
 	switch {
-	case strings.HasPrefix(mt, "gemma3"):
+	case strings.HasPrefix(mt, "gemma3"), strings.HasPrefix(mt, "gemma4"):
 		pattern, err := p.intOr("sliding_window_pattern")
 		if err != nil {
 			return nil, err
@@ -484,6 +494,11 @@ func (p *parser) qwenGDN() error {
 	if err := p.checkSSMDType(); err != nil {
 		return err
 	}
+	p.m.VLLMSSMDType = p.m.MambaSSMDType
+	p.m.MambaAll = "reject"
+	if p.m.ModelType == "qwen3_next" {
+		p.m.MambaAll = "align"
+	}
 	lt, ok, err := p.layerTypes()
 	if err != nil {
 		return err
@@ -548,15 +563,11 @@ func (p *parser) llama4() error {
 	if err != nil {
 		return err
 	}
-	chunk, hasChunk, err := p.text.intValue("attention_chunk_size")
+	chunk, err := p.intOr("attention_chunk_size")
 	if err != nil {
 		return err
 	}
-	if hasChunk {
-		if err := p.text.checkRange("attention_chunk_size", chunk); err != nil {
-			return err
-		}
-	}
+	hasChunk := true
 	rope, ok, err := p.text.ints("no_rope_layers")
 	if err != nil {
 		return err
@@ -624,6 +635,16 @@ func (p *parser) gemma4() error {
 	window, err := p.slidingWindow()
 	if err != nil {
 		return err
+	}
+	if mode, _, err := p.text.str("use_bidirectional_attention"); err != nil {
+		return err
+	} else if mode == "all" {
+		window = window/2 + 1
+		p.note("use_bidirectional_attention all: the sliding window is W/2+1 = %d, as transformers sets it", window)
+	}
+	if last := len(kinds) - 1; kinds[last] != Full {
+		kinds[last] = Full
+		p.note("the last layer is full attention, as transformers' Gemma4 config forces")
 	}
 	shared, _, err := p.text.intValue("num_kv_shared_layers")
 	if err != nil {
@@ -704,6 +725,16 @@ func (p *parser) nemotronH() error {
 	if err := p.checkSSMDType(); err != nil {
 		return err
 	}
+	p.m.VLLMSSMDType = "float32"
+	if s, ok, err := p.text.str("mamba_ssm_cache_dtype"); err != nil {
+		return err
+	} else if ok {
+		p.m.VLLMSSMDType = strings.TrimPrefix(s, "torch.")
+	}
+	p.m.MambaAll = "supported"
+	if p.m.MambaChunkSize, err = p.intOr("chunk_size"); err != nil {
+		return err
+	}
 	for i, c := range pattern {
 		switch c {
 		case 'M':
@@ -719,6 +750,7 @@ func (p *parser) nemotronH() error {
 // pureMamba handles Mamba1 models: every layer is a Mamba block with
 // d_inner = expand * hidden_size.
 func (p *parser) pureMamba() error {
+	p.m.MambaAll = "align" // inferred: kvscope does not know Mamba1's prefix-caching chunk
 	var st StateDims
 	hidden, err := p.text.positive("hidden_size")
 	if err != nil {
@@ -753,6 +785,7 @@ func (p *parser) pureMamba() error {
 // jamba handles Jamba: Mamba1 layers with an attention layer every
 // attn_layer_period layers, at attn_layer_offset.
 func (p *parser) jamba() error {
+	p.m.MambaAll = "align" // inferred: kvscope does not know Mamba1's prefix-caching chunk
 	d, err := p.attnDims()
 	if err != nil {
 		return err
@@ -815,7 +848,7 @@ func defaultsFor(modelType string) familyDefaults {
 			"num_attention_heads": 32, "max_position_embeddings": 2048}}
 	case strings.HasPrefix(modelType, "llama4"):
 		return familyDefaults{"transformers Llama4TextConfig", map[string]int{
-			"no_rope_layer_interval": 4}}
+			"no_rope_layer_interval": 4, "attention_chunk_size": 8192}}
 	case modelType == "qwen3_next":
 		return familyDefaults{"transformers Qwen3NextConfig", map[string]int{
 			"num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
@@ -836,12 +869,15 @@ func defaultsFor(modelType string) familyDefaults {
 			"linear_num_key_heads": 16, "linear_num_value_heads": 32}}
 	case strings.HasPrefix(modelType, "gemma3"):
 		return familyDefaults{"transformers Gemma3TextConfig", map[string]int{
+			"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
 			"max_position_embeddings": 131072, "sliding_window_pattern": 6, "sliding_window": 4096}}
 	case strings.HasPrefix(modelType, "gemma4"):
-		return familyDefaults{"transformers Gemma4TextConfig", map[string]int{}}
+		return familyDefaults{"transformers Gemma4TextConfig", map[string]int{
+			"num_key_value_heads": 4, "head_dim": 256, "global_head_dim": 512, "sliding_window": 512,
+			"sliding_window_pattern": 6, "max_position_embeddings": 131072}}
 	case modelType == "nemotron_h":
 		return familyDefaults{"transformers NemotronHConfig", map[string]int{
-			"mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "ssm_state_size": 128, "conv_kernel": 4}}
+			"mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "ssm_state_size": 128, "conv_kernel": 4, "chunk_size": 128}}
 	case modelType == "jamba":
 		return familyDefaults{"transformers JambaConfig", map[string]int{
 			"num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 262144,

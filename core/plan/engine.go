@@ -92,6 +92,9 @@ func (e Engine) resolved(modelMaxLen int) (Engine, error) {
 		e.PipelineParallelSize = 1
 	}
 	if e.MaxModelLen == 0 {
+		if modelMaxLen > 1<<26 {
+			return e, flagErr("--max-model-len", "unset", fmt.Sprintf("the config's derived maximum of %d tokens exceeds 67108864; pass --max-model-len", modelMaxLen))
+		}
 		e.MaxModelLen = modelMaxLen
 	}
 	if e.MaxNumBatchedTokens == 0 {
@@ -201,5 +204,6 @@ func (e Engine) specOptions() kvspec.Options {
 		MambaCacheMode:       e.MambaCacheMode,
 		NumSpeculativeTokens: e.NumSpeculativeTokens,
 		AttentionBackend:     e.AttentionBackend,
+		MaxModelLen:          e.MaxModelLen,
 	}
 }

@@ -37,11 +37,11 @@ type bucket struct {
 
 // convertForDisabledHybrid is vLLM's unify_hybrid_kv_cache_specs: with the
 // hybrid manager disabled, sliding-window and chunked layers become full
-// attention that records its window.
+// attention that records its window (MLA counts as full attention).
 func convertForDisabledHybrid(specs []kvspec.LayerSpec) {
 	hasFull := false
 	for _, s := range specs {
-		hasFull = hasFull || s.Spec.Kind == model.Full
+		hasFull = hasFull || s.Spec.Kind == model.Full || s.Spec.Kind == model.MLA
 	}
 	if !hasFull {
 		return
@@ -53,34 +53,79 @@ func convertForDisabledHybrid(specs []kvspec.LayerSpec) {
 	}
 }
 
-// mergeable reports whether vLLM's merge accepts two specs in one group:
-// equal in every field, except that full-attention specs may differ in the
-// window or chunk they record.
-func mergeable(a, b kvspec.Spec) bool {
-	if a.Kind == model.Full && b.Kind == model.Full {
-		a.Window, a.Chunk, b.Window, b.Chunk = 0, 0, 0, 0
+// mergeSet tracks what vLLM's merge of a list of specs accepts: specs equal
+// in every field, except that full-attention specs may record a window or
+// a chunk, as long as no two record different windows (or chunks) and no
+// spec set records both.
+type mergeSet struct {
+	first         kvspec.Spec
+	window, chunk int
+}
+
+func newMergeSet(s kvspec.Spec) mergeSet { return mergeSet{first: s, window: s.Window, chunk: s.Chunk} }
+
+// add reports whether s merges with the set, and adds it if so.
+func (m *mergeSet) add(s kvspec.Spec) bool {
+	a, b := m.first, s
+	if a.Kind != model.Full || b.Kind != model.Full {
+		return a.Equal(b)
 	}
-	return a.Equal(b)
+	a.Window, a.Chunk, b.Window, b.Chunk = 0, 0, 0, 0
+	if !a.Equal(b) {
+		return false
+	}
+	w, c := m.window, m.chunk
+	if s.Window != 0 {
+		if w != 0 && w != s.Window {
+			return false
+		}
+		w = s.Window
+	}
+	if s.Chunk != 0 {
+		if c != 0 && c != s.Chunk {
+			return false
+		}
+		c = s.Chunk
+	}
+	if w != 0 && c != 0 {
+		return false
+	}
+	m.window, m.chunk = w, c
+	return true
 }
 
 func allMergeable(specs []kvspec.LayerSpec) bool {
+	set := newMergeSet(specs[0].Spec)
 	for _, s := range specs[1:] {
-		if !mergeable(specs[0].Spec, s.Spec) {
+		if !set.add(s.Spec) {
 			return false
 		}
 	}
 	return true
 }
 
+// typeFamily is the class vLLM's UniformTypeKVCacheSpecs compares:
+// full attention and MLA (an MLAAttentionSpec is a FullAttentionSpec),
+// sliding window, chunked local, or any Mamba state.
+func typeFamily(k model.Kind) string {
+	switch {
+	case k == model.Full || k == model.MLA:
+		return "full"
+	case k.IsState():
+		return "state"
+	}
+	return string(k)
+}
+
 // uniformType reports whether the layers form vLLM's
-// UniformTypeKVCacheSpecs: one block size and one type (full with any
-// window, MLA, sliding with one window, chunked with one chunk, or state
+// UniformTypeKVCacheSpecs: one block size and one type family (full with
+// any window, sliding with one window, chunked with one chunk, or state
 // with one speculative block count), whatever their page sizes.
 func uniformType(specs []kvspec.LayerSpec) bool {
 	first := specs[0].Spec
 	for _, ls := range specs[1:] {
 		s := ls.Spec
-		if s.BlockSize != first.BlockSize || s.Kind != first.Kind {
+		if s.BlockSize != first.BlockSize || typeFamily(s.Kind) != typeFamily(first.Kind) {
 			return false
 		}
 		switch {
@@ -143,12 +188,13 @@ func unifyPages(specs []kvspec.LayerSpec) ([]string, error) {
 // bucket.
 func makeBuckets(specs []kvspec.LayerSpec, rule BucketMerge, lim kvspec.Limits) []bucket {
 	var out []bucket
+	var sets []mergeSet
 	for i, s := range specs {
 		placed := false
 		for j := range out {
-			ok := mergeable(out[j].spec, s.Spec)
-			if rule == Loose {
-				ok = ok || out[j].spec.LooselyEqual(s.Spec)
+			ok := sets[j].add(s.Spec)
+			if !ok && rule == Loose {
+				ok = out[j].spec.LooselyEqual(s.Spec)
 			}
 			if ok {
 				out[j].layers = append(out[j].layers, i)
@@ -159,6 +205,7 @@ func makeBuckets(specs []kvspec.LayerSpec, rule BucketMerge, lim kvspec.Limits) 
 		}
 		if !placed {
 			out = append(out, bucket{layers: []int{i}, spec: s.Spec, bytes: s.Spec.MaxMemoryBytes(lim)})
+			sets = append(sets, newMergeSet(s.Spec))
 		}
 	}
 	return out
@@ -266,9 +313,16 @@ func (r *grouping) applyLayout(l *Layout, lim kvspec.Limits) error {
 	r.groupSize = l.GroupSize
 	seen := map[string]bool{}
 	bucketOf := map[int]int{}
+	if len(l.Buckets) != len(l.Groups) {
+		return fmt.Errorf("plan: fixed layout has %d groups but %d bucket indices", len(l.Groups), len(l.Buckets))
+	}
 	for gi, names := range l.Groups {
+		if len(names) == 0 {
+			return fmt.Errorf("plan: fixed layout group %d is empty", gi)
+		}
 		var g draftGroup
 		g.bucket = l.Buckets[gi]
+		var set mergeSet
 		for _, name := range names {
 			i, ok := index[name]
 			if !ok {
@@ -278,7 +332,9 @@ func (r *grouping) applyLayout(l *Layout, lim kvspec.Limits) error {
 				return fmt.Errorf("plan: fixed layout names layer %s twice", name)
 			}
 			seen[name] = true
-			if len(g.layers) > 0 && !mergeable(r.specs[g.layers[0]].Spec, r.specs[i].Spec) {
+			if len(g.layers) == 0 {
+				set = newMergeSet(r.specs[i].Spec)
+			} else if !set.add(r.specs[i].Spec) {
 				return fmt.Errorf("plan: fixed layout group %d: layers %s and %s have different specs on this engine (%s vs %s)",
 					gi, r.specs[g.layers[0]].Layer.Name, name, r.specs[g.layers[0]].Spec, r.specs[i].Spec)
 			}
@@ -301,7 +357,10 @@ func (r *grouping) applyLayout(l *Layout, lim kvspec.Limits) error {
 		}
 	}
 	for _, b := range r.buckets {
-		if pad := padOf(len(b.layers), l.GroupSize); l.GroupSize > 0 && pad != 0 {
+		if l.GroupSize <= 0 {
+			break
+		}
+		if pad := padOf(len(b.layers), l.GroupSize); pad != 0 {
 			r.warnings = append(r.warnings, fmt.Sprintf("Add %d padding layers, may waste at most %.2f%% KV cache memory", pad, 100*float64(pad)/float64(len(b.layers))))
 		}
 	}

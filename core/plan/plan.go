@@ -277,8 +277,9 @@ func fromSpecs(specs []kvspec.LayerSpec, e Engine, fixed *Layout, stages map[str
 	p.memory(e, stages)
 	if e.merge() == Loose && g.dispatch == "hybrid" {
 		for _, b := range g.buckets {
+			set := newMergeSet(b.spec)
 			for _, li := range b.layers[1:] {
-				if !mergeable(b.spec, g.specs[li].Spec) {
+				if !set.add(g.specs[li].Spec) {
 					p.addInferred(fmt.Sprintf("bucket merge loose: layer %s shares a bucket with layers of another head layout (same kind, block size, page bytes and window)", g.specs[li].Layer.Name))
 					break
 				}

@@ -303,3 +303,75 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+func TestReviewedVLLMBehaviours(t *testing.T) {
+	t.Run("two different windows do not merge into one uniform spec", func(t *testing.T) {
+		// merge_window_sizes raises for two windows, so the converted specs
+		// are not uniform; UniformTypeKVCacheSpecs takes full attention with
+		// any window, so they form one uniform-type group instead.
+		p, err := FromSpecs(layers(fullSpec(64), swSpec(64, 128), swSpec(64, 1024)), Engine{MaxModelLen: 4096, DisableHybrid: true})
+		if err != nil || p.Dispatch != "uniform-type" {
+			t.Errorf("dispatch %v, %v; want uniform-type", p, err)
+		}
+		q, err := FromSpecs(layers(fullSpec(64), swSpec(64, 128), swSpec(64, 128)), Engine{MaxModelLen: 4096, DisableHybrid: true})
+		if err != nil || q.Dispatch != "uniform" {
+			t.Errorf("one window merges into a uniform group: %v", err)
+		}
+	})
+	t.Run("an MLA target with a non-MLA drafter is one uniform-type group", func(t *testing.T) {
+		eagle, err := model.Parse([]byte(`{"model_type":"llama","num_hidden_layers":1,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := loadModel(t, "deepseek-ai__DeepSeek-V2-Lite").WithDraft(eagle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := mustPlan(t, m, Engine{})
+		// 27 MLA pages of 16*576*2 = 18,432 B plus one of 16*8*256*2 = 65,536 B.
+		if p.Dispatch != "uniform-type" || p.NumGroups != 1 || p.BytesPerBlock != 27*18432+65536 {
+			t.Errorf("dispatch %s, %d groups, %d B per block", p.Dispatch, p.NumGroups, p.BytesPerBlock)
+		}
+	})
+	t.Run("mamba_cache_mode all", func(t *testing.T) {
+		qn := mustPlan(t, loadModel(t, "Qwen__Qwen3-Next-80B-A3B-Instruct"), Engine{MambaCacheMode: "all", MaxModelLen: 262144})
+		if qn.BlockSize != 544 || !contains(qn.Logs, "using align") {
+			t.Errorf("Qwen3-Next downgrades all to align: block %d, logs %q", qn.BlockSize, qn.Logs)
+		}
+		if _, err := New(loadModel(t, "Qwen__Qwen3.5-35B-A3B"), Engine{MambaCacheMode: "all"}); err == nil {
+			t.Error("Qwen3.5 rejects mamba_cache_mode all")
+		}
+		// NemotronH: state page 2,695,168 B, attention 4,096 B per token;
+		// chunk lcm(128, 16) = 128: 128 * ceil(ceil(2,695,168/4,096)/128) =
+		// 128 * ceil(658/128) = 768; a state group holds ceil(M/768) blocks.
+		nh := mustPlan(t, loadModel(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Engine{MambaCacheMode: "all", MaxModelLen: 131072})
+		if nh.BlockSize != 768 {
+			t.Errorf("NemotronH block %d, want 768", nh.BlockSize)
+		}
+		for _, g := range nh.Groups {
+			if g.Kind == model.Mamba2 && (g.BlockSize != 768 || g.BlocksPerRequest != (131072+767)/768) {
+				t.Errorf("Mamba2 group block %d, %d blocks per request", g.BlockSize, g.BlocksPerRequest)
+			}
+		}
+	})
+	t.Run("the auto SSM dtype note names vLLM main's choice", func(t *testing.T) {
+		p := mustPlan(t, loadModel(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Engine{})
+		if !contains(p.Notes, "picks float32") {
+			t.Errorf("notes %q", p.Notes)
+		}
+	})
+	t.Run("a fixed layout taken from a uniform plan plans again", func(t *testing.T) {
+		m := loadModel(t, "Qwen__Qwen3-0.6B")
+		p := mustPlan(t, m, Engine{})
+		q, err := WithLayout(m, Engine{}, p.Layout())
+		if err != nil || q.KVCacheTokens != p.KVCacheTokens {
+			t.Errorf("%v, tokens %d vs %d", err, q.KVCacheTokens, p.KVCacheTokens)
+		}
+		if _, err := WithLayout(m, Engine{}, &Layout{Groups: [][]string{{}}, Buckets: []int{0}}); err == nil {
+			t.Error("an empty group must be an error")
+		}
+		if _, err := WithLayout(m, Engine{}, &Layout{Groups: [][]string{{"L0"}}}); err == nil {
+			t.Error("a layout without bucket indices must be an error")
+		}
+	})
+}
