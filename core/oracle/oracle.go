@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/xfer"
@@ -88,6 +89,7 @@ func Check(m *model.Model, x *xfer.Transfer) (*Result, error) {
 		o.layerID[l.Name] = uint64(i + 1)
 	}
 	res := &Result{Verdict: Exact}
+	defer o.release()
 	if err := o.materialise(); err != nil {
 		return nil, err
 	}
@@ -117,6 +119,36 @@ type pageKey struct {
 	block  int
 }
 
+// alloc carves a page out of the run's arena, starting a new arena chunk
+// when the current one is full.
+func (o *run) alloc(n int64) []byte {
+	if int64(cap(o.arena)-len(o.arena)) < n {
+		size := max(n, 64<<20)
+		if a, ok := arenas.Get().(*[]byte); ok && int64(cap(*a)) >= n {
+			o.arena = (*a)[:0]
+		} else {
+			o.arena = make([]byte, 0, size)
+		}
+		chunk := o.arena
+		o.chunks = append(o.chunks, &chunk)
+	}
+	l := len(o.arena)
+	o.arena = o.arena[:l+int(n)]
+	return o.arena[l : l+int(n) : l+int(n)]
+}
+
+// release returns the run's arena chunks for the next check.
+func (o *run) release() {
+	for _, c := range o.chunks {
+		b := (*c)[:0]
+		arenas.Put(&b)
+	}
+	o.chunks = nil
+}
+
+// arenas recycles page memory between checks (sweeps run thousands).
+var arenas sync.Pool
+
 // owner is which group (and page of the request) a block serves on a side.
 type owner struct {
 	group int
@@ -124,6 +156,7 @@ type owner struct {
 }
 
 type run struct {
+	arena   []byte // pages are carved from here; returned to the pool after the check
 	m       *model.Model
 	x       *xfer.Transfer
 	layerID map[string]uint64
@@ -132,6 +165,12 @@ type run struct {
 	dOwn    map[int]owner
 	total   int64
 	scratch []byte
+	chunks  []*[]byte
+
+	// the last pages copy looked up (pairs often walk one page)
+	lastSrc, lastDst         []byte
+	lastSrcKey, lastDstKey   pageKey
+	lastSrcRank, lastDstRank int
 }
 
 func owners(groups []xfer.Pages) map[int]owner {
@@ -204,7 +243,7 @@ func (o *run) ensure(reg *xfer.Registration, pagesOf map[pageKey][]byte, k pageK
 	if o.total > MaxBytes {
 		return fmt.Errorf("oracle: the request touches more than %d MiB of pages; use a shorter --prompt-tokens", MaxBytes>>20)
 	}
-	page := make([]byte, bl)
+	page := o.alloc(bl)
 	if isP {
 		o.fillP(reg, k, page)
 	} else {
@@ -227,41 +266,42 @@ func fill(b []byte, v byte) {
 // fillP writes P's tags into one page: the layer that owns the block in
 // this region's tensor, segment by segment; everything else is padding.
 func (o *run) fillP(reg *xfer.Registration, k pageKey, page []byte) {
-	fill(page, Padding)
 	own, ok := o.pOwn[k.block]
-	if !ok {
+	var l *xfer.LayerReg
+	if ok {
+		region := reg.Regions[k.region]
+		l, _ = reg.Layer(reg.TensorMembers[region.Tensor][own.group])
+	}
+	if l == nil {
+		fill(page, Padding)
 		return
 	}
-	region := reg.Regions[k.region]
-	name := reg.TensorMembers[region.Tensor][own.group]
-	l, ok := reg.Layer(name)
-	if !ok {
-		return
-	}
-	for _, s := range l.Segments {
+	at := int64(0)
+	for _, s := range l.Segments { // segments are laid out in offset order
 		if s.Region != k.region {
 			continue
 		}
-		o.eachRow(l, s, own.page, func(off int64, key uint64) {
-			tag(page[off:off+s.RowBytes], key)
+		fill(page[at:s.Offset], Padding)
+		o.eachSlab(l, s, own.page, func(off int64, key uint64) {
+			tagSlab(page[off:off+s.IndexBytes], s.RowBytes, key, s.IsAttention())
 		})
+		at = s.Offset + s.Bytes()
 	}
+	fill(page[at:], Padding)
 }
 
-// eachRow visits every row of a segment in one page: its byte offset in the
-// block and its tag key.
-func (o *run) eachRow(l *xfer.LayerReg, s xfer.Segment, page int, fn func(off int64, key uint64)) {
+// eachSlab visits every index of a segment in one page: the byte offset of
+// its slab in the block and the tag key of its first row (attention rows
+// count tokens up from it).
+func (o *run) eachSlab(l *xfer.LayerReg, s xfer.Segment, page int, fn func(off int64, key uint64)) {
 	lid := o.layerID[l.Name]
 	seg := segID(s.Name)
+	token := 0
+	if s.IsAttention() {
+		token = page * l.BlockSize
+	}
 	for idx := s.Lo; idx < s.Hi; idx++ {
-		for r := 0; r < s.Rows; r++ {
-			token := 0
-			if s.IsAttention() {
-				token = page*l.BlockSize + r
-			}
-			off := s.Offset + int64(idx-s.Lo)*s.IndexBytes + int64(r)*s.RowBytes
-			fn(off, rowKey(lid, seg, idx, token))
-		}
+		fn(s.Offset+int64(idx-s.Lo)*s.IndexBytes, rowKey(lid, seg, idx, token))
 	}
 }
 
@@ -275,8 +315,8 @@ func segID(n xfer.SegName) uint64 {
 	return 0
 }
 
-// rowKey packs a row's coordinates; tag expands it into pseudo-random bytes
-// that differ for every coordinate and every byte position.
+// rowKey packs a row's coordinates; tag expands it into bytes that differ
+// for every coordinate and every byte position.
 func rowKey(layer, seg uint64, index, token int) uint64 {
 	return layer<<52 ^ seg<<46 ^ uint64(index)<<28 ^ uint64(token)
 }
@@ -288,17 +328,63 @@ func mix(z uint64) uint64 {
 	return z ^ z>>31
 }
 
-// tag fills a row with its coordinates' bytes.
+// tag fills a row with its coordinates' bytes: a strong hash of the
+// coordinates, stepped by an odd constant per 8-byte word, so no two rows
+// and no two positions in a row share bytes.
 func tag(row []byte, key uint64) {
 	h := mix(key)
 	i := 0
 	for ; i+8 <= len(row); i += 8 {
-		binary.LittleEndian.PutUint64(row[i:], mix(h+uint64(i)))
+		binary.LittleEndian.PutUint64(row[i:], h)
+		h += 0xD1B54A32D192ED03
 	}
 	if i < len(row) {
 		var w [8]byte
-		binary.LittleEndian.PutUint64(w[:], mix(h+uint64(i)))
+		binary.LittleEndian.PutUint64(w[:], h)
 		copy(row[i:], w[:])
+	}
+}
+
+// matchRow reports whether a row holds exactly tag(key), without writing.
+func matchRow(row []byte, key uint64) bool {
+	h := mix(key)
+	i := 0
+	for ; i+8 <= len(row); i += 8 {
+		if binary.LittleEndian.Uint64(row[i:]) != h {
+			return false
+		}
+		h += 0xD1B54A32D192ED03
+	}
+	if i < len(row) {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], h)
+		return bytes.Equal(row[i:], w[:len(row)-i])
+	}
+	return true
+}
+
+// matchSlab reports whether an index's rows all hold their tags.
+func matchSlab(slab []byte, rowBytes int64, key0 uint64, attention bool) bool {
+	for r := int64(0); r*rowBytes < int64(len(slab)); r++ {
+		key := key0
+		if attention {
+			key += uint64(r)
+		}
+		if !matchRow(slab[r*rowBytes:(r+1)*rowBytes], key) {
+			return false
+		}
+	}
+	return true
+}
+
+// tagSlab fills one index's rows (a head's tokens, or one state index).
+func tagSlab(slab []byte, rowBytes int64, key0 uint64, attention bool) {
+	for r := int64(0); r*rowBytes < int64(len(slab)); r++ {
+		key := key0
+		if attention {
+			key += uint64(r)
+		}
+		tag(slab[r*rowBytes:(r+1)*rowBytes], key)
 	}
 }
 
@@ -315,8 +401,14 @@ func (o *run) copy(pRank, dRank int, p xfer.Pair) error {
 	}
 	src, dst, left := p.Src.Offset, p.Dst.Offset, p.Len
 	for left > 0 {
-		sp := o.p[pRank][pageKey{p.Src.Region, int(src / pbl)}]
-		dp := o.d[dRank][pageKey{p.Dst.Region, int(dst / dbl)}]
+		sk, dk := pageKey{p.Src.Region, int(src / pbl)}, pageKey{p.Dst.Region, int(dst / dbl)}
+		if sk != o.lastSrcKey || pRank != o.lastSrcRank || o.lastSrc == nil {
+			o.lastSrc, o.lastSrcKey, o.lastSrcRank = o.p[pRank][sk], sk, pRank
+		}
+		if dk != o.lastDstKey || dRank != o.lastDstRank || o.lastDst == nil {
+			o.lastDst, o.lastDstKey, o.lastDstRank = o.d[dRank][dk], dk, dRank
+		}
+		sp, dp := o.lastSrc, o.lastDst
 		si, di := src%pbl, dst%dbl
 		n := min(left, pbl-si, dbl-di)
 		copy(dp[di:di+n], sp[si:si+n])
@@ -351,78 +443,123 @@ func (o *run) verify(j int) (*Mismatch, int64) {
 }
 
 func (o *run) verifyPage(j int, reg *xfer.Registration, k pageKey, page []byte) *Mismatch {
-	covered := make([]bool, 0)
 	own, ok := o.dOwn[k.block]
 	var l *xfer.LayerReg
 	if ok {
 		region := reg.Regions[k.region]
-		name := reg.TensorMembers[region.Tensor][own.group]
-		l, _ = reg.Layer(name)
+		l, _ = reg.Layer(reg.TensorMembers[region.Tensor][own.group])
 	}
+	type span struct{ lo, hi int64 }
+	var covered []span
+	name := ""
 	if l != nil {
-		covered = make([]bool, len(page))
+		name = l.Name
 		need := xfer.Need(l.Kind, l.Window, l.Chunk, o.x.Request.PromptTokens, o.x.Request.PrefixHitTokens)
-		if cap(o.scratch) < len(page) {
-			o.scratch = make([]byte, len(page))
-		}
-		var mm *Mismatch
 		for _, s := range l.Segments {
-			if s.Region != k.region || mm != nil {
+			if s.Region != k.region {
 				continue
 			}
-			o.eachRow(l, s, own.page, func(off int64, key uint64) {
+			covered = append(covered, span{s.Offset, s.Offset + s.Bytes()})
+			if cap(o.scratch) < int(s.IndexBytes) {
+				o.scratch = make([]byte, s.IndexBytes)
+			}
+			var mm *Mismatch
+			o.eachSlab(l, s, own.page, func(off int64, key uint64) {
 				if mm != nil {
 					return
 				}
-				row := page[off : off+s.RowBytes]
-				for i := off; i < off+s.RowBytes; i++ {
-					covered[i] = true
-				}
-				want := o.scratch[:s.RowBytes]
-				tag(want, key)
-				if bytes.Equal(row, want) {
+				slab := page[off : off+s.IndexBytes]
+				if matchSlab(slab, s.RowBytes, key, s.IsAttention()) {
 					return
 				}
-				idx := s.Lo + int((off-s.Offset)/s.IndexBytes)
-				token := -1
-				if s.IsAttention() {
-					token = own.page*l.BlockSize + int((off-s.Offset)%s.IndexBytes/s.RowBytes)
-				}
-				needed := !s.IsAttention() || need.Lo <= token && token < need.Hi
-				if all(row, Sentinel) && !needed {
+				want := o.scratch[:s.IndexBytes]
+				tagSlab(want, s.RowBytes, key, s.IsAttention())
+				// Row by row: an unneeded row may be untouched.
+				for r := int64(0); r*s.RowBytes < s.IndexBytes; r++ {
+					row, w := slab[r*s.RowBytes:(r+1)*s.RowBytes], want[r*s.RowBytes:(r+1)*s.RowBytes]
+					if bytes.Equal(row, w) {
+						continue
+					}
+					idx := s.Lo + int((off-s.Offset)/s.IndexBytes)
+					token := -1
+					if s.IsAttention() {
+						token = own.page*l.BlockSize + int(r)
+					}
+					needed := !s.IsAttention() || need.Lo <= token && token < need.Hi
+					if all(row, Sentinel) && !needed {
+						continue
+					}
+					what := "holds bytes of another place"
+					if all(row, Sentinel) {
+						what = "needed but never written"
+					} else if all(row, Padding) {
+						what = "holds padding"
+					}
+					mm = &Mismatch{Layer: l.Name, Segment: string(s.Name), Index: idx, Token: token, Expected: short(w), Found: short(row), What: what}
 					return
 				}
-				what := "holds bytes of another place"
-				if all(row, Sentinel) {
-					what = "needed but never written"
-				} else if all(row, Padding) {
-					what = "holds padding"
-				}
-				mm = &Mismatch{Layer: l.Name, Segment: string(s.Name), Index: idx, Token: token, Expected: short(want), Found: short(row), What: what}
 			})
-		}
-		if mm != nil {
-			return mm
+			if mm != nil {
+				return mm
+			}
 		}
 	}
-	for i, b := range page {
-		if (len(covered) == 0 || !covered[i]) && b != Sentinel && b != Padding {
-			name := ""
-			if l != nil {
-				name = l.Name
-			}
-			return &Mismatch{Layer: name, Segment: "none", Index: -1, Token: -1, Expected: "sentinel or padding", Found: short(page[i:min(len(page), i+8)]),
-				What: fmt.Sprintf("byte %d of the block belongs to no row of this layer but was written", i)}
+	sort.Slice(covered, func(a, b int) bool { return covered[a].lo < covered[b].lo })
+	at := int64(0)
+	check := func(lo, hi int64) *Mismatch {
+		if i := firstForeign(page[lo:hi]); i >= 0 {
+			return &Mismatch{Layer: name, Segment: "none", Index: -1, Token: -1, Expected: "sentinel or padding", Found: short(page[lo+int64(i) : min(hi, lo+int64(i)+8)]),
+				What: fmt.Sprintf("byte %d of the block belongs to no row of this layer but was written", lo+int64(i))}
 		}
+		return nil
+	}
+	for _, c := range covered {
+		if c.lo > at {
+			if mm := check(at, c.lo); mm != nil {
+				return mm
+			}
+		}
+		at = max(at, c.hi)
+	}
+	if at < int64(len(page)) {
+		return check(at, int64(len(page)))
 	}
 	return nil
 }
 
+// firstForeign returns the index of the first byte that is neither the
+// sentinel nor padding, or -1.
+func firstForeign(b []byte) int {
+	for at := 0; at < len(b); {
+		n := min(len(b)-at, len(sentinelSlab))
+		chunk := b[at : at+n]
+		if bytes.Equal(chunk, sentinelSlab[:n]) || bytes.Equal(chunk, paddingSlab[:n]) {
+			at += n
+			continue
+		}
+		for i, x := range chunk {
+			if x != Sentinel && x != Padding {
+				return at + i
+			}
+		}
+		at += n
+	}
+	return -1
+}
+
+var sentinelSlab, paddingSlab = bytes.Repeat([]byte{Sentinel}, 4096), bytes.Repeat([]byte{Padding}, 4096)
+
 func all(b []byte, v byte) bool {
-	for _, x := range b {
-		if x != v {
+	slab := sentinelSlab
+	if v == Padding {
+		slab = paddingSlab
+	}
+	for len(b) > 0 {
+		n := min(len(b), len(slab))
+		if !bytes.Equal(b[:n], slab[:n]) {
 			return false
 		}
+		b = b[n:]
 	}
 	return true
 }

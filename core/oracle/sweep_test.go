@@ -1,0 +1,40 @@
+package oracle
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvscope/kvscope/core/model"
+)
+
+func testLoader(name string) (*model.Model, error) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", strings.Replace(name, "/", "__", 1)+".json"))
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	m.Name = name
+	return m, nil
+}
+
+// TestQuickSweep runs a few hundred cases; none may be wrong.
+func TestQuickSweep(t *testing.T) {
+	models, err := SweepModels(testLoader, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := Cases(models)
+	res := Sweep(models, cases, 0)
+	t.Logf("%d cases: %d exact, %d rejected, %d wrong in %.1fs (%v)", res.Cases, res.Exact, res.Rejected, res.Wrong, res.Seconds, res.Rejections)
+	if res.Wrong != 0 {
+		t.Fatalf("%d wrong cases:\n%s", res.Wrong, strings.Join(res.Failures, "\n"))
+	}
+	if res.Cases < 200 || res.Exact < res.Cases/2 {
+		t.Errorf("%d cases, %d exact: the quick sweep should run a few hundred, mostly exact", res.Cases, res.Exact)
+	}
+}

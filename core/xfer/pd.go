@@ -1,0 +1,138 @@
+package xfer
+
+import (
+	"fmt"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
+)
+
+// PlanChoice says which plans P and D use.
+type PlanChoice string
+
+// The plan choices.
+const (
+	// AutoPlans uses the TP-invariant plan when the connector needs
+	// matching groups, else each engine's own plan.
+	AutoPlans        PlanChoice = "auto"
+	IndependentPlans PlanChoice = "independent"
+	InvariantPlans   PlanChoice = "invariant"
+)
+
+// Setup is a P/D deployment and one request.
+type Setup struct {
+	Model     *model.Model
+	P, D      plan.Engine
+	Connector Connector
+	Plans     PlanChoice
+	Request   Request
+	Layout    CacheLayout // P's and D's attention layout ("" = split K/V)
+	KeepPairs bool
+}
+
+// SideCost compares one engine's KV cache under its own plan and under the
+// TP-invariant plan.
+type SideCost struct {
+	IndependentTokens int64   `json:"independent_kv_tokens"`
+	InvariantTokens   int64   `json:"invariant_kv_tokens"`
+	DiffPercent       float64 `json:"diff_percent"` // (invariant - independent) / independent * 100
+	IndependentGroups int     `json:"independent_groups"`
+	InvariantGroups   int     `json:"invariant_groups"`
+}
+
+// PD is everything kvscope says about a P/D deployment and a request.
+type PD struct {
+	Connector     string          `json:"connector"`
+	NeedsMatching bool            `json:"needs_matching_groups"`
+	Plans         PlanChoice      `json:"plans"` // independent or invariant: what the transfer uses
+	Invariant     *plan.Invariant `json:"invariant"`
+	PCost         SideCost        `json:"p_cost"`
+	DCost         SideCost        `json:"d_cost"`
+	Diff          plan.Diff       `json:"diff"` // the used P plan against the used D plan
+	Advice        Advice          `json:"block_size_advice"`
+	Transfer      *Transfer       `json:"transfer"` // nil when the connector moves no KV between P and D
+	Note          string          `json:"note,omitempty"`
+
+	setup Setup
+}
+
+// UsedPlans returns the plans the transfer runs between.
+func (r *PD) UsedPlans() (*plan.Plan, *plan.Plan) {
+	if r.Plans == InvariantPlans {
+		return r.Invariant.P, r.Invariant.D
+	}
+	return r.Invariant.PIndependent, r.Invariant.DIndependent
+}
+
+// Run plans both engines (independently and TP-invariantly), picks the plans
+// the connector calls for, advises a block size, and computes the transfer.
+func Run(s Setup) (*PD, error) {
+	r, err := Prepare(s)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := s.Connector.Transport(); !ok {
+		return r, nil
+	}
+	r.Transfer, err = r.Compute(s.Request, s.KeepPairs)
+	return r, err
+}
+
+// Prepare does everything Run does but the transfer itself, so one
+// deployment can serve many requests.
+func Prepare(s Setup) (*PD, error) {
+	inv, err := plan.NewInvariant(s.Model, s.P, s.D)
+	if err != nil {
+		return nil, err
+	}
+	r := &PD{Connector: s.Connector.String(), NeedsMatching: s.Connector.NeedsMatchingGroups(s.Model), Invariant: inv, setup: s}
+	switch s.Plans {
+	case "", AutoPlans:
+		r.Plans = IndependentPlans
+		if r.NeedsMatching {
+			r.Plans = InvariantPlans
+		}
+	case IndependentPlans, InvariantPlans:
+		r.Plans = s.Plans
+	default:
+		return nil, fmt.Errorf("xfer: --plans %q: want auto, independent or invariant", s.Plans)
+	}
+	r.PCost = cost(inv.PIndependent, inv.P)
+	r.DCost = cost(inv.DIndependent, inv.D)
+	pp, dp := r.UsedPlans()
+	r.Diff = plan.Compare(pp, dp)
+	pe, de := s.P, s.D
+	if r.Plans == InvariantPlans {
+		pe.BlockSize, de.BlockSize = inv.BlockSize, inv.BlockSize
+	}
+	r.Advice = BlockSizeAdvice(s.Model, pe, de, pp, dp)
+	if _, ok := s.Connector.Transport(); !ok {
+		r.Note = fmt.Sprintf("%s keeps KV inside each engine: nothing moves from P to D", s.Connector)
+	}
+	return r, nil
+}
+
+// Compute builds the transfer of one request between the prepared plans.
+func (r *PD) Compute(req Request, keepPairs bool) (*Transfer, error) {
+	s := r.setup
+	pp, dp := r.UsedPlans()
+	t, err := Compute(s.Model, pp, dp, req, Options{Connector: s.Connector, PLayout: s.Layout, DLayout: s.Layout, KeepPairs: keepPairs})
+	if err != nil {
+		return nil, err
+	}
+	if !r.Advice.Divide {
+		t.Logs = append(t.Logs, r.Advice.Log)
+	}
+	if r.Plans == InvariantPlans {
+		t.Inferred = append(t.Inferred, "P and D use the TP-invariant plan, which is inferred")
+	}
+	return t, nil
+}
+
+func cost(ind, inv *plan.Plan) SideCost {
+	c := SideCost{IndependentTokens: ind.KVCacheTokens, InvariantTokens: inv.KVCacheTokens, IndependentGroups: ind.NumGroups, InvariantGroups: inv.NumGroups}
+	if ind.KVCacheTokens > 0 {
+		c.DiffPercent = 100 * float64(inv.KVCacheTokens-ind.KVCacheTokens) / float64(ind.KVCacheTokens)
+	}
+	return c
+}
