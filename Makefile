@@ -6,7 +6,7 @@ BIN     := bin/kvscope
 MODELS  := $(wildcard testdata/models/*.json)
 FUZZTIME ?= 4s
 
-.PHONY: run build test check unit fuzz wasmcheck bench clean
+.PHONY: run build test check unit fuzz bench sweep clean
 
 run: build
 	./$(BIN) plan --model Qwen/Qwen3.6-35B-A3B --draft z-lab/Qwen3.6-35B-A3B-DFlash \
@@ -39,6 +39,10 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...
+
+# The full oracle sweep (about a minute on 2 cores); make test runs the quick one.
+sweep: build
+	./$(BIN) oracle --sweep
 
 clean:
 	rm -rf bin static/models

@@ -189,3 +189,70 @@ func schemaOf(path string, v any, out map[string]string) {
 		out[path] = "null"
 	}
 }
+
+func TestPDJSON(t *testing.T) {
+	code, out, errs := runCLI(t, "pd", "--model", modelPath("openai__gpt-oss-20b"), "--p-tensor-parallel-size", "2", "--d-tensor-parallel-size", "4",
+		"--prompt-tokens", "300", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Plans    string `json:"plans"`
+		Transfer struct {
+			Path      string `json:"path"`
+			Mode      string `json:"mode"`
+			Bytes     int64  `json:"bytes"`
+			RankPairs []struct {
+				P     int `json:"p_rank"`
+				D     int `json:"d_rank"`
+				Bytes int64
+			} `json:"rank_pairs"`
+			Handshake struct {
+				P []struct {
+					Version int `json:"version"`
+				} `json:"p"`
+			} `json:"handshake"`
+		} `json:"transfer"`
+		PCost struct {
+			Independent int64 `json:"independent_kv_tokens"`
+		} `json:"p_cost"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	// 300 tokens: full layers move ceil(300/16) = 19 pages, sliding ones
+	// their last ceil(128/16)+1 = 9; 12 of each, K and V, 2 KV heads of 64
+	// per D rank in bf16 (4,096 B per page and head pair):
+	// 4 ranks * 12 * (19 + 9) * 2 * 4,096 B.
+	want := int64(4 * 12 * (19 + 9) * 2 * 4096)
+	if got.Plans != "independent" || got.Transfer.Path != "vllm" || got.Transfer.Mode != "pull" || got.Transfer.Bytes != want ||
+		len(got.Transfer.RankPairs) != 4 || got.Transfer.Handshake.P[0].Version != 15 || got.PCost.Independent <= 0 {
+		t.Errorf("pd = %+v, want %d bytes", got, want)
+	}
+}
+
+func TestPDTextAndOracle(t *testing.T) {
+	args := []string{"--model", modelPath("Qwen__Qwen3.6-35B-A3B"), "--draft", modelPath("z-lab__Qwen3.6-35B-A3B-DFlash"), "--max-model-len", "8192",
+		"--num-speculative-tokens", "7", "--p-tensor-parallel-size", "2", "--d-tensor-parallel-size", "4", "--prompt-tokens", "700"}
+	code, out, errs := runCLI(t, append([]string{"pd"}, args...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"TP-invariant plan (inferred)", "--block-size 592 on both engines makes them divide", "path group-pairs", "group pair", "gdn"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pd output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errs = runCLI(t, append([]string{"oracle"}, args...)...)
+	if code != 0 || !strings.HasPrefix(out, "exact: ") {
+		t.Errorf("oracle: exit %d, %q %q", code, out, errs)
+	}
+	code, out, _ = runCLI(t, "pd", "--model", modelPath("deepseek-ai__DeepSeek-V2-Lite"), "--p-block-size", "16", "--d-block-size", "32", "--plans", "independent", "--prompt-tokens", "100")
+	if code != 0 || !strings.Contains(out, "REJECTED (mla-plan, P/D)") || !strings.Contains(out, "fix: ") {
+		t.Errorf("MLA with two block sizes: exit %d\n%s", code, out)
+	}
+	code, _, errs = runCLI(t, "pd", "--model", modelPath("openai__gpt-oss-20b"), "--connector", "nccl")
+	if code != 2 || !strings.Contains(errs, `unknown connector "nccl"`) {
+		t.Errorf("bad connector: exit %d %q", code, errs)
+	}
+}

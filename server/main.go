@@ -3,6 +3,8 @@
 // app.
 //
 //	kvscope plan   --model M.json [engine flags] [--json]
+//	kvscope pd     --model M.json --p-tensor-parallel-size N --d-tensor-parallel-size N [...] [--json]
+//	kvscope oracle [--sweep | the pd flags] [--json]
 //	kvscope models
 //
 // Every subcommand is a function of its arguments and an output writer, so
@@ -30,6 +32,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"plan", "plan one engine's KV cache groups and what they cost", runPlan},
+		{"pd", "plan a prefill/decode pair and compute the descriptor geometry of a transfer", runPD},
+		{"oracle", "prove a transfer on bytes, or run the sweep (--sweep)", runOracle},
 		{"models", "list the bundled model configs", runModels},
 	}
 }

@@ -154,10 +154,6 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 	}
 	diff := plan.Compare(pp, dp)
 	same := diff.SameLayout && diff.SameBlockSizes
-	if c.NeedsMatchingGroups(m) && !same {
-		reject("matching-groups", "P/D", fmt.Sprintf("%s needs P and D to use one KV cache group plan; P plans %d groups, D %d, %d layers change group, slot or block size",
-			c, pp.NumGroups, dp.NumGroups, len(diff.Changes)), "use the TP-invariant plan on both engines (kvscope pd --plans auto)")
-	}
 	if m.HasKind(model.MLA) && !same {
 		reject("mla-plan", "P/D", fmt.Sprintf("MLA layers move one whole replicated block from one P rank, so P and D need the same plan; %d layers differ (block %d vs %d)",
 			len(diff.Changes), pp.BlockSize, dp.BlockSize), "give P and D the same --block-size and group plan")
@@ -165,6 +161,10 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 	if mode == Push && pp.Engine.PipelineParallelSize > 1 && !same {
 		reject("pp-push-plan", "P", fmt.Sprintf("a pipeline-parallel push producer (P PP %d) routes layers by name into D's regions and cannot follow a different plan", pp.Engine.PipelineParallelSize),
 			"use the TP-invariant plan on both engines, or pull")
+	}
+	if c.NeedsMatchingGroups(m) && !same {
+		reject("matching-groups", "P/D", fmt.Sprintf("%s needs P and D to use one KV cache group plan; P plans %d groups, D %d, %d layers change group, slot or block size",
+			c, pp.NumGroups, dp.NumGroups, len(diff.Changes)), "use the TP-invariant plan on both engines (kvscope pd --plans auto)")
 	}
 	if why := layersCompatible(pRegs[0], dRegs[0]); why != "" {
 		reject("layer-shapes", "P/D", why, "run P and D with the same model, draft, dtypes and --num-speculative-tokens")

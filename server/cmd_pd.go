@@ -1,0 +1,180 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// pdFlags are the flags of kvscope pd (and kvscope oracle without --sweep).
+type pdFlags struct {
+	fs        *flag.FlagSet
+	mf        modelFlags
+	ef        *engineFlags
+	connector *string
+	plans     *string
+	layout    *string
+	prompt    *int
+	hit       *int
+}
+
+func newPDFlags(fs *flag.FlagSet) *pdFlags {
+	return &pdFlags{
+		fs:        fs,
+		mf:        newModelFlags(fs),
+		ef:        newEngineFlags(fs, "p", "d"),
+		connector: fs.String("connector", "nixl", "nixl (D pulls), nixl-push (P pushes), offloading, simple-cpu-offload, or multi:a+b"),
+		plans:     fs.String("plans", "auto", "auto (the TP-invariant plan where the connector needs matching groups), independent or invariant"),
+		layout:    fs.String("layout", "split", "attention cache layout: split (K and V regions, HND) or blocks-first"),
+		prompt:    fs.Int("prompt-tokens", 4096, "prompt tokens N of the request"),
+		hit:       fs.Int("prefix-hit-tokens", 0, "tokens D already holds in its prefix cache"),
+	}
+}
+
+// setup builds the P/D setup from the parsed flags.
+func (f *pdFlags) setup(keepPairs bool) (xfer.Setup, error) {
+	pe, err := f.ef.engine("p")
+	if err != nil {
+		return xfer.Setup{}, &usageError{err}
+	}
+	de, err := f.ef.engine("d")
+	if err != nil {
+		return xfer.Setup{}, &usageError{err}
+	}
+	conn, err := xfer.ParseConnector(*f.connector)
+	if err != nil {
+		return xfer.Setup{}, &usageError{err}
+	}
+	var layout xfer.CacheLayout
+	switch *f.layout {
+	case "split", "":
+		layout = xfer.SplitKV
+	case "blocks-first":
+		layout = xfer.BlocksFirst
+	default:
+		return xfer.Setup{}, &usageError{fmt.Errorf("--layout %q: want split or blocks-first", *f.layout)}
+	}
+	m, err := f.mf.load(catalog())
+	if err != nil {
+		return xfer.Setup{}, err
+	}
+	return xfer.Setup{
+		Model: m, P: pe, D: de, Connector: conn, Plans: xfer.PlanChoice(*f.plans), Layout: layout, KeepPairs: keepPairs,
+		Request: xfer.Request{PromptTokens: *f.prompt, PrefixHitTokens: *f.hit},
+	}, nil
+}
+
+func runPD(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("pd", flag.ContinueOnError)
+	f := newPDFlags(fs)
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	pairs := fs.Int("pairs", 0, "also list the first N descriptor pairs of every rank pair (and include them in --json)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	s, err := f.setup(*pairs > 0)
+	if err != nil {
+		return err
+	}
+	r, err := xfer.Run(s)
+	if err != nil {
+		return err
+	}
+	if r.Transfer != nil && *pairs > 0 {
+		for i := range r.Transfer.RankPairs {
+			rp := &r.Transfer.RankPairs[i]
+			rp.Pairs = rp.Pairs[:min(len(rp.Pairs), *pairs)]
+		}
+	}
+	if *asJSON {
+		return writeJSON(stdout, r)
+	}
+	writePDText(stdout, s, r, *pairs)
+	return nil
+}
+
+// writePDText prints both plans, the handshake, the advice and the
+// descriptor totals.
+func writePDText(w io.Writer, s xfer.Setup, r *xfer.PD, pairs int) {
+	inv := r.Invariant
+	fmt.Fprintf(w, "model %s, connector %s", s.Model.Name, r.Connector)
+	if r.NeedsMatching {
+		fmt.Fprintf(w, " (needs matching KV cache groups)")
+	}
+	fmt.Fprintf(w, ", transfer uses the %s plans\n\n", r.Plans)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "\tP (TP %d)\tD (TP %d)\n", inv.PIndependent.Engine.TensorParallelSize, inv.DIndependent.Engine.TensorParallelSize)
+	row := func(label string, f func(*plan.Plan) string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, f(inv.PIndependent), f(inv.DIndependent))
+	}
+	invRow := func(label string, f func(*plan.Plan) string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, f(inv.P), f(inv.D))
+	}
+	groups := func(p *plan.Plan) string {
+		return fmt.Sprintf("%d groups of %d slots, block %d", p.NumGroups, p.Slots, p.BlockSize)
+	}
+	tokens := func(p *plan.Plan) string { return plan.Commas(p.KVCacheTokens) }
+	row("independent plan", groups)
+	row("  KV cache tokens", tokens)
+	invRow("TP-invariant plan (inferred)", groups)
+	invRow("  KV cache tokens", tokens)
+	fmt.Fprintf(tw, "  difference\t%+.2f%%\t%+.2f%%\n", r.PCost.DiffPercent, r.DCost.DiffPercent)
+	tw.Flush()
+	fmt.Fprintf(w, "\nused plans: %d layers change group, slot or block size from P to D (same layout: %v, same block sizes: %v)\n",
+		len(r.Diff.Changes), r.Diff.SameLayout, r.Diff.SameBlockSizes)
+	fmt.Fprintf(w, "block size: %s\n", r.Advice.Log)
+	if r.Transfer == nil {
+		fmt.Fprintf(w, "\n%s\n", r.Note)
+		return
+	}
+	t := r.Transfer
+	fmt.Fprintf(w, "\nhandshake %s\n", t.Handshake.Summary())
+	for _, c := range t.Handshake.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s %-18s %s\n", mark, c.Rule, c.Detail)
+	}
+	if t.Rejection != nil {
+		fmt.Fprintf(w, "\nREJECTED (%s, %s): %s\n  fix: %s\n", t.Rejection.Rule, t.Rejection.Side, t.Rejection.Detail, t.Rejection.Fix)
+		return
+	}
+	fmt.Fprintf(w, "\n%s %d prompt tokens (D prefix hit %d), path %s: %s\n", t.Mode, t.Request.PromptTokens, t.Request.PrefixHitTokens, t.Path, t.PathReason)
+	for _, l := range t.Logs {
+		fmt.Fprintf(w, "INFO %s\n", l)
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rank pair\top\tdescriptors\tmerged\tbytes\t")
+	for _, rp := range t.RankPairs {
+		fmt.Fprintf(tw, "P%d -> D%d\t%s\t%s\t%s\t%s\t\n", rp.P, rp.D, rp.Op, plan.Commas(int64(rp.Descs)), plan.Commas(int64(rp.Merged)), plan.Commas(rp.Bytes))
+	}
+	fmt.Fprintf(tw, "total\t\t%s\t%s\t%s\t\n", plan.Commas(int64(t.Descs)), plan.Commas(int64(t.Merged)), plan.Commas(t.Bytes))
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "group pair\tkind\tlayers\tdescriptors\tbytes\t")
+	for _, g := range t.GroupPairs {
+		fmt.Fprintf(tw, "P g%d -> D g%d\t%s\t%d\t%s\t%s\t\n", g.PGroup, g.DGroup, g.Kind, g.Layers, plan.Commas(int64(g.Descs)), plan.Commas(g.Bytes))
+	}
+	tw.Flush()
+	if pairs > 0 {
+		for _, rp := range t.RankPairs {
+			fmt.Fprintf(w, "\nP%d -> D%d, first %d pairs:\n", rp.P, rp.D, len(rp.Pairs))
+			for _, p := range rp.Pairs {
+				fmt.Fprintf(w, "  P r%d+%#x -> D r%d+%#x  %6d B  %-8s %-7s idx [%d,%d) tokens [%d,%d) g%d->g%d\n",
+					p.Src.Region, p.Src.Offset, p.Dst.Region, p.Dst.Offset, p.Len, p.Layer, p.Seg, p.Lo, p.Hi, p.Tokens.Lo, p.Tokens.Hi, p.PGroup, p.DGroup)
+			}
+		}
+	}
+	if len(t.Inferred) > 0 {
+		fmt.Fprintln(w)
+		for _, s := range t.Inferred {
+			fmt.Fprintf(w, "inferred: %s\n", s)
+		}
+	}
+}
