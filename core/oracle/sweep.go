@@ -325,9 +325,9 @@ func SweepModels(load Loader, quick bool) ([]SweepModel, error) {
 	// prompts on light models, one on the heavy state models (whose state
 	// pages dominate whatever the prompt).
 	entries := []entry{
-		{"full-attention", "Qwen/Qwen3-0.6B", "", 0, []int{17, 40, 70, 97, 130, 160}, nil},
+		{"full-attention", "Qwen/Qwen3-0.6B", "", 0, []int{17, 25, 40, 70, 97, 130}, nil},
 		{"full-attention", "meta-llama/Llama-3.1-8B", "", 0, []int{17}, nil},
-		{"sliding-window", "openai/gpt-oss-20b", "", 0, []int{37, 70, 100, 150, 200}, nil},
+		{"sliding-window", "openai/gpt-oss-20b", "", 0, []int{37, 50, 70, 100, 150}, nil},
 		{"sliding-window", "openai/gpt-oss-120b", "", 0, []int{37, 70, 100, 150, 200}, nil},
 		{"sliding-window", "google/gemma-3-1b-it", "", 0, []int{37, 70, 100, 150, 300}, nil},
 		{"sliding-window", "google/gemma-3-27b-it", "", 0, []int{17}, nil},
