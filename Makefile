@@ -1,31 +1,48 @@
-# kvscope: `make run` builds and runs on embedded defaults; `make test` runs
-# every test. Both fetch what they need (Go modules) on first use.
+# kvscope: `make run` builds everything and serves the app on 127.0.0.1:8080;
+# `make test` runs every test. Both fetch what they need (Go modules, the
+# ECharts bundle from npm) on first use.
 
-GO      ?= go
-BIN     := bin/kvscope
-MODELS  := $(wildcard testdata/models/*.json)
+GO       ?= go
+BIN      := bin/kvscope
+MODELS   := $(wildcard testdata/models/*.json)
+GOFILES  := $(shell find app core server static web agent -name '*.go' 2>/dev/null) go.mod go.sum
+ECHARTS  := static/assets/vendor/echarts.min.js
+WASM     := web/app.wasm
 FUZZTIME ?= 4s
 
-.PHONY: run build test check unit fuzz bench sweep clean
+.PHONY: run build wasm assets test check unit fuzz bench sweep site clean
 
 run: build
-	./$(BIN) plan --model Qwen/Qwen3.6-35B-A3B --draft z-lab/Qwen3.6-35B-A3B-DFlash \
-		--max-model-len 262144 --tensor-parallel-size 2 --num-speculative-tokens 7
+	./$(BIN) serve --addr 127.0.0.1:8080
 
-build: static/models
+build: assets $(WASM)
 	$(GO) build -o $(BIN) ./server
 
-# The bundled model configs are embedded into the server from static/models.
-static/models: $(MODELS)
-	rm -rf $@ && mkdir -p $@ && cp $(MODELS) $@/
+wasm: $(WASM)
 
-test: static/models check unit fuzz
+# The browser app: core and app compiled to WebAssembly, and a gzip copy
+# the server sends to browsers that accept it.
+$(WASM): app/bundled/.stamp $(ECHARTS) $(GOFILES)
+	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='-s -w' -o $@ ./app/wasm
+	gzip -9 -k -f $@
+
+# The bundled model configs (embedded by app/bundled) and ECharts from npm.
+assets: app/bundled/.stamp $(ECHARTS)
+
+app/bundled/.stamp: $(MODELS)
+	rm -f app/bundled/*.json && cp $(MODELS) app/bundled/ && touch $@
+
+$(ECHARTS): static/package.json static/package-lock.json
+	cd static && npm ci --ignore-scripts --no-audit --no-fund
+	mkdir -p $(dir $@) && cp static/node_modules/echarts/dist/echarts.min.js $@
+
+test: build check unit fuzz
 
 # Formatting, vet, the wasm and no-cgo builds.
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
-	GOOS=js GOARCH=wasm $(GO) vet ./core/...
+	GOOS=js GOARCH=wasm $(GO) vet ./core/... ./app/...
 	GOOS=js GOARCH=wasm $(GO) build ./core/...
 	CGO_ENABLED=0 $(GO) build ./...
 
@@ -44,5 +61,9 @@ bench:
 sweep: build
 	./$(BIN) oracle --sweep
 
+# A static website that runs without any server: the planning runs in WASM.
+site: build
+	./$(BIN) site --out site
+
 clean:
-	rm -rf bin static/models
+	rm -rf bin site web/app.wasm web/app.wasm.gz app/bundled/*.json app/bundled/.stamp static/assets/vendor static/node_modules

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvscope/kvscope/app/bundled"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
-	"github.com/kvscope/kvscope/static"
 )
 
 // engineFlags registers vLLM's engine flags on a flag set, once plainly
@@ -243,8 +243,8 @@ func displayName(ref string) string {
 // catalog finds the bundled configs: embedded in the binary when make has
 // copied them there, else testdata/models under the working directory.
 func catalog() model.Catalog {
-	if names := model.NewCatalog(static.Files(), "models").Names(); len(names) > 0 {
-		return model.NewCatalog(static.Files(), "models")
+	if c := bundled.Catalog(); len(c.Names()) > 0 {
+		return c
 	}
 	return model.NewCatalog(os.DirFS("."), "testdata/models")
 }

@@ -34,6 +34,8 @@ func commands() []command {
 		{"plan", "plan one engine's KV cache groups and what they cost", runPlan},
 		{"pd", "plan a prefill/decode pair and compute the descriptor geometry of a transfer", runPD},
 		{"oracle", "prove a transfer on bytes, or run the sweep (--sweep)", runOracle},
+		{"serve", "serve the browser app and the JSON API", runServe},
+		{"site", "write the browser app as a static website (no server needed)", runSite},
 		{"models", "list the bundled model configs", runModels},
 	}
 }

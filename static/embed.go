@@ -1,7 +1,6 @@
-// Package static holds the files the kvscope server serves and embeds: CSS,
-// icons, the ECharts bundle installed from npm at build time, and a copy of
-// the bundled model configs (testdata/models), both written by make and
-// ignored by git.
+// Package static holds the files the kvscope server serves under /web/:
+// the app's CSS and JavaScript helpers, its icons, and the ECharts bundle
+// that make installs from npm (static/package.json) into assets/vendor.
 package static
 
 import (
@@ -9,8 +8,14 @@ import (
 	"io/fs"
 )
 
-//go:embed *
+//go:embed assets
 var files embed.FS
 
-// Files returns the embedded static tree.
-func Files() fs.FS { return files }
+// Files returns the embedded assets, rooted at assets/.
+func Files() fs.FS {
+	sub, err := fs.Sub(files, "assets")
+	if err != nil {
+		panic(err) // the embed pattern guarantees the directory
+	}
+	return sub
+}

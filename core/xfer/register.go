@@ -170,6 +170,10 @@ func Register(m *model.Model, p *plan.Plan, side Side, rank int, layout CacheLay
 			tensors[lp.Slot] = append(tensors[lp.Slot], member{lp, lp.Group})
 		}
 	}
+	layersByName := make(map[string]model.Layer, len(m.Layers))
+	for _, l := range m.Layers {
+		layersByName[l.Name] = l
+	}
 	var offset uint64
 	for ti, members := range tensors {
 		page := members[0].lp.Page
@@ -198,7 +202,7 @@ func Register(m *model.Model, p *plan.Plan, side Side, rank int, layout CacheLay
 		size := uint64(page * p.NumBlocks)
 		offset += (size + (2<<20 - 1)) &^ (2<<20 - 1)
 		for _, mb := range members {
-			l, _ := m.Layer(mb.lp.Name)
+			l := layersByName[mb.lp.Name]
 			segs, err := segments(l, mb.lp.Spec, tp, rank, layout, kRegion, vRegion)
 			if err != nil {
 				return nil, err

@@ -125,14 +125,8 @@ type Transfer struct {
 // A geometry the transfer cannot express is not an error: the result's
 // Rejection says why. Errors are for bad input.
 func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Transfer, error) {
-	if req.PromptTokens < 2 {
-		return nil, fmt.Errorf("xfer: --prompt-tokens %d: a transfer needs at least 2 prompt tokens (D recomputes the last)", req.PromptTokens)
-	}
-	if req.PrefixHitTokens < 0 {
-		return nil, fmt.Errorf("xfer: --prefix-hit-tokens %d: must not be negative", req.PrefixHitTokens)
-	}
-	if req.PromptTokens > pp.Engine.MaxModelLen || req.PromptTokens > dp.Engine.MaxModelLen {
-		return nil, fmt.Errorf("xfer: --prompt-tokens %d exceeds max_model_len (P %d, D %d)", req.PromptTokens, pp.Engine.MaxModelLen, dp.Engine.MaxModelLen)
+	if err := req.Check(pp, dp); err != nil {
+		return nil, err
 	}
 	kind, ok := opt.Connector.Transport()
 	if !ok {
@@ -179,6 +173,20 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 	return t, nil
 }
 
+// Check reports a request the two plans cannot serve: fewer than two
+// prompt tokens, a negative prefix hit, or more tokens than max_model_len.
+func (req Request) Check(pp, dp *plan.Plan) error {
+	switch {
+	case req.PromptTokens < 2:
+		return fmt.Errorf("xfer: --prompt-tokens %d: a transfer needs at least 2 prompt tokens (D recomputes the last)", req.PromptTokens)
+	case req.PrefixHitTokens < 0:
+		return fmt.Errorf("xfer: --prefix-hit-tokens %d: must not be negative", req.PrefixHitTokens)
+	case req.PromptTokens > pp.Engine.MaxModelLen || req.PromptTokens > dp.Engine.MaxModelLen:
+		return fmt.Errorf("xfer: --prompt-tokens %d exceeds max_model_len (P %d, D %d)", req.PromptTokens, pp.Engine.MaxModelLen, dp.Engine.MaxModelLen)
+	}
+	return nil
+}
+
 func registerAll(m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
 	var out []*Registration
 	for r := 0; r < p.Engine.TensorParallelSize; r++ {
@@ -203,11 +211,24 @@ func (t *Transfer) finish(keep bool) {
 		rp.Descs = len(rp.Pairs)
 		rp.Merged = MergedCount(rp.Pairs)
 		rp.Bytes = 0
+		var last gpKey
+		var g *GroupPair
+		lastLayer := "\x00"
 		for _, p := range rp.Pairs {
 			rp.Bytes += p.Len
 			k := gpKey{p.PGroup, p.DGroup}
-			g, ok := gps[k]
-			if !ok {
+			if g != nil && k == last {
+				g.Descs++
+				g.Bytes += p.Len
+				if p.Layer != lastLayer && p.Layer != "" {
+					layers[k][p.Layer] = true
+					lastLayer = p.Layer
+				}
+				continue
+			}
+			last, lastLayer = k, p.Layer
+			var ok bool
+			if g, ok = gps[k]; !ok {
 				kind := ""
 				if reg, ok := t.DRegs[rp.D].Layer(p.Layer); ok {
 					kind = string(reg.Kind)

@@ -1,0 +1,251 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kvscope/kvscope/core/kvspec"
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/oracle"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// OracleLimit is the largest transfer (bytes moved) the app proves on bytes
+// in the browser; larger ones say how to run the oracle on the command line.
+const OracleLimit = 48 << 20
+
+// Result is everything the views draw, computed by core from the settings.
+type Result struct {
+	Settings Settings
+	Model    *model.Model
+	PD       *xfer.PD
+	Oracle   *oracle.Result
+	// OracleNote says why the oracle did not run, when it did not.
+	OracleNote string
+	Errors     FieldErrors
+	// Err is an error that belongs to no single field.
+	Err    string
+	Millis float64 // how long the computation took
+
+	request      xfer.Request
+	transferDone bool
+}
+
+// OK reports whether there is something to draw.
+func (r *Result) OK() bool { return r.PD != nil }
+
+// Plans returns the P and D plans the transfer uses.
+func (r *Result) Plans() (*plan.Plan, *plan.Plan) { return r.PD.UsedPlans() }
+
+// Compute runs core on the settings: both plans, the TP-invariant plan and
+// the block-size advice; EnsureTransfer adds the transfer when a view needs
+// it. Errors are reported per field, never as a panic.
+func Compute(s Settings, cat model.Catalog, clock func() time.Time) *Result {
+	if clock == nil {
+		clock = time.Now
+	}
+	start := clock()
+	r := &Result{Settings: s, Errors: FieldErrors{}}
+	defer func() { r.Millis = float64(clock().Sub(start).Microseconds()) / 1000 }()
+
+	m, err := loadModel(cat, s.Model, s.Config)
+	if err != nil {
+		field := "model"
+		if s.Model == "custom" {
+			field = "config"
+		}
+		r.Errors[field] = err.Error()
+		return r
+	}
+	switch s.Draft {
+	case "":
+	case "mtp":
+		if m, err = m.WithMTP(); err != nil {
+			r.Errors["draft"] = err.Error()
+			return r
+		}
+	default:
+		d, err := loadModel(cat, s.Draft, s.DraftJSON)
+		if err == nil {
+			m, err = m.WithDraft(d)
+		}
+		if err != nil {
+			field := "draft"
+			if s.Draft == "custom" {
+				field = "draft-config"
+			}
+			r.Errors[field] = err.Error()
+			return r
+		}
+	}
+	r.Model = m
+	pe, de := s.P.Engine(), s.D.Engine()
+	conn, err := xfer.ParseConnector(s.Connector)
+	if err != nil {
+		r.Errors["connector"] = err.Error()
+		return r
+	}
+	layout := xfer.SplitKV
+	if s.Layout == "blocks-first" {
+		layout = xfer.BlocksFirst
+	}
+	setup := xfer.Setup{Model: m, P: pe, D: de, Connector: conn, Plans: xfer.PlanChoice(s.Plans), Layout: layout, KeepPairs: true,
+		Request: xfer.Request{PromptTokens: s.Prompt, PrefixHitTokens: s.Hit}}
+	pd, err := xfer.Prepare(setup)
+	if err != nil {
+		// Name the side and flag: plan each engine alone to see which fails.
+		for side, e := range map[string]plan.Engine{"p-": pe, "d-": de} {
+			if _, err := plan.New(m, e); err != nil {
+				r.Errors[side+flagOf(err)] = err.Error()
+			}
+		}
+		if len(r.Errors) == 0 {
+			r.Err = err.Error()
+			if strings.Contains(err.Error(), "--plans") {
+				r.Errors["plans"] = err.Error()
+			}
+		}
+		return r
+	}
+	pp, dp := pd.UsedPlans()
+	if err := setup.Request.Check(pp, dp); err != nil {
+		field := "prompt-tokens"
+		if strings.Contains(err.Error(), "prefix-hit") {
+			field = "prefix-hit-tokens"
+		}
+		r.Errors[field] = err.Error()
+		return r
+	}
+	r.PD = pd
+	r.request = setup.Request
+	if _, ok := conn.Transport(); !ok {
+		r.OracleNote = pd.Note
+		r.transferDone = true
+	}
+	return r
+}
+
+// EnsureTransfer computes the transfer the descriptor and P/D views draw;
+// the plan views do not need it, so a recompute there skips it. Its time
+// adds to Millis.
+func (r *Result) EnsureTransfer(clock func() time.Time) {
+	if r.PD == nil || r.transferDone {
+		return
+	}
+	if clock == nil {
+		clock = time.Now
+	}
+	start := clock()
+	r.transferDone = true
+	t, err := r.PD.Compute(r.request, true)
+	if err != nil {
+		r.Err = err.Error()
+		return
+	}
+	r.PD.Transfer = t
+	if t.Rejection != nil {
+		r.Oracle = &oracle.Result{Verdict: oracle.Rejected, Reason: t.Rejection.Error()}
+	}
+	r.Millis += float64(clock().Sub(start).Microseconds()) / 1000
+}
+
+// flagOf names the query key of a planner error's flag ("tensor-parallel-size").
+func flagOf(err error) string {
+	var fe *plan.FlagError
+	var oe *kvspec.OptionError
+	switch {
+	case errors.As(err, &fe):
+		return strings.TrimPrefix(fe.Flag, "--")
+	case errors.As(err, &oe):
+		return strings.TrimPrefix(oe.Option, "--")
+	}
+	return "engine"
+}
+
+func loadModel(cat model.Catalog, name, custom string) (*model.Model, error) {
+	if name == "custom" {
+		if strings.TrimSpace(custom) == "" {
+			return nil, fmt.Errorf("paste or drop a config.json")
+		}
+		m, err := model.Parse([]byte(custom))
+		if err != nil {
+			return nil, err
+		}
+		if m.Name == "" {
+			m.Name = "custom"
+		}
+		return m, nil
+	}
+	full, data, err := cat.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	m.Name = full
+	return m, nil
+}
+
+// Engine converts the form's engine to the planner's.
+func (e Engine) Engine() plan.Engine {
+	return plan.Engine{
+		TensorParallelSize: e.TP, PipelineParallelSize: e.PP, BlockSize: e.BlockSize, MaxModelLen: e.MaxModelLen,
+		MaxNumBatchedTokens: e.MNBT, NumSpeculativeTokens: e.Spec, KVCacheDType: e.KVDType,
+		Selector: plan.Selector(e.Selector), MinGroupLayers: e.MinLayers, GroupSize: e.GroupSize,
+		KVCacheMemoryBytes: int64(e.MemGiB) << 30, MambaCacheMode: e.MambaMode, MambaSSMCacheDType: e.SSMDType,
+		NoAsyncScheduling: e.NoAsync, DisableHybrid: e.DisableHybrid,
+	}
+}
+
+// CLI is the kvscope command line that computes the same thing.
+func (s Settings) CLI(command string) string {
+	parts := []string{"kvscope", command, "--model", s.Model}
+	if s.Model == "custom" {
+		parts[3] = "config.json"
+	}
+	if s.Draft != "" {
+		d := s.Draft
+		if d == "custom" {
+			d = "draft.json"
+		}
+		parts = append(parts, "--draft", d)
+	}
+	q := s.Query()
+	for _, side := range []string{"p-", "d-"} {
+		for _, f := range engineFields {
+			v := q.Get(side + f.key)
+			switch {
+			case v == "":
+			case f.key == "kv-cache-memory-gib":
+				parts = append(parts, "--"+side+"kv-cache-memory-bytes", v+"GiB")
+			case v == "true":
+				parts = append(parts, "--"+side+f.key)
+			default:
+				parts = append(parts, "--"+side+f.key, v)
+			}
+		}
+	}
+	for _, k := range []string{"connector", "plans", "layout", "prompt-tokens", "prefix-hit-tokens"} {
+		if v := q.Get(k); v != "" {
+			parts = append(parts, "--"+k, v)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,27 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvscope/kvscope/core/model"
+)
+
+func testCatalog() model.Catalog {
+	return model.NewCatalog(os.DirFS(filepath.Join("..", "testdata")), "models")
+}
+
+// BenchmarkCompute is the app's recompute after an input change, natively:
+// Qwen3.6-35B-A3B + DFlash, P TP2 and D TP4, 4096 prompt tokens (the
+// default view). The browser runs the same code as WebAssembly.
+func BenchmarkCompute(b *testing.B) {
+	cat := testCatalog()
+	s := DefaultSettings()
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := Compute(s, cat, nil); !r.OK() {
+			b.Fatal(r.Errors, r.Err)
+		}
+	}
+}

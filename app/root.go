@@ -1,0 +1,334 @@
+package app
+
+import (
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/oracle"
+	"github.com/maxence-charriere/go-app/v10/pkg/app"
+)
+
+// Register routes the app's one page. The server and the WASM entry point
+// both call it, so the page the server renders and the app the browser
+// runs are the same component.
+func Register(cat model.Catalog) {
+	app.Route("/", func() app.Composer { return &Root{Catalog: cat} })
+}
+
+// Root is the whole app: it reads the settings from the URL, computes with
+// core, and draws the current view.
+type Root struct {
+	app.Compo
+
+	Catalog model.Catalog
+
+	settings Settings
+	parseErr FieldErrors
+	result   *Result
+	mounted  bool
+	help     bool
+	layer    string // the layer whose descriptors the flow view lists
+	charts   *chartSet
+	oracleOn bool // the oracle ran (or is running) for the current result
+	keys     app.Func
+}
+
+// OnDismount stops listening for shortcuts.
+func (c *Root) OnDismount() {
+	if c.keys != nil {
+		app.Window().Call("removeEventListener", "keydown", c.keys)
+		c.keys.Release()
+		c.keys = nil
+	}
+}
+
+// OnNav reads the settings from the URL and computes.
+func (c *Root) OnNav(ctx app.Context) {
+	q := ctx.Page().URL().Query()
+	c.settings, c.parseErr = ParseQuery(q)
+	c.recompute(ctx)
+	if !c.mounted {
+		// Prerendering on the server, or before mount: draw what needs no
+		// transfer; the browser adds the rest once mounted.
+		if v := c.settings.View; v == "pd" || v == "flow" {
+			c.result.EnsureTransfer(clock)
+		}
+		return
+	}
+	c.afterCompute(ctx)
+}
+
+// OnMount marks the root ready for tests and listens for shortcuts.
+func (c *Root) OnMount(ctx app.Context) {
+	c.mounted = true
+	c.keys = app.FuncOf(func(this app.Value, args []app.Value) any {
+		e := args[0]
+		tag := e.Get("target").Get("tagName").String()
+		if tag == "INPUT" || tag == "TEXTAREA" || tag == "SELECT" || e.Get("ctrlKey").Bool() || e.Get("metaKey").Bool() {
+			return nil
+		}
+		key := e.Get("key").String()
+		ctx.Dispatch(func(ctx app.Context) { c.shortcut(ctx, key) })
+		return nil
+	})
+	app.Window().Call("addEventListener", "keydown", c.keys)
+	c.afterCompute(ctx)
+}
+
+// shortcut handles one key press.
+func (c *Root) shortcut(ctx app.Context, key string) {
+	switch key {
+	case "?":
+		c.help = !c.help
+	case "Escape":
+		c.help = false
+	case "d":
+		c.change(ctx, func(s *Settings) { s.Dark = !s.Dark })
+		return
+	case "e":
+		c.exportJSON()
+	case "l":
+		c.copyLink()
+	default:
+		if n, err := strconv.Atoi(key); err == nil && n >= 1 && n <= len(Views) {
+			c.change(ctx, func(s *Settings) { s.View = Views[n-1].ID })
+			return
+		}
+		return
+	}
+	ctx.Update()
+}
+
+// change applies an edit, recomputes and writes the settings into the URL.
+func (c *Root) change(ctx app.Context, edit func(*Settings)) {
+	prev := c.settings
+	edit(&c.settings)
+	if c.settings.View != prev.View && c.settings.Query().Encode() == c.viewless(prev).Encode() {
+		// Only the view changed: nothing to recompute.
+		c.writeURL()
+		c.afterCompute(ctx)
+		ctx.Update()
+		return
+	}
+	c.parseErr = FieldErrors{}
+	c.recompute(ctx)
+	c.writeURL()
+	c.afterCompute(ctx)
+	ctx.Update()
+}
+
+func (c *Root) viewless(s Settings) url.Values {
+	s.View = c.settings.View
+	return s.Query()
+}
+
+func (c *Root) recompute(ctx app.Context) {
+	c.result = Compute(c.settings, c.Catalog, clock)
+	for k, v := range c.parseErr {
+		c.result.Errors[k] = v
+	}
+	c.charts = nil
+	c.oracleOn = false
+	c.layer = ""
+}
+
+// clock reads the browser's high-resolution timer where there is one (Go's
+// time.Now in WebAssembly ticks in milliseconds), else the wall clock.
+func clock() time.Time {
+	if app.IsClient {
+		if perf := app.Window().Get("performance"); perf.Truthy() {
+			ms := perf.Call("now").Float()
+			return time.Unix(0, int64(ms*1e6))
+		}
+	}
+	return time.Now()
+}
+
+// afterCompute starts the slower work the current view needs: the byte
+// oracle on the descriptor view, the chart sweeps on the charts view.
+func (c *Root) afterCompute(ctx app.Context) {
+	r := c.result
+	if r == nil || !r.OK() || !c.mounted {
+		return
+	}
+	switch c.settings.View {
+	case "pd", "flow":
+		r.EnsureTransfer(clock)
+	}
+	switch c.settings.View {
+	case "flow":
+		if !c.oracleOn && r.Oracle == nil && r.OracleNote == "" {
+			c.oracleOn = true
+			ctx.Async(func() {
+				res, note := runOracle(r)
+				ctx.Dispatch(func(ctx app.Context) {
+					if c.result == r {
+						r.Oracle, r.OracleNote = res, note
+					}
+				})
+			})
+		}
+	case "charts":
+		if c.charts == nil {
+			set := computeCharts(r, c.Catalog)
+			c.charts = &set
+		}
+	}
+}
+
+// runOracle proves the transfer on bytes when it is small enough for the
+// browser.
+func runOracle(r *Result) (*oracle.Result, string) {
+	t := r.PD.Transfer
+	if t == nil {
+		return nil, r.PD.Note
+	}
+	if t.Rejection != nil {
+		return &oracle.Result{Verdict: oracle.Rejected, Reason: t.Rejection.Error()}, ""
+	}
+	if t.Bytes > OracleLimit {
+		return nil, "the transfer moves " + humanBytes(t.Bytes) + "; the browser proves transfers up to " + humanBytes(OracleLimit) + ": run " + r.Settings.CLI("oracle")
+	}
+	res, err := oracle.Check(r.Model, t)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return res, ""
+}
+
+// writeURL replaces the address bar's query without a navigation.
+func (c *Root) writeURL() {
+	app.Window().Get("history").Call("replaceState", nil, "", c.settings.Link())
+}
+
+func (c *Root) exportJSON() {
+	if c.result == nil || !c.result.OK() {
+		return
+	}
+	c.result.EnsureTransfer(clock)
+	p, d := c.result.Plans()
+	out := map[string]any{"p": p, "d": d, "pd": c.result.PD, "settings": c.settings.Query(), "command": c.settings.CLI("pd")}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return
+	}
+	callJS("download", "kvscope-plan.json", "application/json", string(b))
+}
+
+func (c *Root) copyLink() {
+	callJS("copyLink", c.settings.Link())
+}
+
+// callJS calls a helper of static/assets/kvscope.js when it is loaded.
+func callJS(fn string, args ...any) {
+	k := app.Window().Get("kvscope")
+	if !k.Truthy() {
+		return
+	}
+	k.Call(fn, args...)
+}
+
+// Render draws the page.
+func (c *Root) Render() app.UI {
+	s := c.settings
+	cls := "kvscope"
+	if s.Dark {
+		cls += " dark"
+	}
+	root := app.Div().ID("kvscope").Class(cls)
+	if c.mounted {
+		root = root.DataSet("wasm", "ready")
+	}
+	r := c.result
+	var body app.UI = app.P().Class("muted").Text("loading…")
+	if r != nil {
+		switch s.View {
+		case "configure":
+			body = c.renderConfigure()
+		case "pd":
+			body = c.renderPD()
+		case "flow":
+			body = c.renderFlow()
+		case "charts":
+			body = c.renderCharts()
+		default:
+			body = c.renderPlan()
+		}
+	}
+	return root.Body(
+		c.renderHeader(),
+		app.If(r != nil && r.Err != "", func() app.UI { return app.Div().Class("banner error").Text(r.Err) }),
+		app.If(r != nil && len(r.Errors) > 0 && s.View != "configure", func() app.UI {
+			return app.Div().Class("banner error").Body(
+				app.Text("Some settings are invalid: "),
+				app.A().Href("#").Text("open Configure").OnClick(func(ctx app.Context, e app.Event) {
+					e.PreventDefault()
+					c.change(ctx, func(s *Settings) { s.View = "configure" })
+				}),
+				app.Ul().Body(app.Range(sortedKeys(r.Errors)).Slice(func(i int) app.UI {
+					k := sortedKeys(r.Errors)[i]
+					return app.Li().Body(app.Code().Text(k), app.Text(": "+r.Errors[k]))
+				})),
+			)
+		}),
+		app.Main().ID("view").Body(body),
+		c.renderFooter(),
+		app.If(c.help, func() app.UI { return c.renderHelp() }),
+	)
+}
+
+func (c *Root) renderHeader() app.UI {
+	s := c.settings
+	return app.Header().Class("top").Body(
+		app.Div().Class("brand").Body(app.Img().Src("/web/icon.svg").Alt(""), app.Span().Text("kvscope")),
+		app.Nav().Class("tabs").Body(app.Range(Views).Slice(func(i int) app.UI {
+			v := Views[i]
+			cls := "tab"
+			if v.ID == s.View {
+				cls += " active"
+			}
+			return app.Button().Class(cls).DataSet("view", v.ID).Title("key " + strconv.Itoa(i+1)).Text(v.Title).
+				OnClick(func(ctx app.Context, e app.Event) {
+					c.change(ctx, func(s *Settings) { s.View = v.ID })
+				})
+		})),
+		app.Div().Class("actions").Body(
+			app.Button().Title("copy a link to this view (l)").Text("Link").OnClick(func(ctx app.Context, e app.Event) { c.copyLink() }),
+			app.Button().Title("export the plans as JSON (e)").Text("JSON").OnClick(func(ctx app.Context, e app.Event) { c.exportJSON() }),
+			app.Button().Title("export the view as PNG").Text("PNG").OnClick(func(ctx app.Context, e app.Event) { callJS("exportView", "png", s.View) }),
+			app.Button().Title("export the view as SVG").Text("SVG").OnClick(func(ctx app.Context, e app.Event) { callJS("exportView", "svg", s.View) }),
+			app.Button().Title("dark mode (d)").Text("◐").OnClick(func(ctx app.Context, e app.Event) {
+				c.change(ctx, func(s *Settings) { s.Dark = !s.Dark })
+			}),
+			app.Button().Title("keyboard shortcuts (?)").Text("?").OnClick(func(ctx app.Context, e app.Event) { c.help = !c.help }),
+		),
+	)
+}
+
+func (c *Root) renderFooter() app.UI {
+	r := c.result
+	ms := ""
+	if r != nil {
+		ms = strconv.FormatFloat(r.Millis, 'f', 1, 64)
+	}
+	return app.Footer().Body(
+		app.Span().ID("recompute").DataSet("ms", ms).Text("computed in "+ms+" ms in this browser by kvscope's Go core (WebAssembly), the same code as the CLI · "),
+		app.Code().Class("cli").Text(c.settings.CLI("pd")),
+	)
+}
+
+func (c *Root) renderHelp() app.UI {
+	keys := [][2]string{{"1 … 5", "switch view"}, {"d", "dark mode"}, {"e", "export the plans as JSON"}, {"l", "copy a link to this view"}, {"?", "this help"}, {"Esc", "close"}}
+	return app.Div().Class("overlay").OnClick(func(ctx app.Context, e app.Event) { c.help = false }).Body(
+		app.Div().Class("help").Body(
+			app.H2().Text("Keyboard shortcuts"),
+			app.Table().Body(app.Range(keys).Slice(func(i int) app.UI {
+				return app.Tr().Body(app.Td().Body(app.Kbd().Text(keys[i][0])), app.Td().Text(keys[i][1]))
+			})),
+			app.P().Class("muted").Text("Every setting lives in the URL: copy the address to share this exact view."),
+		),
+	)
+}

@@ -1,0 +1,293 @@
+package app
+
+import (
+	"bytes"
+	"compress/flate"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Settings is everything the app shows, as it lives in the URL query: a
+// view is a shareable link. Engine flags use vLLM's names with a p- or d-
+// prefix, as kvscope pd does on the command line.
+type Settings struct {
+	View      string // configure, plan, pd, flow or charts
+	Model     string // a bundled model name, or "custom"
+	Config    string // a pasted config.json when Model is "custom"
+	Draft     string // "", a bundled model, "mtp" or "custom"
+	DraftJSON string // a pasted draft config.json
+	P, D      Engine
+	Connector string
+	Plans     string // auto, independent or invariant
+	Layout    string // split or blocks-first
+	Prompt    int
+	Hit       int
+	Dark      bool
+}
+
+// Engine is one side's engine flags as the form edits them; 0 and "" mean
+// vLLM's default.
+type Engine struct {
+	TP            int
+	PP            int
+	BlockSize     int
+	MaxModelLen   int
+	MNBT          int
+	Spec          int
+	KVDType       string
+	Selector      string
+	MinLayers     int
+	GroupSize     int
+	MemGiB        int
+	MambaMode     string
+	SSMDType      string
+	NoAsync       bool
+	DisableHybrid bool
+}
+
+// blankSettings are vLLM's defaults for everything, with no model.
+func blankSettings() Settings {
+	return Settings{View: "plan", Connector: "nixl", Plans: "auto", Layout: "split", Prompt: 4096}
+}
+
+// DefaultSettings is the first view: the seed deployment, Qwen3.6-35B-A3B
+// with its DFlash drafter, P at TP 2 and D at TP 4.
+func DefaultSettings() Settings {
+	s := blankSettings()
+	s.Model, s.Draft = "Qwen/Qwen3.6-35B-A3B", "z-lab/Qwen3.6-35B-A3B-DFlash"
+	s.P = Engine{TP: 2, Spec: 7, MaxModelLen: 262144}
+	s.D = Engine{TP: 4, Spec: 7, MaxModelLen: 262144}
+	return s
+}
+
+// Views are the app's views in tab order.
+var Views = []struct{ ID, Title string }{
+	{"configure", "Configure"},
+	{"plan", "Plan"},
+	{"pd", "P vs D"},
+	{"flow", "Descriptor flow"},
+	{"charts", "Charts"},
+}
+
+// engineField is one engine flag: its query key (vLLM's flag name) and how
+// to read and write it.
+type engineField struct {
+	key  string
+	help string
+	ptr  func(e *Engine) any // *int, *string or *bool
+}
+
+var engineFields = []engineField{
+	{"tensor-parallel-size", "TP size", func(e *Engine) any { return &e.TP }},
+	{"pipeline-parallel-size", "PP size", func(e *Engine) any { return &e.PP }},
+	{"block-size", "tokens per block (0: 16, raised for hybrids)", func(e *Engine) any { return &e.BlockSize }},
+	{"max-model-len", "0: from the config", func(e *Engine) any { return &e.MaxModelLen }},
+	{"max-num-batched-tokens", "0: 8192", func(e *Engine) any { return &e.MNBT }},
+	{"num-speculative-tokens", "speculative tokens", func(e *Engine) any { return &e.Spec }},
+	{"kv-cache-dtype", "auto, bfloat16, float16, fp8", func(e *Engine) any { return &e.KVDType }},
+	{"selector", "classic, balanced, padding-bytes", func(e *Engine) any { return &e.Selector }},
+	{"min-kv-cache-group-layers", "0: 3", func(e *Engine) any { return &e.MinLayers }},
+	{"kv-cache-group-size", "0: the selector decides", func(e *Engine) any { return &e.GroupSize }},
+	{"kv-cache-memory-gib", "KV memory per rank, GiB (0: 40)", func(e *Engine) any { return &e.MemGiB }},
+	{"mamba-cache-mode", "none, align, all", func(e *Engine) any { return &e.MambaMode }},
+	{"mamba-ssm-cache-dtype", "auto, float32, bfloat16, float16", func(e *Engine) any { return &e.SSMDType }},
+	{"no-async-scheduling", "one batch in flight", func(e *Engine) any { return &e.NoAsync }},
+	{"disable-hybrid-kv-cache-manager", "one group", func(e *Engine) any { return &e.DisableHybrid }},
+}
+
+// FieldErrors maps a field's query key to what is wrong with its value.
+type FieldErrors map[string]string
+
+// ParseQuery reads settings from a URL query. An empty query is the
+// default view; otherwise every setting the query leaves out is vLLM's
+// default. Values that do not parse are reported per field.
+func ParseQuery(q url.Values) (Settings, FieldErrors) {
+	errs := FieldErrors{}
+	if len(q) == 0 {
+		return DefaultSettings(), errs
+	}
+	s := blankSettings()
+	str := func(key string, dst *string) {
+		if v, ok := q[key]; ok {
+			*dst = v[0]
+		}
+	}
+	num := func(key string, dst *int) {
+		v, ok := q[key]
+		if !ok {
+			return
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v[0]))
+		if err != nil || n < 0 {
+			errs[key] = fmt.Sprintf("%q is not a non-negative integer", v[0])
+			return
+		}
+		*dst = n
+	}
+	str("view", &s.View)
+	str("model", &s.Model)
+	str("draft", &s.Draft)
+	str("connector", &s.Connector)
+	str("plans", &s.Plans)
+	str("layout", &s.Layout)
+	num("prompt-tokens", &s.Prompt)
+	num("prefix-hit-tokens", &s.Hit)
+	if v := q.Get("theme"); v == "dark" {
+		s.Dark = true
+	}
+	for key, dst := range map[string]*string{"config": &s.Config, "draft-config": &s.DraftJSON} {
+		if v, ok := q[key]; ok {
+			text, err := unpack(v[0])
+			if err != nil {
+				errs[key] = "the pasted config in the link is damaged: " + err.Error()
+				continue
+			}
+			*dst = text
+		}
+	}
+	for side, e := range map[string]*Engine{"p-": &s.P, "d-": &s.D} {
+		for _, f := range engineFields {
+			key := side + f.key
+			v, ok := q[key]
+			if !ok {
+				continue
+			}
+			switch dst := f.ptr(e).(type) {
+			case *int:
+				num(key, dst)
+			case *string:
+				*dst = v[0]
+			case *bool:
+				b, err := strconv.ParseBool(v[0])
+				if err != nil {
+					errs[key] = fmt.Sprintf("%q is not true or false", v[0])
+					continue
+				}
+				*dst = b
+			}
+		}
+	}
+	known := false
+	for _, v := range Views {
+		known = known || v.ID == s.View
+	}
+	if !known {
+		errs["view"] = fmt.Sprintf("unknown view %q", s.View)
+		s.View = "plan"
+	}
+	return s, errs
+}
+
+// Query writes the settings as a URL query: the model always, everything
+// else where it differs from vLLM's defaults. ParseQuery(s.Query()) == s.
+func (s Settings) Query() url.Values {
+	q := url.Values{}
+	b := blankSettings()
+	set := func(key, v, def string) {
+		if v != def {
+			q.Set(key, v)
+		}
+	}
+	q.Set("model", s.Model)
+	set("view", s.View, b.View)
+	set("draft", s.Draft, "")
+	set("connector", s.Connector, b.Connector)
+	set("plans", s.Plans, b.Plans)
+	set("layout", s.Layout, b.Layout)
+	set("prompt-tokens", strconv.Itoa(s.Prompt), strconv.Itoa(b.Prompt))
+	set("prefix-hit-tokens", strconv.Itoa(s.Hit), "0")
+	if s.Dark {
+		q.Set("theme", "dark")
+	}
+	if s.Model == "custom" && s.Config != "" {
+		q.Set("config", pack(s.Config))
+	}
+	if s.Draft == "custom" && s.DraftJSON != "" {
+		q.Set("draft-config", pack(s.DraftJSON))
+	}
+	for side, e := range map[string]Engine{"p-": s.P, "d-": s.D} {
+		for _, f := range engineFields {
+			switch v := f.ptr(&e).(type) {
+			case *int:
+				if *v != 0 {
+					q.Set(side+f.key, strconv.Itoa(*v))
+				}
+			case *string:
+				if *v != "" {
+					q.Set(side+f.key, *v)
+				}
+			case *bool:
+				if *v {
+					q.Set(side+f.key, "true")
+				}
+			}
+		}
+	}
+	return q
+}
+
+// Link is the settings as a relative URL.
+func (s Settings) Link() string { return "/?" + encodeSorted(s.Query()) }
+
+// encodeSorted encodes a query with keys in a stable, readable order.
+func encodeSorted(q url.Values) string {
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	rank := func(k string) int {
+		switch {
+		case k == "view":
+			return 0
+		case k == "model" || k == "draft":
+			return 1
+		case strings.HasPrefix(k, "p-"):
+			return 3
+		case strings.HasPrefix(k, "d-"):
+			return 4
+		}
+		return 2
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if rank(keys[i]) != rank(keys[j]) {
+			return rank(keys[i]) < rank(keys[j])
+		}
+		return keys[i] < keys[j]
+	})
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(url.QueryEscape(k))
+		b.WriteByte('=')
+		b.WriteString(url.QueryEscape(q.Get(k)))
+	}
+	return b.String()
+}
+
+// pack compresses a pasted config for the URL.
+func pack(text string) string {
+	var buf bytes.Buffer
+	w, _ := flate.NewWriter(&buf, flate.BestCompression)
+	w.Write([]byte(text))
+	w.Close()
+	return base64.RawURLEncoding.EncodeToString(buf.Bytes())
+}
+
+func unpack(v string) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil {
+		return "", err
+	}
+	out, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(raw)), 1<<20))
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
+}

@@ -1,0 +1,102 @@
+package app
+
+import (
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestSettingsRoundTripThroughTheURL(t *testing.T) {
+	custom := DefaultSettings()
+	custom.Model, custom.Config = "custom", `{"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64}`
+	tests := []struct {
+		name string
+		s    Settings
+	}{
+		{"the default view", DefaultSettings()},
+		{"a plain model at vLLM's defaults", Settings{View: "plan", Model: "openai/gpt-oss-20b", Connector: "nixl", Plans: "auto", Layout: "split", Prompt: 4096}},
+		{"every engine flag set on both sides", Settings{View: "flow", Model: "google/gemma-3-27b-it", Draft: "mtp", Connector: "nixl-push", Plans: "invariant", Layout: "blocks-first", Prompt: 777, Hit: 64, Dark: true,
+			P: Engine{TP: 2, PP: 2, BlockSize: 32, MaxModelLen: 8192, MNBT: 2048, Spec: 3, KVDType: "fp8", Selector: "classic", MinLayers: 2, GroupSize: 5, MemGiB: 20, MambaMode: "align", SSMDType: "float32", NoAsync: true, DisableHybrid: true},
+			D: Engine{TP: 8, BlockSize: 48}}},
+		{"a pasted config", custom},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u, err := url.Parse(tt.s.Link())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, errs := ParseQuery(u.Query())
+			if len(errs) > 0 {
+				t.Fatalf("errors %v", errs)
+			}
+			if !reflect.DeepEqual(got, tt.s) {
+				t.Errorf("round trip changed the settings:\n got %+v\nwant %+v\nlink %s", got, tt.s, tt.s.Link())
+			}
+		})
+	}
+}
+
+func TestBadQueryValuesNameTheirField(t *testing.T) {
+	q, _ := url.ParseQuery("model=openai/gpt-oss-20b&p-tensor-parallel-size=two&d-no-async-scheduling=perhaps&prompt-tokens=-5&view=nowhere&config=%25%25")
+	s, errs := ParseQuery(q)
+	for _, key := range []string{"p-tensor-parallel-size", "d-no-async-scheduling", "prompt-tokens", "view"} {
+		if errs[key] == "" {
+			t.Errorf("no error for %s (errors %v)", key, errs)
+		}
+	}
+	if s.P.TP != 0 || s.View != "plan" || s.Prompt != 4096 {
+		t.Errorf("a bad value must leave the default: %+v", s)
+	}
+}
+
+func TestComputeReportsErrorsPerField(t *testing.T) {
+	cat := testCatalog()
+	tests := []struct {
+		name  string
+		edit  func(*Settings)
+		field string
+	}{
+		{"a TP size the heads do not allow", func(s *Settings) { s.Model, s.D = "google/gemma-3-1b-it", Engine{TP: 8} }, "d-tensor-parallel-size"},
+		{"an unknown model", func(s *Settings) { s.Model = "acme/nothing" }, "model"},
+		{"a broken pasted config", func(s *Settings) { s.Model, s.Config = "custom", `{"num_hidden_layers": 0}` }, "config"},
+		{"MTP on a model without it", func(s *Settings) { s.Model, s.Draft = "openai/gpt-oss-20b", "mtp" }, "draft"},
+		{"an unknown selector", func(s *Settings) { s.P.Selector = "magic" }, "p-selector"},
+		{"a prompt longer than max_model_len", func(s *Settings) { s.Prompt = 1 << 20 }, "prompt-tokens"},
+		{"an unknown connector", func(s *Settings) { s.Connector = "nccl" }, "connector"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := DefaultSettings()
+			tt.edit(&s)
+			r := Compute(s, cat, nil)
+			if r.Errors[tt.field] == "" {
+				t.Errorf("errors %v, want one for %s", r.Errors, tt.field)
+			}
+		})
+	}
+}
+
+func TestComputeMatchesTheCLIPlanner(t *testing.T) {
+	s := DefaultSettings()
+	r := Compute(s, testCatalog(), nil)
+	if !r.OK() {
+		t.Fatal(r.Errors, r.Err)
+	}
+	p, d := r.Plans()
+	// The seed deployment's independent plans (nixl pulls; not MLA).
+	if p.BlockSize != 592 || d.BlockSize != 304 || p.NumGroups != 17 {
+		t.Errorf("P block %d groups %d, D block %d", p.BlockSize, p.NumGroups, d.BlockSize)
+	}
+	if r.PD.Transfer != nil {
+		t.Error("the plan view computes no transfer")
+	}
+	r.EnsureTransfer(nil)
+	if r.PD.Transfer == nil || r.PD.Transfer.Rejection != nil || r.PD.Transfer.Descs == 0 {
+		t.Fatalf("transfer %+v", r.PD.Transfer)
+	}
+	if !strings.Contains(s.CLI("pd"), "--d-tensor-parallel-size 4") {
+		t.Errorf("CLI %q", s.CLI("pd"))
+	}
+}

@@ -1,0 +1,162 @@
+package app
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/go-echarts/go-echarts/v2/charts"
+	"github.com/go-echarts/go-echarts/v2/opts"
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
+	"github.com/maxence-charriere/go-app/v10/pkg/app"
+)
+
+// chartSet is the three charts of the charts view, as ECharts option JSON
+// built with go-echarts from core's numbers.
+type chartSet struct {
+	Tokens, Groups, Descs string
+}
+
+// blockSizes are the block sizes the charts sweep (hybrid models raise the
+// small ones to their aligned size, which the chart shows as a plateau).
+var blockSizes = []int{16, 32, 48, 64, 96, 128, 256, 512, 1024}
+
+func computeCharts(r *Result, _ model.Catalog) chartSet {
+	s := r.Settings
+	pe, de := s.P.Engine(), s.D.Engine()
+	labels := make([]string, len(blockSizes))
+	for i, bs := range blockSizes {
+		labels[i] = strconv.Itoa(bs)
+	}
+
+	// 1. KV cache tokens against --block-size, both sides.
+	tokens := func(e plan.Engine) []opts.LineData {
+		var out []opts.LineData
+		for _, bs := range blockSizes {
+			e.BlockSize = bs
+			if p, err := plan.New(r.Model, e); err == nil {
+				out = append(out, opts.LineData{Value: p.KVCacheTokens})
+			} else {
+				out = append(out, opts.LineData{Value: nil})
+			}
+		}
+		return out
+	}
+	l1 := charts.NewLine()
+	l1.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: "KV cache tokens against --block-size"}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
+		charts.WithXAxisOpts(opts.XAxis{Name: "block size"}),
+		charts.WithYAxisOpts(opts.YAxis{Name: "tokens"}),
+	)
+	l1.SetXAxis(labels).AddSeries("P", tokens(pe)).AddSeries("D", tokens(de))
+
+	// 2. Groups and padding against --min-kv-cache-group-layers (P).
+	var mins []string
+	var groups, padding []opts.LineData
+	for k := 1; k <= 12; k++ {
+		e := pe
+		e.MinGroupLayers = k
+		e.Selector = plan.PaddingBytes
+		mins = append(mins, strconv.Itoa(k))
+		if p, err := plan.New(r.Model, e); err == nil {
+			groups = append(groups, opts.LineData{Value: p.NumGroups})
+			padding = append(padding, opts.LineData{Value: p.PaddingSlots})
+		} else {
+			groups = append(groups, opts.LineData{Value: nil})
+			padding = append(padding, opts.LineData{Value: nil})
+		}
+	}
+	l2 := charts.NewLine()
+	l2.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: "P: groups and padding slots against --min-kv-cache-group-layers (padding-bytes)"}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
+		charts.WithXAxisOpts(opts.XAxis{Name: "min layers"}),
+	)
+	l2.SetXAxis(mins).AddSeries("groups", groups).AddSeries("padding slots", padding)
+
+	// 3. Descriptors per request against D's --block-size (P fixed).
+	var descs, merged []opts.LineData
+	for _, bs := range blockSizes {
+		e := de
+		e.BlockSize = bs
+		n, m := descriptorCount(r, pe, e)
+		descs = append(descs, n)
+		merged = append(merged, m)
+	}
+	l3 := charts.NewLine()
+	l3.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: "Descriptors per request against D's --block-size"}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
+		charts.WithXAxisOpts(opts.XAxis{Name: "D block size"}),
+		charts.WithYAxisOpts(opts.YAxis{Name: "descriptors", Type: "log"}),
+	)
+	l3.SetXAxis(labels).AddSeries("submitted", descs).AddSeries("after merging", merged)
+	return chartSet{Tokens: optionJSON(l1), Groups: optionJSON(l2), Descs: optionJSON(l3)}
+}
+
+// descriptorCount is the descriptors of the current request between two
+// engines, before and after merging (nil where it cannot be computed).
+func descriptorCount(r *Result, pe, de plan.Engine) (opts.LineData, opts.LineData) {
+	s := r.Settings
+	conn, err := xfer.ParseConnector(s.Connector)
+	if err != nil {
+		return opts.LineData{}, opts.LineData{}
+	}
+	x, err := xfer.Run(xfer.Setup{Model: r.Model, P: pe, D: de, Connector: conn, Plans: xfer.PlanChoice(s.Plans),
+		Request: xfer.Request{PromptTokens: s.Prompt, PrefixHitTokens: s.Hit}})
+	if err != nil || x.Transfer == nil || x.Transfer.Rejection != nil {
+		return opts.LineData{Value: nil}, opts.LineData{Value: nil}
+	}
+	return opts.LineData{Value: x.Transfer.Descs}, opts.LineData{Value: x.Transfer.Merged}
+}
+
+// optionJSON marshals a chart's options for ECharts' setOption.
+func optionJSON(c interface{ JSON() map[string]any }) string {
+	b, err := json.Marshal(c.JSON())
+	if err != nil {
+		return "{}"
+	}
+	return string(b)
+}
+
+func (c *Root) renderCharts() app.UI {
+	if !c.result.OK() {
+		return app.P().Class("muted").Text("Fix the settings on the Configure view to see the charts.")
+	}
+	if c.charts == nil {
+		return app.P().Class("muted").Text("computing the charts…")
+	}
+	dark := c.settings.Dark
+	return app.Div().Class("charts-view").Body(
+		&Chart{ID: "chart-tokens", Option: c.charts.Tokens, Dark: dark},
+		&Chart{ID: "chart-groups", Option: c.charts.Groups, Dark: dark},
+		&Chart{ID: "chart-descs", Option: c.charts.Descs, Dark: dark},
+		app.P().Class("muted").Text("Options built with go-echarts in Go from core's numbers; drawn by ECharts served from this server."),
+	)
+}
+
+// Chart hands one ECharts option (JSON) to the ECharts bundle.
+type Chart struct {
+	app.Compo
+	ID     string
+	Option string
+	Dark   bool
+}
+
+// OnMount draws the chart once its element exists.
+func (c *Chart) OnMount(ctx app.Context) { ctx.Defer(func(app.Context) { c.draw() }) }
+
+// OnUpdate redraws the chart when its option or theme changes.
+func (c *Chart) OnUpdate(ctx app.Context) { ctx.Defer(func(app.Context) { c.draw() }) }
+
+func (c *Chart) draw() { callJS("chart", c.ID, c.Option, c.Dark) }
+
+// Render is the chart's container.
+func (c *Chart) Render() app.UI {
+	return app.Div().ID(c.ID).Class("chart").DataSet("testid", c.ID)
+}

@@ -1,0 +1,177 @@
+package app
+
+import (
+	"sort"
+	"strconv"
+
+	"github.com/maxence-charriere/go-app/v10/pkg/app"
+)
+
+func sortedKeys(m FieldErrors) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// fieldError draws the error of one field next to it.
+func (c *Root) fieldError(key string) app.UI {
+	if c.result == nil {
+		return nil
+	}
+	msg, ok := c.result.Errors[key]
+	if !ok {
+		return nil
+	}
+	return app.Div().Class("field-error").DataSet("field", key).Text(msg)
+}
+
+// selectOf is a select whose choice edits the settings.
+func (c *Root) selectOf(id, value string, choices []string, set func(s *Settings, v string)) app.UI {
+	return app.Select().ID(id).Body(app.Range(choices).Slice(func(i int) app.UI {
+		label := choices[i]
+		if label == "" {
+			label = "(none)"
+		}
+		return app.Option().Value(choices[i]).Text(label).Selected(choices[i] == value)
+	})).OnChange(func(ctx app.Context, e app.Event) {
+		v := ctx.JSSrc().Get("value").String()
+		c.change(ctx, func(s *Settings) { set(s, v) })
+	})
+}
+
+func (c *Root) renderConfigure() app.UI {
+	s := c.settings
+	models := append(c.Catalog.Names(), "custom")
+	drafts := append(append([]string{"", "mtp"}, c.Catalog.Names()...), "custom")
+	return app.Div().Class("configure").Body(
+		app.Section().Class("card").Body(
+			app.H2().Text("Model"),
+			app.Label().Body(app.Text("model "), c.selectOf("model", s.Model, models, func(s *Settings, v string) { s.Model = v })),
+			c.fieldError("model"),
+			app.If(s.Model == "custom", func() app.UI {
+				return c.configBox("config", "paste or drop a Hugging Face config.json", s.Config, func(s *Settings, v string) { s.Config = v })
+			}),
+			app.Label().Body(app.Text("draft "), c.selectOf("draft", s.Draft, drafts, func(s *Settings, v string) { s.Draft = v })),
+			c.fieldError("draft"),
+			app.If(s.Draft == "custom", func() app.UI {
+				return c.configBox("draft-config", "paste or drop the draft model's config.json", s.DraftJSON, func(s *Settings, v string) { s.DraftJSON = v })
+			}),
+		),
+		app.Section().Class("card engines").Body(
+			app.H2().Text("Engines (vLLM flags)"),
+			app.Table().Class("engine-form").Body(
+				app.THead().Body(app.Tr().Body(app.Th().Text("flag"), app.Th().Text("P (prefill)"), app.Th().Text("D (decode)"), app.Th().Text("default"))),
+				app.TBody().Body(app.Range(engineFields).Slice(func(i int) app.UI {
+					f := engineFields[i]
+					return app.Tr().Body(
+						app.Td().Body(app.Code().Text("--"+f.key)),
+						app.Td().Body(c.engineInput("p-", f), c.fieldError("p-"+f.key)),
+						app.Td().Body(c.engineInput("d-", f), c.fieldError("d-"+f.key)),
+						app.Td().Class("muted").Text(f.help),
+					)
+				})),
+			),
+			c.fieldError("p-engine"), c.fieldError("d-engine"),
+		),
+		app.Section().Class("card").Body(
+			app.H2().Text("Connector and request"),
+			app.Label().Body(app.Text("connector "), c.selectOf("connector", s.Connector,
+				[]string{"nixl", "nixl-push", "offloading", "simple-cpu-offload", "multi:nixl+offloading", "multi:nixl-push+offloading"},
+				func(s *Settings, v string) { s.Connector = v })),
+			c.fieldError("connector"),
+			app.Label().Body(app.Text("plans "), c.selectOf("plans", s.Plans, []string{"auto", "independent", "invariant"}, func(s *Settings, v string) { s.Plans = v })),
+			c.fieldError("plans"),
+			app.Label().Body(app.Text("layout "), c.selectOf("layout", s.Layout, []string{"split", "blocks-first"}, func(s *Settings, v string) { s.Layout = v })),
+			app.Label().Body(app.Text("prompt tokens "), c.numberInput("prompt-tokens", s.Prompt, func(s *Settings, n int) { s.Prompt = n })),
+			c.fieldError("prompt-tokens"),
+			app.Label().Body(app.Text("D prefix-hit tokens "), c.numberInput("prefix-hit-tokens", s.Hit, func(s *Settings, n int) { s.Hit = n })),
+			c.fieldError("prefix-hit-tokens"),
+		),
+	)
+}
+
+func (c *Root) engineInput(side string, f engineField) app.UI {
+	e := &c.settings.P
+	if side == "d-" {
+		e = &c.settings.D
+	}
+	id := side + f.key
+	switch v := f.ptr(e).(type) {
+	case *int:
+		return c.numberInput(id, *v, func(s *Settings, n int) {
+			t := &s.P
+			if side == "d-" {
+				t = &s.D
+			}
+			*f.ptr(t).(*int) = n
+		})
+	case *string:
+		return app.Input().ID(id).Type("text").Value(*v).Placeholder("default").OnChange(func(ctx app.Context, ev app.Event) {
+			val := ctx.JSSrc().Get("value").String()
+			c.change(ctx, func(s *Settings) {
+				t := &s.P
+				if side == "d-" {
+					t = &s.D
+				}
+				*f.ptr(t).(*string) = val
+			})
+		})
+	case *bool:
+		return app.Input().ID(id).Type("checkbox").Checked(*v).OnChange(func(ctx app.Context, ev app.Event) {
+			val := ctx.JSSrc().Get("checked").Bool()
+			c.change(ctx, func(s *Settings) {
+				t := &s.P
+				if side == "d-" {
+					t = &s.D
+				}
+				*f.ptr(t).(*bool) = val
+			})
+		})
+	}
+	return nil
+}
+
+// numberInput is a non-negative integer field; text that is not one shows
+// an error next to the field and changes nothing.
+func (c *Root) numberInput(id string, v int, set func(s *Settings, n int)) app.UI {
+	return app.Input().ID(id).Type("text").Attr("inputmode", "numeric").Value(strconv.Itoa(v)).OnChange(func(ctx app.Context, e app.Event) {
+		raw := ctx.JSSrc().Get("value").String()
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 0 {
+			c.result.Errors[id] = strconv.Quote(raw) + " is not a non-negative integer"
+			ctx.Update()
+			return
+		}
+		c.change(ctx, func(s *Settings) { set(s, n) })
+	})
+}
+
+// configBox is a textarea that takes a pasted or dropped config.json.
+func (c *Root) configBox(id, placeholder, value string, set func(s *Settings, text string)) app.UI {
+	return app.Div().Body(
+		app.Textarea().ID(id).Class("config").Placeholder(placeholder).Text(value).
+			OnChange(func(ctx app.Context, e app.Event) {
+				text := ctx.JSSrc().Get("value").String()
+				c.change(ctx, func(s *Settings) { set(s, text) })
+			}).
+			On("dragover", func(ctx app.Context, e app.Event) { e.PreventDefault() }).
+			On("drop", func(ctx app.Context, e app.Event) {
+				e.PreventDefault()
+				files := e.Get("dataTransfer").Get("files")
+				if files.Length() == 0 {
+					return
+				}
+				files.Index(0).Call("text").Call("then", app.FuncOf(func(this app.Value, args []app.Value) any {
+					text := args[0].String()
+					ctx.Dispatch(func(ctx app.Context) {
+						c.change(ctx, func(s *Settings) { set(s, text) })
+					})
+					return nil
+				}))
+			}),
+		c.fieldError(id),
+	)
+}

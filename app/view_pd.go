@@ -1,0 +1,96 @@
+package app
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/maxence-charriere/go-app/v10/pkg/app"
+)
+
+func (c *Root) renderPD() app.UI {
+	r := c.result
+	if !r.OK() {
+		return app.P().Class("muted").Text("Fix the settings on the Configure view to compare P and D.")
+	}
+	inv := r.PD.Invariant
+	diff := plan.Compare(inv.PIndependent, inv.DIndependent)
+	row := func(label string, f func(p *plan.Plan) string, pp, dp *plan.Plan) app.UI {
+		return app.Tr().Body(app.Th().Text(label), app.Td().Text(f(pp)), app.Td().Text(f(dp)))
+	}
+	groups := func(p *plan.Plan) string {
+		return fmt.Sprintf("%d groups × %d slots, block %d", p.NumGroups, p.Slots, p.BlockSize)
+	}
+	tokens := func(p *plan.Plan) string { return commas(p.KVCacheTokens) }
+	pct := func(v float64) string { return fmt.Sprintf("%+.2f%%", v) }
+	return app.Div().Class("pd-view").Body(
+		app.Section().Class("card").Body(
+			app.H2().Text("Independent and TP-invariant plans"),
+			app.Table().Class("compare").Body(
+				app.THead().Body(app.Tr().Body(app.Th(), app.Th().Text(fmt.Sprintf("P (TP %d)", inv.PIndependent.Engine.TensorParallelSize)),
+					app.Th().Text(fmt.Sprintf("D (TP %d)", inv.DIndependent.Engine.TensorParallelSize)))),
+				app.TBody().Body(
+					row("independent plan", groups, inv.PIndependent, inv.DIndependent),
+					row("  KV cache tokens", tokens, inv.PIndependent, inv.DIndependent),
+					row("TP-invariant plan (inferred)", groups, inv.P, inv.D),
+					row("  KV cache tokens", tokens, inv.P, inv.D),
+					app.Tr().Body(app.Th().Text("  difference"),
+						app.Td().DataSet("testid", "diff-p").Text(pct(r.PD.PCost.DiffPercent)),
+						app.Td().DataSet("testid", "diff-d").Text(pct(r.PD.DCost.DiffPercent))),
+				),
+			),
+			app.P().Class("muted").Text(fmt.Sprintf("The transfer uses the %s plans (connector %s%s). Invariant block size %d: %s.",
+				r.PD.Plans, r.PD.Connector, map[bool]string{true: ", which needs matching groups", false: ""}[r.PD.NeedsMatching], inv.BlockSize, inv.BlockSizeRule)),
+		),
+		app.Section().Class("card").Body(
+			app.H2().Text("Block size"),
+			app.P().DataSet("testid", "advice").Text(r.PD.Advice.Log),
+		),
+		app.Section().Class("card").Body(
+			app.H2().Text(fmt.Sprintf("Layers that change group, slot or block size (independent plans): %d", len(diff.Changes))),
+			app.If(len(diff.Changes) == 0, func() app.UI { return app.P().Text("None: P and D plan the same layout.") }),
+			app.If(len(diff.Changes) > 0, func() app.UI {
+				return app.Div().Class("scroll").Body(app.Table().Class("changes").Body(
+					app.THead().Body(app.Tr().Body(app.Th().Text("layer"), app.Th().Text("P group"), app.Th().Text("P slot"), app.Th().Text("P block"),
+						app.Th().Text("D group"), app.Th().Text("D slot"), app.Th().Text("D block"))),
+					app.TBody().Body(app.Range(diff.Changes).Slice(func(i int) app.UI {
+						ch := diff.Changes[i]
+						return app.Tr().Body(app.Td().Text(ch.Layer), app.Td().Text(strconv.Itoa(ch.FromGroup)), app.Td().Text(strconv.Itoa(ch.FromSlot)),
+							app.Td().Text(strconv.Itoa(ch.FromBlock)), app.Td().Text(strconv.Itoa(ch.ToGroup)), app.Td().Text(strconv.Itoa(ch.ToSlot)), app.Td().Text(strconv.Itoa(ch.ToBlock)))
+					})),
+				))
+			}),
+		),
+		c.renderHandshake(),
+	)
+}
+
+func noteOr(note, fallback string) string {
+	if note != "" {
+		return note
+	}
+	return fallback
+}
+
+func (c *Root) renderHandshake() app.UI {
+	t := c.result.PD.Transfer
+	if t == nil {
+		return app.Section().Class("card").Body(app.H2().Text("Handshake"), app.P().Text(noteOr(c.result.PD.Note, "computing the transfer…")))
+	}
+	hs := t.Handshake
+	return app.Section().Class("card").Body(
+		app.H2().Text("Handshake (version 15)"),
+		app.P().Text(hs.Summary()),
+		app.Table().Class("checks").Body(app.Range(hs.Checks).Slice(func(i int) app.UI {
+			ch := hs.Checks[i]
+			mark, cls := "ok", "ok"
+			if !ch.OK {
+				mark, cls = "FAIL", "fail"
+			}
+			return app.Tr().Class(cls).Body(app.Td().Text(mark), app.Td().Body(app.Code().Text(ch.Rule)), app.Td().Text(ch.Detail))
+		})),
+		app.If(t.Rejection != nil, func() app.UI {
+			return app.P().Class("banner error").Text(fmt.Sprintf("Rejected (%s, %s): %s. Fix: %s", t.Rejection.Rule, t.Rejection.Side, t.Rejection.Detail, t.Rejection.Fix))
+		}),
+	)
+}

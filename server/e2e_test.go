@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/web"
+)
+
+// browser starts Debian's Chromium on a server with the real app. Without
+// Chromium or a built app.wasm the test skips, unless
+// KVSCOPE_REQUIRE_BROWSER is set (CI sets it), where it fails.
+func browser(t *testing.T) (context.Context, *httptest.Server, *[]string) {
+	t.Helper()
+	require := os.Getenv("KVSCOPE_REQUIRE_BROWSER") != ""
+	skip := func(format string, args ...any) {
+		t.Helper()
+		if require {
+			t.Fatalf(format, args...)
+		}
+		t.Skipf(format, args...)
+	}
+	if _, err := fs.Stat(web.Files(), "app.wasm"); err != nil {
+		skip("web/app.wasm is not built into this test binary: run make test (it builds it first)")
+	}
+	path := ""
+	for _, p := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if found, err := exec.LookPath(p); err == nil {
+			path = found
+			break
+		}
+	}
+	if path == "" {
+		skip("no Chromium on PATH: apt-get install chromium (.ci/run does)")
+	}
+	cat := model.NewCatalog(os.DirFS(filepath.Join("..", "testdata")), "models")
+	ts := httptest.NewServer(newMux(cat, serveOptions{Addr: "127.0.0.1:0", Agent: "none", Logf: t.Logf}))
+	t.Cleanup(ts.Close)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("window-size", "1400,1000"),
+		chromedp.UserDataDir(t.TempDir()))
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancelTimeout)
+	var mu sync.Mutex
+	var urls []string
+	if err := chromedp.Do(ctx); err != nil {
+		skip("Chromium did not start: %v", err)
+	}
+	chromedp.Listen(ctx, func(ev any) {
+		var req *network.Request
+		switch e := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			req = e.Request
+		case network.EventRequestWillBeSent:
+			req = e.Request
+		}
+		if req != nil {
+			mu.Lock()
+			urls = append(urls, req.URL)
+			mu.Unlock()
+		}
+	})
+	return ctx, ts, &urls
+}
+
+// artifact saves a screenshot where CI keeps test artifacts.
+func artifact(t *testing.T, name string, png []byte) {
+	dir := os.Getenv("KVSCOPE_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("..", "testdata", "artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
+	}
+}
+
+func attr(t *testing.T, ctx context.Context, sel, name string) string {
+	t.Helper()
+	res, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(sel), name))
+	if err != nil {
+		t.Fatalf("%s[%s]: %v", sel, name, err)
+	}
+	return res.Value
+}
+
+// planTokens is kvscope plan --json's KV cache tokens for the same flags.
+func planTokens(t *testing.T, args ...string) int64 {
+	t.Helper()
+	code, out, errs := runCLI(t, append(append([]string{"plan"}, args...), "--json")...)
+	if code != 0 {
+		t.Fatalf("plan %v: %s", args, errs)
+	}
+	var p struct {
+		Tokens int64 `json:"kv_cache_tokens"`
+		Groups int   `json:"num_groups"`
+	}
+	json.Unmarshal([]byte(out), &p)
+	return p.Tokens
+}
+
+func waitReady(t *testing.T, ctx context.Context) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] [data-testid="kv-tokens-p"]`))); err != nil {
+		t.Fatalf("the app never reported data-wasm=ready: %v", err)
+	}
+	return time.Since(start)
+}
+
+func TestBrowserApp(t *testing.T) {
+	ctx, ts, urls := browser(t)
+	link := ts.URL + "/?model=openai/gpt-oss-20b&p-tensor-parallel-size=2&d-tensor-parallel-size=4&prompt-tokens=300"
+
+	// The server-rendered page carries the plan too, but not data-wasm=ready:
+	// only the mounted WebAssembly app sets it.
+	start := time.Now()
+	if err := chromedp.Do(ctx, chromedp.Navigate(link)); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx)
+	firstPlan := time.Since(start)
+	t.Logf("first plan visible %v after navigation", firstPlan)
+	if budget := time.Duration(2 * slack() * float64(time.Second)); firstPlan > budget {
+		t.Errorf("first plan visible after %v, budget %v", firstPlan, budget)
+	}
+	p := attr(t, ctx, `[data-testid="kv-tokens-p"]`, "data-value")
+	d := attr(t, ctx, `[data-testid="kv-tokens-d"]`, "data-value")
+	wantP := planTokens(t, "--model", modelPath("openai__gpt-oss-20b"), "--tensor-parallel-size", "2")
+	wantD := planTokens(t, "--model", modelPath("openai__gpt-oss-20b"), "--tensor-parallel-size", "4")
+	if p != strconv.FormatInt(wantP, 10) || d != strconv.FormatInt(wantD, 10) {
+		t.Errorf("browser shows P %s, D %s KV tokens; kvscope plan --json says %d, %d", p, d, wantP, wantD)
+	}
+	if g := attr(t, ctx, `[data-testid="groups-p"]`, "data-value"); g != "2" {
+		t.Errorf("groups-p = %q, want 2", g)
+	}
+	shot, _ := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	artifact(t, "plan", shot)
+
+	// Change D's TP through the form: the numbers and the URL follow.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-view="configure"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#d-tensor-parallel-size`))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const el = document.getElementById('d-tensor-parallel-size');
+		el.value = '8'; el.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-view="plan"]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid="kv-tokens-d"]`))); err != nil {
+		t.Fatal(err)
+	}
+	wantD8 := planTokens(t, "--model", modelPath("openai__gpt-oss-20b"), "--tensor-parallel-size", "8")
+	if d8 := attr(t, ctx, `[data-testid="kv-tokens-d"]`, "data-value"); d8 != strconv.FormatInt(wantD8, 10) {
+		t.Errorf("after D TP 8: D shows %s KV tokens, kvscope plan says %d", d8, wantD8)
+	}
+	shared, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(shared, "d-tensor-parallel-size=8") || !strings.Contains(shared, "model=openai%2Fgpt-oss-20b") {
+		t.Errorf("the URL did not follow the change: %s", shared)
+	}
+	ms := attr(t, ctx, `#recompute`, "data-ms")
+	t.Logf("recompute after the change: %s ms", ms)
+
+	// A shared link restores the view in a fresh page.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(shared)); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx)
+	if d8 := attr(t, ctx, `[data-testid="kv-tokens-d"]`, "data-value"); d8 != strconv.FormatInt(wantD8, 10) {
+		t.Errorf("the shared link restores D at %s KV tokens, want %d", d8, wantD8)
+	}
+	shot, _ = chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	artifact(t, "shared-link", shot)
+
+	// The descriptor flow view proves the transfer in the browser.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-view="flow"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="verdict"][data-value="exact"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#flow-svg path.band`))); err != nil {
+		t.Fatalf("flow view: %v", err)
+	}
+	shot, _ = chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	artifact(t, "flow", shot)
+
+	// Charts come from the ECharts bundle this server serves.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-view="charts"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chart-tokens canvas`))); err != nil {
+		t.Fatalf("charts view: %v", err)
+	}
+	shot, _ = chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	artifact(t, "charts", shot)
+
+	for _, u := range *urls {
+		if !strings.HasPrefix(u, ts.URL) && !strings.HasPrefix(u, "data:") && !strings.HasPrefix(u, "blob:") && u != "about:blank" {
+			t.Errorf("the app loaded %s from another host", u)
+		}
+	}
+}
+
+// TestRecomputeBudget times a recompute of Qwen3.6-35B-A3B + DFlash (both
+// plans, the TP-invariant plan and the transfer) after an input change.
+func TestRecomputeBudget(t *testing.T) {
+	ctx, ts, _ := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx)
+	var worst float64
+	for _, tp := range []string{"8", "2", "4"} {
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { document.querySelector('button[data-view="configure"]').click(); return true; })()`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#d-tensor-parallel-size`))); err != nil {
+			t.Fatal(err)
+		}
+		chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const el = document.getElementById('d-tensor-parallel-size');
+			el.value = '`+tp+`'; el.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`))
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#recompute`))); err != nil {
+			t.Fatal(err)
+		}
+		ms, _ := strconv.ParseFloat(attr(t, ctx, `#recompute`, "data-ms"), 64)
+		t.Logf("recompute with D TP %s: %.1f ms", tp, ms)
+		worst = max(worst, ms)
+	}
+	// On the descriptor flow view a recompute includes the transfer.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-view="flow"]`)), chromedp.WaitVisible(chromedp.CSS(`#flow-svg`))); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { window.dispatchEvent(new KeyboardEvent('keydown', {key: 'd'})); return true; })()`))
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#flow-svg`))); err != nil {
+			t.Fatal(err)
+		}
+		ms, _ := strconv.ParseFloat(attr(t, ctx, `#recompute`, "data-ms"), 64)
+		t.Logf("recompute on the descriptor flow view (plans and transfer): %.1f ms", ms)
+		worst = max(worst, ms)
+	}
+	if budget := 50 * slack(); worst > budget {
+		t.Errorf("a recompute took %.1f ms, budget %.0f ms", worst, budget)
+	}
+}
+
+// slack widens the time budgets on a loaded CI runner
+// (KVSCOPE_BUDGET_SLACK, default 1: the budgets of the issue).
+func slack() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("KVSCOPE_BUDGET_SLACK"), 64); err == nil && v >= 1 {
+		return v
+	}
+	return 1
+}
+
+// TestStaticSite writes the static website and runs it from a plain file
+// server: the planning happens in the browser alone.
+func TestStaticSite(t *testing.T) {
+	ctx, _, urls := browser(t)
+	dir := t.TempDir()
+	if err := writeSite(dir); err != nil {
+		t.Fatal(err)
+	}
+	fsrv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer fsrv.Close()
+	*urls = nil
+	if err := chromedp.Do(ctx, chromedp.Navigate(fsrv.URL+"/?model=Qwen/Qwen3-0.6B&p-tensor-parallel-size=1&d-tensor-parallel-size=2")); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx)
+	want := planTokens(t, "--model", modelPath("Qwen__Qwen3-0.6B"), "--tensor-parallel-size", "2")
+	if d := attr(t, ctx, `[data-testid="kv-tokens-d"]`, "data-value"); d != strconv.FormatInt(want, 10) {
+		t.Errorf("static site: D shows %s KV tokens, kvscope plan says %d", d, want)
+	}
+	for _, u := range *urls {
+		if strings.Contains(u, "/api/") {
+			t.Errorf("the static site called the API: %s", u)
+		}
+	}
+}

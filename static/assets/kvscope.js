@@ -1,0 +1,88 @@
+// kvscope's browser helpers, called from the Go app: ECharts drawing,
+// downloads, link copying and view export. Nothing here loads anything from
+// another host.
+window.kvscope = {
+  chart(id, json, dark) {
+    const el = document.getElementById(id);
+    if (!el || !window.echarts) return;
+    let c = echarts.getInstanceByDom(el);
+    if (c && c.__kvscopeDark !== dark) { c.dispose(); c = null; }
+    if (!c) { c = echarts.init(el, dark ? 'dark' : null); c.__kvscopeDark = dark; }
+    const opt = JSON.parse(json);
+    if (dark) opt.backgroundColor = 'transparent';
+    c.setOption(opt, true);
+  },
+  downloadURL(name, url) {
+    const a = document.createElement('a');
+    a.href = url; a.download = name;
+    document.body.appendChild(a); a.click(); a.remove();
+  },
+  download(name, mime, text) {
+    const url = URL.createObjectURL(new Blob([text], {type: mime}));
+    this.downloadURL(name, url);
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  },
+  copyLink(path) {
+    const url = location.origin + path;
+    if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {});
+    this.toast('link copied: ' + url);
+  },
+  toast(text) {
+    let t = document.getElementById('toast');
+    if (!t) { t = document.createElement('div'); t.id = 'toast'; document.body.appendChild(t); }
+    t.textContent = text; t.className = 'show';
+    clearTimeout(this._toast); this._toast = setTimeout(() => { t.className = ''; }, 2500);
+  },
+  // viewSVG returns the current view as SVG text: the descriptor flow is
+  // SVG already; other views are wrapped in a foreignObject with the page's
+  // CSS inlined; chart canvases become images.
+  viewSVG() {
+    const flow = document.getElementById('flow-svg');
+    if (flow) {
+      const clone = flow.cloneNode(true);
+      const style = document.createElementNS('http://www.w3.org/2000/svg', 'style');
+      style.textContent = this.css();
+      clone.insertBefore(style, clone.firstChild);
+      return {svg: new XMLSerializer().serializeToString(clone), w: flow.viewBox.baseVal.width, h: flow.viewBox.baseVal.height};
+    }
+    const view = document.getElementById('view');
+    const clone = view.cloneNode(true);
+    clone.querySelectorAll('canvas').forEach(cv => {
+      const orig = view.querySelector('#' + cv.closest('.chart').id + ' canvas');
+      const img = document.createElement('img');
+      img.src = (orig || cv).toDataURL('image/png'); img.style.width = cv.style.width; img.style.height = cv.style.height;
+      cv.replaceWith(img);
+    });
+    const w = view.scrollWidth, h = view.scrollHeight;
+    const root = document.getElementById('kvscope');
+    const html = new XMLSerializer().serializeToString(clone);
+    return {svg: `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}"><style>${this.css()}</style>` +
+      `<foreignObject width="100%" height="100%"><div xmlns="http://www.w3.org/1999/xhtml" class="${root.className}">${html}</div></foreignObject></svg>`, w, h};
+  },
+  css() {
+    let out = '';
+    for (const sheet of document.styleSheets) {
+      try { for (const r of sheet.cssRules) out += r.cssText + '\n'; } catch (e) { /* cross-origin: none here */ }
+    }
+    return out;
+  },
+  exportView(kind, view) {
+    const {svg, w, h} = this.viewSVG();
+    const name = 'kvscope-' + view;
+    if (kind === 'svg') { this.download(name + '.svg', 'image/svg+xml', svg); return; }
+    const img = new Image();
+    img.onload = () => {
+      const canvas = document.createElement('canvas');
+      const scale = window.devicePixelRatio || 1;
+      canvas.width = w * scale; canvas.height = h * scale;
+      const g = canvas.getContext('2d');
+      g.scale(scale, scale);
+      g.fillStyle = getComputedStyle(document.getElementById('kvscope')).backgroundColor || '#fff';
+      g.fillRect(0, 0, w, h);
+      g.drawImage(img, 0, 0);
+      try { this.downloadURL(name + '.png', canvas.toDataURL('image/png')); }
+      catch (e) { this.toast('PNG export is blocked by this browser; use SVG'); }
+    };
+    img.src = 'data:image/svg+xml;charset=utf-8,' + encodeURIComponent(svg);
+  },
+};
