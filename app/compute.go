@@ -15,7 +15,7 @@ import (
 
 // OracleLimit is the largest transfer (bytes moved) the app proves on bytes
 // in the browser; larger ones say how to run the oracle on the command line.
-const OracleLimit = 48 << 20
+const OracleLimit = 128 << 20
 
 // Result is everything the views draw, computed by core from the settings.
 type Result struct {

@@ -25,3 +25,17 @@ func BenchmarkCompute(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTransfer is what the descriptor flow view adds: the transfer of
+// the default request (1,024 tokens), P TP2 to D TP8.
+func BenchmarkTransfer(b *testing.B) {
+	cat := testCatalog()
+	s := DefaultSettings()
+	s.D.TP = 8
+	r := Compute(s, cat, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.transferDone = false
+		r.EnsureTransfer(nil)
+	}
+}

@@ -2,7 +2,6 @@ package app
 
 import (
 	"encoding/json"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -106,8 +105,8 @@ func (c *Root) shortcut(ctx app.Context, key string) {
 func (c *Root) change(ctx app.Context, edit func(*Settings)) {
 	prev := c.settings
 	edit(&c.settings)
-	if c.settings.View != prev.View && c.settings.Query().Encode() == c.viewless(prev).Encode() {
-		// Only the view changed: nothing to recompute.
+	if presentation(c.settings) == presentation(prev) {
+		// Only the view or the theme changed: nothing to recompute.
 		c.writeURL()
 		c.afterCompute(ctx)
 		ctx.Update()
@@ -120,9 +119,11 @@ func (c *Root) change(ctx app.Context, edit func(*Settings)) {
 	ctx.Update()
 }
 
-func (c *Root) viewless(s Settings) url.Values {
-	s.View = c.settings.View
-	return s.Query()
+// presentation is the settings without what only changes how they are
+// drawn (the view and the theme).
+func presentation(s Settings) string {
+	s.View, s.Dark = "", false
+	return s.Query().Encode()
 }
 
 func (c *Root) recompute(ctx app.Context) {

@@ -52,7 +52,7 @@ type Engine struct {
 
 // blankSettings are vLLM's defaults for everything, with no model.
 func blankSettings() Settings {
-	return Settings{View: "plan", Connector: "nixl", Plans: "auto", Layout: "split", Prompt: 4096}
+	return Settings{View: "plan", Connector: "nixl", Plans: "auto", Layout: "split", Prompt: 1024}
 }
 
 // DefaultSettings is the first view: the seed deployment, Qwen3.6-35B-A3B
@@ -103,15 +103,16 @@ var engineFields = []engineField{
 // FieldErrors maps a field's query key to what is wrong with its value.
 type FieldErrors map[string]string
 
-// ParseQuery reads settings from a URL query. An empty query is the
-// default view; otherwise every setting the query leaves out is vLLM's
-// default. Values that do not parse are reported per field.
+// ParseQuery reads settings from a URL query. A query that names a model
+// describes the whole deployment: every setting it leaves out is vLLM's
+// default. A query without a model edits the default view (the seed
+// deployment). Values that do not parse are reported per field.
 func ParseQuery(q url.Values) (Settings, FieldErrors) {
 	errs := FieldErrors{}
-	if len(q) == 0 {
-		return DefaultSettings(), errs
+	s := DefaultSettings()
+	if _, ok := q["model"]; ok {
+		s = blankSettings()
 	}
-	s := blankSettings()
 	str := func(key string, dst *string) {
 		if v, ok := q[key]; ok {
 			*dst = v[0]

@@ -15,7 +15,7 @@ func TestSettingsRoundTripThroughTheURL(t *testing.T) {
 		s    Settings
 	}{
 		{"the default view", DefaultSettings()},
-		{"a plain model at vLLM's defaults", Settings{View: "plan", Model: "openai/gpt-oss-20b", Connector: "nixl", Plans: "auto", Layout: "split", Prompt: 4096}},
+		{"a plain model at vLLM's defaults", Settings{View: "plan", Model: "openai/gpt-oss-20b", Connector: "nixl", Plans: "auto", Layout: "split", Prompt: 1024}},
 		{"every engine flag set on both sides", Settings{View: "flow", Model: "google/gemma-3-27b-it", Draft: "mtp", Connector: "nixl-push", Plans: "invariant", Layout: "blocks-first", Prompt: 777, Hit: 64, Dark: true,
 			P: Engine{TP: 2, PP: 2, BlockSize: 32, MaxModelLen: 8192, MNBT: 2048, Spec: 3, KVDType: "fp8", Selector: "classic", MinLayers: 2, GroupSize: 5, MemGiB: 20, MambaMode: "align", SSMDType: "float32", NoAsync: true, DisableHybrid: true},
 			D: Engine{TP: 8, BlockSize: 48}}},
@@ -46,7 +46,7 @@ func TestBadQueryValuesNameTheirField(t *testing.T) {
 			t.Errorf("no error for %s (errors %v)", key, errs)
 		}
 	}
-	if s.P.TP != 0 || s.View != "plan" || s.Prompt != 4096 {
+	if s.P.TP != 0 || s.View != "plan" || s.Prompt != blankSettings().Prompt {
 		t.Errorf("a bad value must leave the default: %+v", s)
 	}
 }

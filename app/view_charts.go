@@ -48,7 +48,7 @@ func computeCharts(r *Result, _ model.Catalog) chartSet {
 		charts.WithTitleOpts(opts.Title{Title: "KV cache tokens against --block-size"}),
 		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
 		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "block size"}),
+		charts.WithXAxisOpts(opts.XAxis{Name: "block size", Type: "category", Data: labels}),
 		charts.WithYAxisOpts(opts.YAxis{Name: "tokens"}),
 	)
 	l1.SetXAxis(labels).AddSeries("P", tokens(pe)).AddSeries("D", tokens(de))
@@ -74,7 +74,7 @@ func computeCharts(r *Result, _ model.Catalog) chartSet {
 		charts.WithTitleOpts(opts.Title{Title: "P: groups and padding slots against --min-kv-cache-group-layers (padding-bytes)"}),
 		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
 		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "min layers"}),
+		charts.WithXAxisOpts(opts.XAxis{Name: "min layers", Type: "category", Data: mins}),
 	)
 	l2.SetXAxis(mins).AddSeries("groups", groups).AddSeries("padding slots", padding)
 
@@ -92,7 +92,7 @@ func computeCharts(r *Result, _ model.Catalog) chartSet {
 		charts.WithTitleOpts(opts.Title{Title: "Descriptors per request against D's --block-size"}),
 		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
 		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "D block size"}),
+		charts.WithXAxisOpts(opts.XAxis{Name: "D block size", Type: "category", Data: labels}),
 		charts.WithYAxisOpts(opts.YAxis{Name: "descriptors", Type: "log"}),
 	)
 	l3.SetXAxis(labels).AddSeries("submitted", descs).AddSeries("after merging", merged)

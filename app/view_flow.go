@@ -2,8 +2,10 @@ package app
 
 import (
 	"fmt"
+	"html"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/oracle"
@@ -101,8 +103,13 @@ func (c *Root) renderVerdict() app.UI {
 
 // renderFlowSVG draws P ranks on the left, D ranks on the right, their
 // regions, and a band per rank pair and group pair, colored by kind and as
-// wide as its bytes.
+// wide as its bytes. It is SVG markup (go-app builds HTML elements, and SVG
+// needs its own namespace), with a tooltip on every region and band.
 func renderFlowSVG(t *xfer.Transfer, bands []*band) app.UI {
+	return app.Raw(flowSVG(t, bands))
+}
+
+func flowSVG(t *xfer.Transfer, bands []*band) string {
 	const width, boxW, gap, top = 900.0, 130.0, 18.0, 30.0
 	regionH := func(n int) float64 { return max(80, float64(n)*7) }
 	pH, dH := regionH(len(t.PRegs[0].Regions)), regionH(len(t.DRegs[0].Regions))
@@ -114,16 +121,18 @@ func renderFlowSVG(t *xfer.Transfer, bands []*band) app.UI {
 	y := func(rank int, h float64, region, regions int) float64 {
 		return top + float64(rank)*(h+gap) + (float64(region)+0.5)*h/float64(regions)
 	}
-	var nodes []app.UI
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg id="flow-svg" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %.0f %.0f" class="flow">`, width, height)
 	box := func(x float64, rank int, h float64, label string, regs []xfer.Region) {
 		y0 := top + float64(rank)*(h+gap)
-		nodes = append(nodes, app.Elem("rect").Attr("x", x).Attr("y", y0).Attr("width", boxW).Attr("height", h).Attr("rx", 6).Attr("class", "rank"))
-		for i := range regs {
+		fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.0f" height="%.1f" rx="6" class="rank"/>`, x, y0, boxW, h)
+		for i, r := range regs {
 			ry := y0 + float64(i)*h/float64(len(regs))
-			nodes = append(nodes, app.Elem("rect").Attr("x", x+4).Attr("y", ry+1).Attr("width", boxW-8).Attr("height", max(1, h/float64(len(regs))-2)).Attr("class", "region").
-				Body(app.Elem("title").Text(fmt.Sprintf("%s region %d: base %#x, block_len %s B, %s blocks", label, i, regs[i].Base, commas(regs[i].BlockLen), commas(regs[i].NumBlocks)))))
+			fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.0f" height="%.1f" class="region"><title>%s</title></rect>`,
+				x+4, ry+1, boxW-8, max(1, h/float64(len(regs))-2),
+				html.EscapeString(fmt.Sprintf("%s region %d: base %#x, block_len %s B, %s blocks", label, i, r.Base, commas(r.BlockLen), commas(r.NumBlocks))))
 		}
-		nodes = append(nodes, app.Elem("text").Attr("x", x+boxW/2).Attr("y", y0-6).Attr("class", "rank-label").Text(label))
+		fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f" class="rank-label">%s</text>`, x+boxW/2, y0-6, html.EscapeString(label))
 	}
 	for r, reg := range t.PRegs {
 		box(10, r, pH, "P rank "+strconv.Itoa(r), reg.Regions)
@@ -132,15 +141,17 @@ func renderFlowSVG(t *xfer.Transfer, bands []*band) app.UI {
 		box(width-10-boxW, r, dH, "D rank "+strconv.Itoa(r), reg.Regions)
 	}
 	x1, x2 := 10+boxW, width-10-boxW
+	pGroups, dGroups := t.PRegs[0].Plan().NumGroups, t.DRegs[0].Plan().NumGroups
 	for _, b := range bands {
-		y1 := y(b.p, pH, b.first.Src.Region, len(t.PRegs[0].Regions))
-		y2 := y(b.d, dH, b.first.Dst.Region, len(t.DRegs[0].Regions))
+		// Bands leave P at the height of their P group and reach D at the
+		// height of their D group, so group pairs fan out.
+		y1 := y(b.p, pH, b.pg, pGroups)
+		y2 := y(b.d, dH, b.dg, dGroups)
 		w := 1.5
 		if maxBytes > 0 {
 			w += 16 * float64(b.bytes) / float64(maxBytes)
 		}
 		mid := (x1 + x2) / 2
-		path := fmt.Sprintf("M %.1f %.1f C %.1f %.1f, %.1f %.1f, %.1f %.1f", x1, y1, mid, y1, mid, y2, x2, y2)
 		names := make([]string, 0, len(b.layers))
 		for n := range b.layers {
 			names = append(names, n)
@@ -149,16 +160,14 @@ func renderFlowSVG(t *xfer.Transfer, bands []*band) app.UI {
 		if len(names) > 6 {
 			names = append(names[:6], "…")
 		}
-		title := fmt.Sprintf("P%d → D%d · P g%d → D g%d (%s): %d layers %v · %s descriptors · %s · first %s+%#x → %s+%#x",
+		title := fmt.Sprintf("P%d → D%d · P g%d → D g%d (%s): %d layers %v · %s descriptors · %s · first r%d+%#x → r%d+%#x",
 			b.p, b.d, b.pg, b.dg, b.kind, len(b.layers), names, commas(int64(b.descs)), humanBytes(b.bytes),
-			"r"+strconv.Itoa(b.first.Src.Region), b.first.Src.Offset, "r"+strconv.Itoa(b.first.Dst.Region), b.first.Dst.Offset)
-		nodes = append(nodes, app.Elem("path").Attr("d", path).Attr("class", "band").
-			Attr("stroke", kindColor(b.kind)).Attr("stroke-width", fmt.Sprintf("%.1f", w)).
-			DataSet("p", b.p).DataSet("d", b.d).DataSet("bytes", b.bytes).
-			Body(app.Elem("title").Text(title)))
+			b.first.Src.Region, b.first.Src.Offset, b.first.Dst.Region, b.first.Dst.Offset)
+		fmt.Fprintf(&sb, `<path d="M %.1f %.1f C %.1f %.1f, %.1f %.1f, %.1f %.1f" class="band" stroke="%s" stroke-width="%.1f" data-p="%d" data-d="%d" data-pg="%d" data-dg="%d" data-bytes="%d"><title>%s</title></path>`,
+			x1, y1, mid, y1, mid, y2, x2, y2, kindColor(b.kind), w, b.p, b.d, b.pg, b.dg, b.bytes, html.EscapeString(title))
 	}
-	return app.Elem("svg").ID("flow-svg").Attr("xmlns", "http://www.w3.org/2000/svg").
-		Attr("viewBox", fmt.Sprintf("0 0 %.0f %.0f", width, height)).Attr("class", "flow").Body(nodes...)
+	sb.WriteString(`</svg>`)
+	return sb.String()
 }
 
 // renderLayerList lists the transferred layers; clicking one lists its

@@ -134,6 +134,19 @@ func DefaultBases(side Side, rank, tensor int, offset uint64) uint64 {
 
 // Register builds one rank's registration from its plan.
 func Register(m *model.Model, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases) (*Registration, error) {
+	return register(layerIndex(m), p, side, rank, layout, bases)
+}
+
+// layerIndex maps layer names to layers, once per model.
+func layerIndex(m *model.Model) map[string]model.Layer {
+	out := make(map[string]model.Layer, len(m.Layers))
+	for _, l := range m.Layers {
+		out[l.Name] = l
+	}
+	return out
+}
+
+func register(layersByName map[string]model.Layer, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases) (*Registration, error) {
 	if bases == nil {
 		bases = DefaultBases
 	}
@@ -151,7 +164,7 @@ func Register(m *model.Model, p *plan.Plan, side Side, rank int, layout CacheLay
 	if layout == "" {
 		layout = SplitKV
 	}
-	r := &Registration{Side: side, Rank: rank, TP: tp, Layout: layout, NumBlocks: p.NumBlocks, plan: p, byName: map[string]int{}}
+	r := &Registration{Side: side, Rank: rank, TP: tp, Layout: layout, NumBlocks: p.NumBlocks, plan: p}
 
 	// Slot tensors: one per slot, shared by one layer of each group; a
 	// uniform-type group has one tensor per layer.
@@ -170,10 +183,8 @@ func Register(m *model.Model, p *plan.Plan, side Side, rank int, layout CacheLay
 			tensors[lp.Slot] = append(tensors[lp.Slot], member{lp, lp.Group})
 		}
 	}
-	layersByName := make(map[string]model.Layer, len(m.Layers))
-	for _, l := range m.Layers {
-		layersByName[l.Name] = l
-	}
+	r.Layers = make([]LayerReg, 0, len(p.Layers))
+	r.byName = make(map[string]int, len(p.Layers))
 	var offset uint64
 	for ti, members := range tensors {
 		page := members[0].lp.Page

@@ -188,9 +188,10 @@ func (req Request) Check(pp, dp *plan.Plan) error {
 }
 
 func registerAll(m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
-	var out []*Registration
+	out := make([]*Registration, 0, p.Engine.TensorParallelSize)
+	index := layerIndex(m)
 	for r := 0; r < p.Engine.TensorParallelSize; r++ {
-		reg, err := Register(m, p, side, r, layout, bases)
+		reg, err := register(index, p, side, r, layout, bases)
 		if err != nil {
 			return nil, err
 		}
