@@ -36,7 +36,7 @@ $(ECHARTS): static/package.json static/package-lock.json
 	cd static && npm ci --ignore-scripts --no-audit --no-fund
 	mkdir -p $(dir $@) && cp static/node_modules/echarts/dist/echarts.min.js $@
 
-test: build check unit fuzz
+test: build check fuzz unit
 
 # Formatting, vet, the wasm and no-cgo builds.
 check:

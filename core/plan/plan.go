@@ -312,24 +312,26 @@ func (p *Plan) memory(e Engine, stages map[string]int) {
 		nstages = 1
 	}
 	p.Stages = nil
+	// Per stage and group: the layers it holds there and their page bytes.
+	count := make([]int, nstages*len(p.Groups))
+	bytes := make([]int64, nstages*len(p.Groups))
+	for _, lp := range p.Layers {
+		stage := min(lp.Stage, nstages-1)
+		i := stage*len(p.Groups) + lp.Group
+		count[i]++
+		if p.Groups[lp.Group].UniformType {
+			bytes[i] += lp.Page
+		} else {
+			bytes[i] += p.Groups[lp.Group].PageBytes
+		}
+	}
 	for s := 0; s < nstages; s++ {
 		st := Stage{Index: s}
-		for _, grp := range p.Groups {
-			var bytes int64
-			n := 0
-			for _, lp := range p.Layers {
-				if lp.Group == grp.Index && lp.Stage == s {
-					n++
-					if grp.UniformType {
-						bytes += lp.Page
-					} else {
-						bytes += grp.PageBytes
-					}
-				}
-			}
+		for g := range p.Groups {
+			n := count[s*len(p.Groups)+g]
 			st.Layers += n
 			st.Slots = max(st.Slots, n)
-			st.BytesPerBlock = max(st.BytesPerBlock, bytes)
+			st.BytesPerBlock = max(st.BytesPerBlock, bytes[s*len(p.Groups)+g])
 		}
 		if st.BytesPerBlock > 0 {
 			st.NumBlocks = e.KVCacheMemoryBytes / st.BytesPerBlock
