@@ -201,6 +201,11 @@ func TestBrowserApp(t *testing.T) {
 	}
 	shot, _ = chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	artifact(t, "flow", shot)
+	// The SVG export of this view is the flow diagram with the page's CSS.
+	svgLen, err := chromedp.Run(ctx, chromedp.Evaluate[int](`kvscope.viewSVG().svg.length`))
+	if err != nil || svgLen < 1000 {
+		t.Errorf("SVG export: %d bytes, %v", svgLen, err)
+	}
 
 	// Charts come from the ECharts bundle this server serves.
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-view="charts"]`)),
