@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/agent/runner"
+	"github.com/kvscope/kvscope/agent/scenario"
 	kvapp "github.com/kvscope/kvscope/app"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/static"
@@ -29,34 +34,52 @@ import (
 
 // serveOptions configure the kvscope server.
 type serveOptions struct {
-	Addr  string
-	Token string
-	Agent string
-	Logf  func(format string, args ...any)
+	Addr   string
+	Token  string // agents' bearer token; a random one when empty (only the embedded agent knows it)
+	Agent  string // embedded or none
+	Record string // --record: a JSONL file of every event
+	Logf   func(format string, args ...any)
 }
 
 func runServe(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	token := fs.String("token", "", "bearer token agents present; required to listen beyond loopback")
-	agent := fs.String("agent", "embedded", "embedded (a host-memory agent in this process) or none")
+	token := fs.String("token", "", "bearer token agents present on /ws/agent; required to listen beyond loopback")
+	agent := fs.String("agent", "embedded", "embedded (a host-memory agent in this process, streaming the default scenario) or none")
+	record := fs.String("record", "", "append every agent event to this JSONL file (kvscope replay plays it back)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	o := serveOptions{Addr: *addr, Token: *token, Agent: *agent, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
+	o := serveOptions{Addr: *addr, Token: *token, Agent: *agent, Record: *record, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
 	if err := o.check(); err != nil {
 		return &usageError{err}
+	}
+	if o.Token == "" {
+		o.Token = randomToken()
+	}
+	var rec io.Writer
+	if o.Record != "" {
+		f, err := os.OpenFile(o.Record, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rec = f
 	}
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return err
 	}
-	srv := newHTTPServer(newMux(catalog(), o))
+	srv := newServer(catalog(), o, rec)
+	hs := newHTTPServer(srv.mux)
 	o.Logf("serving the app on http://%s (open it in a browser)", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.Agent == "embedded" {
+		go runEmbeddedAgent(ctx, catalog(), "ws://"+ln.Addr().String()+"/ws/agent", o.Token, srv.metrics, o.Logf)
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
@@ -64,7 +87,25 @@ func runServe(args []string, stdout io.Writer) error {
 	}
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return srv.Shutdown(shut)
+	return hs.Shutdown(shut)
+}
+
+// runEmbeddedAgent streams the default scenario from this process, over a
+// real websocket to this server, so make run shows live transfers at once.
+func runEmbeddedAgent(ctx context.Context, cat model.Catalog, url, token string, reg *metrics.Registry, logf func(string, ...any)) {
+	s := scenario.Default()
+	s.Name = "embedded"
+	err := runner.Start(ctx, runner.Config{Name: "embedded", Scenario: s, Catalog: cat, ServerURL: url, Token: token, Metrics: reg,
+		HostLimit: 512 << 20, Logf: logf})
+	if err != nil && ctx.Err() == nil {
+		logf("embedded agent stopped: %v", err)
+	}
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // check refuses to listen beyond loopback without a token.
@@ -97,17 +138,33 @@ func newHTTPServer(h http.Handler) *http.Server {
 	}
 }
 
-// newMux routes the app, its assets and the JSON API.
-func newMux(cat model.Catalog, o serveOptions) *http.ServeMux {
+// server is the kvscope server's handlers and state.
+type server struct {
+	mux     *http.ServeMux
+	hub     *hub
+	metrics *metrics.Registry
+}
+
+// newServer routes the app, its assets, the JSON API, the websocket hub and
+// /metrics.
+func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	kvapp.Register(cat)
+	reg := metrics.New()
+	h := newHub(reg, record, o.Logf)
 	mux := http.NewServeMux()
 	mux.Handle("/api/plan", api(cat, apiPlan))
 	mux.Handle("/api/pd", api(cat, apiPD))
 	mux.Handle("/api/oracle", api(cat, apiOracle))
 	mux.Handle("/api/models", apiModels(cat))
+	mux.Handle("/ws/agent", h.agentHandler(o.Token))
+	mux.Handle("/ws/live", h.liveHandler())
+	mux.Handle("/metrics", h.metricsHandler())
 	mux.Handle("/", appHandler())
-	return mux
+	return &server{mux: mux, hub: h, metrics: reg}
 }
+
+// newMux is the server's handler with no recording.
+func newMux(cat model.Catalog, o serveOptions) *http.ServeMux { return newServer(cat, o, nil).mux }
 
 // appHandler is go-app's handler with every asset served from this binary:
 // nothing is loaded from another host.

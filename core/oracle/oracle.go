@@ -84,15 +84,12 @@ func Check(m *model.Model, x *xfer.Transfer) (*Result, error) {
 	if x.Rejection != nil {
 		return &Result{Verdict: Rejected, Reason: x.Rejection.Error()}, nil
 	}
-	o := &run{m: m, x: x, layerID: map[string]uint64{}}
-	for i, l := range m.Layers {
-		o.layerID[l.Name] = uint64(i + 1)
-	}
-	res := &Result{Verdict: Exact}
+	o := newRun(m, x, nil)
 	defer o.release()
 	if err := o.materialise(); err != nil {
 		return nil, err
 	}
+	res := &Result{Verdict: Exact}
 	for _, rp := range x.RankPairs {
 		res.Pairs += len(rp.Pairs)
 		for _, p := range rp.Pairs {
@@ -102,15 +99,78 @@ func Check(m *model.Model, x *xfer.Transfer) (*Result, error) {
 			}
 		}
 	}
-	for j := range x.DRegs {
+	o.verifyAll(res)
+	return res, nil
+}
+
+func newRun(m *model.Model, x *xfer.Transfer, mem Memory) *run {
+	o := &run{m: m, x: x, mem: mem, layerID: make(map[string]uint64, len(m.Layers))}
+	for i, l := range m.Layers {
+		o.layerID[l.Name] = uint64(i + 1)
+	}
+	return o
+}
+
+func (o *run) verifyAll(res *Result) {
+	for j := range o.x.DRegs {
 		mm, n := o.verify(j)
 		res.Checked += n
 		if mm != nil {
 			res.Verdict, res.Mismatch = Wrong, mm
-			return res, nil
+			return
 		}
 	}
-	return res, nil
+}
+
+// Memory holds the bytes of the registered regions a check reads and
+// writes: an agent's real buffers, where the agent moves the bytes itself.
+type Memory interface {
+	// Block returns one block of a rank's region, or nil when this memory
+	// does not hold it.
+	Block(side xfer.Side, rank, region, block int) []byte
+}
+
+// Prover proves a transfer an agent performs in its own memory: NewProver
+// tags P's blocks the pairs read and fills D's blocks with the sentinel;
+// the agent copies; Verify reads D back.
+type Prover struct {
+	o *run
+}
+
+// NewProver prepares mem for a transfer computed with KeepPairs. When P's
+// memory lives in another agent (remoteP), only D's blocks are prepared
+// here; FillP prepares P's there.
+func NewProver(m *model.Model, x *xfer.Transfer, mem Memory, remoteP bool) (*Prover, error) {
+	if x.Rejection != nil {
+		return nil, fmt.Errorf("oracle: the transfer is rejected: %v", x.Rejection)
+	}
+	o := newRun(m, x, mem)
+	o.skipP = remoteP
+	if err := o.materialise(); err != nil {
+		return nil, err
+	}
+	return &Prover{o: o}, nil
+}
+
+// FillP tags the P blocks a transfer reads, in a P agent's memory: what a
+// prefill would have written there.
+func FillP(m *model.Model, x *xfer.Transfer, mem Memory) error {
+	o := newRun(m, x, mem)
+	o.skipD = true
+	return o.materialise()
+}
+
+// Verify checks every D block of the transfer after the agent's copies.
+func (p *Prover) Verify() *Result {
+	res := &Result{Verdict: Exact}
+	for _, rp := range p.o.x.RankPairs {
+		res.Pairs += len(rp.Pairs)
+		for _, q := range rp.Pairs {
+			res.Bytes += q.Len
+		}
+	}
+	p.o.verifyAll(res)
+	return res
 }
 
 // pageKey is one block of one region.
@@ -157,6 +217,9 @@ type owner struct {
 
 type run struct {
 	arena   []byte // pages are carved from here; returned to the pool after the check
+	mem     Memory // an agent's memory, or nil for the check's own pages
+	skipP   bool   // P's blocks live in another agent
+	skipD   bool   // only P's blocks are prepared here
 	m       *model.Model
 	x       *xfer.Transfer
 	layerID map[string]uint64
@@ -198,13 +261,20 @@ func (o *run) materialise() error {
 	}
 	for _, rp := range x.RankPairs {
 		for _, p := range rp.Pairs {
-			if err := o.touch(x.PRegs[rp.P], o.p[rp.P], p.Src, p.Len, true); err != nil {
-				return err
+			if !o.skipP {
+				if err := o.touch(x.PRegs[rp.P], o.p[rp.P], p.Src, p.Len, true); err != nil {
+					return err
+				}
 			}
-			if err := o.touch(x.DRegs[rp.D], o.d[rp.D], p.Dst, p.Len, false); err != nil {
-				return err
+			if !o.skipD {
+				if err := o.touch(x.DRegs[rp.D], o.d[rp.D], p.Dst, p.Len, false); err != nil {
+					return err
+				}
 			}
 		}
+	}
+	if o.skipD {
+		return nil
 	}
 	for j, reg := range x.DRegs {
 		for _, l := range reg.Layers {
@@ -239,11 +309,18 @@ func (o *run) ensure(reg *xfer.Registration, pagesOf map[pageKey][]byte, k pageK
 		return nil
 	}
 	bl := reg.Regions[k.region].BlockLen
-	o.total += bl
-	if o.total > MaxBytes {
-		return fmt.Errorf("oracle: the request touches more than %d MiB of pages; use a shorter --prompt-tokens", MaxBytes>>20)
+	var page []byte
+	if o.mem != nil {
+		if page = o.mem.Block(reg.Side, reg.Rank, k.region, k.block); int64(len(page)) != bl {
+			return fmt.Errorf("oracle: %s rank %d region %d block %d is not in the agent's memory", reg.Side, reg.Rank, k.region, k.block)
+		}
+	} else {
+		o.total += bl
+		if o.total > MaxBytes {
+			return fmt.Errorf("oracle: the request touches more than %d MiB of pages; use a shorter --prompt-tokens", MaxBytes>>20)
+		}
+		page = o.alloc(bl)
 	}
-	page := o.alloc(bl)
 	if isP {
 		o.fillP(reg, k, page)
 	} else {

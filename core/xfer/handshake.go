@@ -73,11 +73,16 @@ type Handshake struct {
 	VLLMInferred []string   `json:"-"`
 }
 
-func metadata(m *model.Model, r *Registration, engineID string) Metadata {
+// MetadataOf is the version-15 metadata a rank advertises.
+func MetadataOf(r *Registration) Metadata {
+	engineID := "prefill"
+	if r.Side == D {
+		engineID = "decode"
+	}
 	md := Metadata{
 		Version: HandshakeVersion, EngineID: engineID, TPSize: r.TP, TPRank: r.Rank,
 		BlockSize: r.plan.BlockSize, KVCacheLayout: "HND", BlocksFirst: r.Layout == BlocksFirst,
-		NumBlocks: r.NumBlocks, CompatHash: compatHash(m, r.plan),
+		NumBlocks: r.NumBlocks, CompatHash: compatHash(r.model, r.plan),
 	}
 	md.Members = make([][]Member, len(r.Regions))
 	for _, reg := range r.Regions {
@@ -125,10 +130,10 @@ func compatHash(m *model.Model, p *plan.Plan) string {
 func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mode Mode) *Handshake {
 	hs := &Handshake{}
 	for _, r := range pRegs {
-		hs.P = append(hs.P, metadata(m, r, "prefill"))
+		hs.P = append(hs.P, MetadataOf(r))
 	}
 	for _, r := range dRegs {
-		hs.D = append(hs.D, metadata(m, r, "decode"))
+		hs.D = append(hs.D, MetadataOf(r))
 	}
 	pp, dp := pRegs[0].plan, dRegs[0].plan
 	pTP, dTP := len(pRegs), len(dRegs)

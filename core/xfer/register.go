@@ -115,6 +115,7 @@ type Registration struct {
 	TensorMembers [][]string `json:"tensor_members"`
 
 	plan   *plan.Plan
+	model  *model.Model
 	byName map[string]int
 }
 
@@ -134,7 +135,7 @@ func DefaultBases(side Side, rank, tensor int, offset uint64) uint64 {
 
 // Register builds one rank's registration from its plan.
 func Register(m *model.Model, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases) (*Registration, error) {
-	return register(layerIndex(m), p, side, rank, layout, bases)
+	return register(m, layerIndex(m), p, side, rank, layout, bases)
 }
 
 // layerIndex maps layer names to layers, once per model.
@@ -146,7 +147,7 @@ func layerIndex(m *model.Model) map[string]model.Layer {
 	return out
 }
 
-func register(layersByName map[string]model.Layer, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases) (*Registration, error) {
+func register(m *model.Model, layersByName map[string]model.Layer, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases) (*Registration, error) {
 	if bases == nil {
 		bases = DefaultBases
 	}
@@ -164,7 +165,7 @@ func register(layersByName map[string]model.Layer, p *plan.Plan, side Side, rank
 	if layout == "" {
 		layout = SplitKV
 	}
-	r := &Registration{Side: side, Rank: rank, TP: tp, Layout: layout, NumBlocks: p.NumBlocks, plan: p}
+	r := &Registration{Side: side, Rank: rank, TP: tp, Layout: layout, NumBlocks: p.NumBlocks, plan: p, model: m}
 
 	// Slot tensors: one per slot, shared by one layer of each group; a
 	// uniform-type group has one tensor per layer.

@@ -191,7 +191,7 @@ func registerAll(m *model.Model, p *plan.Plan, side Side, layout CacheLayout, ba
 	out := make([]*Registration, 0, p.Engine.TensorParallelSize)
 	index := layerIndex(m)
 	for r := 0; r < p.Engine.TensorParallelSize; r++ {
-		reg, err := register(index, p, side, r, layout, bases)
+		reg, err := register(m, index, p, side, r, layout, bases)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,310 @@
+// Package runner drives an agent: it plans the scenario's deployment,
+// registers both sides' KV regions with a transfer backend, and then, for
+// each request, fills P's blocks as a prefill would, posts the transfer,
+// polls it, proves D's bytes with the oracle (every request, or a sample),
+// and reports every step as events.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/agent/scenario"
+	"github.com/kvscope/kvscope/agent/transfer"
+	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/oracle"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// Sink takes the runner's events; it must never block.
+type Sink interface {
+	Publish(e event.Event)
+	// Dropped is how many events the sink had to drop so far.
+	Dropped() uint64
+}
+
+// Runner runs one scenario. Its fields are set before Run.
+type Runner struct {
+	Scenario scenario.Scenario
+	Model    *model.Model
+	Backend  transfer.Backend
+	Sink     Sink
+	Metrics  *metrics.Registry // may be nil
+	GPUs     []event.GPU
+	NoGPU    string // why there are none
+	Role     string // both, p or d
+	Logf     func(format string, args ...any)
+	Clock    func() time.Time
+
+	mu      sync.Mutex
+	window  []done // the last second's transfers, for samples
+	started time.Time
+	served  int
+}
+
+type done struct {
+	at    time.Time
+	bytes int64
+	us    float64
+	descs int
+}
+
+func (r *Runner) now() time.Time {
+	if r.Clock != nil {
+		return r.Clock()
+	}
+	return time.Now()
+}
+
+func (r *Runner) emit(e event.Event) {
+	if e.TS == 0 {
+		e.TS = r.now().UnixNano()
+	}
+	r.Sink.Publish(e)
+}
+
+func (r *Runner) logf(format string, args ...any) {
+	if r.Logf != nil {
+		r.Logf(format, args...)
+	}
+}
+
+// Run plans, registers and serves requests until the scenario ends or ctx
+// is cancelled. A request that fails is reported as an error event and the
+// runner goes on.
+func (r *Runner) Run(ctx context.Context) error {
+	s := r.Scenario
+	setup, err := s.Setup(r.Model)
+	if err != nil {
+		return err
+	}
+	pd, err := xfer.Prepare(setup)
+	if err != nil {
+		return fmt.Errorf("runner: planning: %w", err)
+	}
+	host, _ := os.Hostname()
+	gpus := r.GPUs
+	if gpus == nil {
+		gpus = []event.GPU{}
+	}
+	r.emit(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: r.Backend.Name(), Memory: r.Backend.MemoryKind(),
+		Role: r.Role, GPUs: gpus, NoGPU: r.NoGPU, Scenario: s.Describe(), Model: r.Model.Name}})
+
+	// The registration is the same for every request: take it from the
+	// first request's transfer.
+	reqs := s.NewRequests()
+	firstReq := reqs.Next()
+	first, err := pd.Compute(firstReq, true)
+	if err != nil {
+		return fmt.Errorf("runner: %w", err)
+	}
+	if first.Rejection != nil {
+		r.emit(event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{Summary: first.Handshake.Summary(), Rejection: first.Rejection.Error(),
+			PTP: len(first.PRegs), DTP: len(first.DRegs)}})
+		return fmt.Errorf("runner: the scenario's engines are rejected: %v", first.Rejection)
+	}
+	regs := append(append([]*xfer.Registration(nil), first.PRegs...), first.DRegs...)
+	if err := r.Backend.Register(regs); err != nil {
+		return err
+	}
+	for _, reg := range regs {
+		var bytes int64
+		for _, region := range reg.Regions {
+			bytes += region.Bytes()
+		}
+		r.emit(event.Event{Kind: event.Registration, Registration: &event.RegistrationData{Side: string(reg.Side), Rank: reg.Rank,
+			Regions: len(reg.Regions), Bytes: bytes, Memory: r.Backend.MemoryKind()}})
+	}
+	md, err := r.Backend.Metadata()
+	if err == nil {
+		err = r.Backend.LoadRemote(md)
+	}
+	if err != nil {
+		return fmt.Errorf("runner: metadata exchange: %w", err)
+	}
+	r.emit(event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{Summary: first.Handshake.Summary(), Path: string(first.Path),
+		PTP: len(first.PRegs), DTP: len(first.DRegs)}})
+
+	r.started = r.now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if s.DurationS > 0 {
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(s.DurationS*float64(time.Second)))
+		defer cancel()
+	}
+	go r.sample(ctx)
+	var interval time.Duration
+	if s.Rate > 0 {
+		interval = time.Duration(float64(time.Second) / s.Rate)
+	}
+	next := r.now()
+	for i := 1; s.Requests == 0 || i <= s.Requests; i++ {
+		if interval > 0 {
+			next = next.Add(interval)
+			if wait := next.Sub(r.now()); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		req := firstReq
+		if i > 1 {
+			req = reqs.Next()
+		}
+		verify := s.VerifyEvery > 0 && (i-1)%s.VerifyEvery == 0
+		if err := r.serve(pd, fmt.Sprintf("req-%d", i), req, verify); err != nil {
+			r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Request: fmt.Sprintf("req-%d", i), Status: statusOf(err), Message: err.Error()}})
+			if r.Metrics != nil {
+				r.Metrics.Add("agent_errors_total", "Transfers that failed, by status.", 1, "status", statusOf(err))
+			}
+			r.logf("request %d: %v", i, err)
+		}
+	}
+	return nil
+}
+
+// statusError carries a NIXL-like status name.
+type statusError struct {
+	status string
+	err    error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+
+func statusOf(err error) string {
+	if se, ok := err.(*statusError); ok {
+		return se.status
+	}
+	return "ERR_BACKEND"
+}
+
+// serve performs one request.
+func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) error {
+	x, err := pd.Compute(req, true)
+	if err != nil {
+		return &statusError{"ERR_INVALID_PARAM", err}
+	}
+	if x.Rejection != nil {
+		return &statusError{"ERR_NOT_ALLOWED", x.Rejection}
+	}
+	if err := fits(x); err != nil {
+		return &statusError{"ERR_INVALID_PARAM", err}
+	}
+	var prover *oracle.Prover
+	if verify {
+		// Tag P's blocks as a prefill would and fill D's with the sentinel.
+		if prover, err = oracle.NewProver(r.Model, x, r.Backend, false); err != nil {
+			return err
+		}
+	} else if err := oracle.FillP(r.Model, x, r.Backend); err != nil {
+		return err
+	}
+	r.emit(event.Event{Kind: event.TransferStart, Start: &event.StartData{Request: id, Prompt: req.PromptTokens, Hit: x.Request.PrefixHitTokens,
+		Mode: string(x.Mode), Descs: x.Descs, Bytes: x.Bytes}})
+	prep, err := r.Backend.Prepare(x)
+	if err != nil {
+		return &statusError{"ERR_INVALID_PARAM", err}
+	}
+	h, err := r.Backend.Post(prep, id+":done")
+	if err != nil {
+		return err
+	}
+	st, err := transfer.Wait(r.Backend, h)
+	if err != nil {
+		return err
+	}
+	for _, b := range st.Batches {
+		b.Request = id
+		r.emit(event.Event{Kind: event.DescBatch, Batch: &b})
+	}
+	verdict := "skipped"
+	if prover != nil {
+		res := prover.Verify()
+		verdict = string(res.Verdict)
+		if res.Verdict != oracle.Exact {
+			r.emit(event.Event{Kind: event.TransferDone, Done: r.doneData(id, st, verdict)})
+			return &statusError{"ERR_MISMATCH", fmt.Errorf("D's bytes are wrong: %s", res.Mismatch)}
+		}
+	}
+	r.emit(event.Event{Kind: event.TransferDone, Done: r.doneData(id, st, verdict)})
+	r.mu.Lock()
+	r.window = append(r.window, done{at: r.now(), bytes: st.Bytes, us: st.TransferUS, descs: st.Descs})
+	r.served++
+	r.mu.Unlock()
+	if r.Metrics != nil {
+		r.Metrics.Add("agent_tx_bytes_total", "Bytes the agent's transfers moved.", float64(st.Bytes))
+		r.Metrics.Observe("agent_xfer_time_us", "Transfer time per request, microseconds.", st.TransferUS)
+		r.Metrics.Add("kvscope_agent_descriptors_total", "Descriptors submitted.", float64(st.Descs))
+		r.Metrics.Add("kvscope_agent_transfers_total", "Transfers completed, by oracle verdict.", 1, "verified", verdict)
+	}
+	return nil
+}
+
+func (r *Runner) doneData(id string, st *transfer.Stats, verdict string) *event.DoneData {
+	return &event.DoneData{Request: id, Bytes: st.Bytes, Descs: st.Descs, Merged: st.Merged, PrepUS: st.PrepUS, PostUS: st.PostUS,
+		TransferUS: st.TransferUS, GBps: st.GBps(), Timing: st.Timing, Verified: verdict}
+}
+
+// fits checks that the request's block ids lie inside both pools.
+func fits(x *xfer.Transfer) error {
+	check := func(side xfer.Side, pages []xfer.Pages, numBlocks int64) error {
+		for g, p := range pages {
+			for _, id := range p.IDs {
+				if int64(id) >= numBlocks {
+					return fmt.Errorf("the request needs block %d of %s group %d, but the pool has %d blocks: raise kv_cache_memory_bytes or shorten prompts", id, side, g, numBlocks)
+				}
+			}
+		}
+		return nil
+	}
+	if err := check(xfer.P, x.PPages, x.PRegs[0].NumBlocks); err != nil {
+		return err
+	}
+	return check(xfer.D, x.DPages, x.DRegs[0].NumBlocks)
+}
+
+// sample emits a sample every second: throughput and latency over the
+// last second, requests served, and the sink's drops.
+func (r *Runner) sample(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := r.now()
+		r.mu.Lock()
+		var keep []done
+		var bytes int64
+		var lat []float64
+		descs := 0
+		for _, d := range r.window {
+			if now.Sub(d.at) <= time.Second {
+				keep = append(keep, d)
+				bytes += d.bytes
+				lat = append(lat, d.us)
+				descs += d.descs
+			}
+		}
+		r.window = keep
+		served := r.served
+		r.mu.Unlock()
+		r.emit(event.Event{Kind: event.Sample, Sample: &event.SampleData{GBps: float64(bytes) / 1e9, P50US: metrics.Quantile(lat, 0.5),
+			P99US: metrics.Quantile(lat, 0.99), Requests: served, Descs: descs, DroppedEvents: r.Sink.Dropped()}})
+		if r.Metrics != nil {
+			r.Metrics.Set("kvscope_agent_dropped_events", "Events the agent's queue dropped so far.", float64(r.Sink.Dropped()))
+		}
+	}
+}

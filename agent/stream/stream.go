@@ -1,0 +1,215 @@
+// Package stream sends an agent's events to a kvscope server over a
+// websocket (/ws/agent, bearer token). Publishing never blocks: events wait
+// in a bounded queue, which drops its oldest event (and counts it) when
+// full. Frames leave at least every 50 ms; the server acknowledges the last
+// sequence number it stored, and after a reconnect (with backoff) the
+// stream resumes after that number, so the only gaps a subscriber can see
+// are the drops the agent counted.
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// Streamer queues and sends one agent's events. Its exported fields are set
+// before Run; it is safe for concurrent use.
+type Streamer struct {
+	Agent      string        // the agent's name on every event
+	URL        string        // ws://host:port/ws/agent
+	Token      string        // the bearer token
+	QueueSize  int           // events kept until acknowledged (default 8192)
+	FlushEvery time.Duration // the longest an event waits for its frame (default 25 ms, at most 50)
+	MaxBatch   int           // events per frame (default 512)
+	Logf       func(format string, args ...any)
+
+	mu      sync.Mutex
+	queue   []event.Event // unacknowledged events, in seq order
+	seq     uint64        // the last sequence number assigned
+	acked   uint64        // the last sequence number the server stored
+	dropped uint64
+	wake    chan struct{}
+	once    sync.Once
+}
+
+func (s *Streamer) init() {
+	s.once.Do(func() {
+		s.wake = make(chan struct{}, 1)
+		if s.QueueSize <= 0 {
+			s.QueueSize = 8192
+		}
+		if s.FlushEvery <= 0 || s.FlushEvery > 50*time.Millisecond {
+			s.FlushEvery = 25 * time.Millisecond
+		}
+		if s.MaxBatch <= 0 {
+			s.MaxBatch = 512
+		}
+	})
+}
+
+// Publish stamps an event with the agent, the schema version and the next
+// sequence number, and queues it. It never blocks: a full queue drops its
+// oldest event.
+func (s *Streamer) Publish(e event.Event) {
+	s.init()
+	s.mu.Lock()
+	s.seq++
+	e.V, e.Agent, e.Seq = event.Version, s.Agent, s.seq
+	if e.TS == 0 {
+		e.TS = time.Now().UnixNano()
+	}
+	if len(s.queue) >= s.QueueSize {
+		s.queue = s.queue[1:]
+		s.dropped++
+	}
+	s.queue = append(s.queue, e)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Dropped is how many events the queue dropped so far.
+func (s *Streamer) Dropped() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+// Acked is the last sequence number the server acknowledged.
+func (s *Streamer) Acked() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acked
+}
+
+// ErrUnauthorized means the server refused the token.
+var ErrUnauthorized = errors.New("stream: the server refused the agent's token (401)")
+
+// Run connects, sends and reconnects until ctx ends.
+func (s *Streamer) Run(ctx context.Context) error {
+	s.init()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if s.Logf != nil {
+			s.Logf("stream: %v; reconnecting in %v", err, backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+		if err == nil {
+			backoff = 100 * time.Millisecond
+		}
+	}
+	return nil
+}
+
+// session is one connection: send every unacknowledged event, then new
+// ones as they come, reading acknowledgements meanwhile.
+func (s *Streamer) session(ctx context.Context) error {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	conn, resp, err := websocket.Dial(dctx, s.URL, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + s.Token}}})
+	cancel()
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+			return ErrUnauthorized
+		}
+		return err
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(64 << 10)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	readErr := make(chan error, 1)
+	go func() { readErr <- s.readAcks(ctx, conn) }()
+
+	s.mu.Lock()
+	sent := s.acked // resume after what the server stored
+	s.mu.Unlock()
+	tick := time.NewTicker(s.FlushEvery)
+	defer tick.Stop()
+	for {
+		batch := s.pending(sent)
+		if len(batch) > 0 {
+			frame, err := event.EncodeFrame(batch)
+			if err != nil {
+				return err
+			}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = conn.Write(wctx, websocket.MessageText, frame)
+			cancel()
+			if err != nil {
+				return err
+			}
+			sent = batch[len(batch)-1].Seq
+			if len(batch) == s.MaxBatch {
+				continue // more waiting
+			}
+		}
+		select {
+		case <-ctx.Done():
+			conn.Close(websocket.StatusNormalClosure, "agent stopping")
+			return ctx.Err()
+		case err := <-readErr:
+			return err
+		case <-tick.C:
+		case <-s.wake:
+		}
+	}
+}
+
+// pending returns up to MaxBatch queued events after seq.
+func (s *Streamer) pending(after uint64) []event.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := 0
+	for i < len(s.queue) && s.queue[i].Seq <= after {
+		i++
+	}
+	n := min(len(s.queue)-i, s.MaxBatch)
+	return append([]event.Event(nil), s.queue[i:i+n]...)
+}
+
+// Ack is the server's acknowledgement message.
+type Ack struct {
+	Ack uint64 `json:"ack"`
+}
+
+func (s *Streamer) readAcks(ctx context.Context, conn *websocket.Conn) error {
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			return err
+		}
+		var a Ack
+		if err := json.Unmarshal(data, &a); err != nil {
+			return fmt.Errorf("stream: bad acknowledgement %q", data)
+		}
+		s.mu.Lock()
+		if a.Ack > s.acked && a.Ack <= s.seq {
+			s.acked = a.Ack
+			i := 0
+			for i < len(s.queue) && s.queue[i].Seq <= a.Ack {
+				i++
+			}
+			s.queue = s.queue[i:]
+		}
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,267 @@
+// Package event is the live event schema shared by the agent, the server
+// hub and the browser app: what an agent reports about its GPUs, its
+// registered memory, its handshakes and every transfer it performs.
+//
+// On the wire every event is a JSON object with at least v (the schema
+// version), agent, seq (contiguous per agent, from 1) and kind; a
+// websocket frame carries a JSON array of events. Descriptor events are
+// aggregated per (P group, D group) and layer: a large request never sends
+// one message per descriptor.
+//
+// A timing is measured or synthesized. The host backend times its own
+// copies (measured). NIXL reports completion per request only, so
+// per-descriptor times derived from it are synthesized and say so.
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// Version is the schema version every event carries.
+const Version = 1
+
+// Kind names an event.
+type Kind string
+
+// The event kinds.
+const (
+	Hello         Kind = "hello"          // an agent introduces itself
+	Registration  Kind = "registration"   // a rank registered its KV regions
+	Handshake     Kind = "handshake"      // a P/D handshake completed (or was rejected)
+	TransferStart Kind = "transfer_start" // a request's transfer was posted
+	DescBatch     Kind = "desc_batch"     // descriptors of one layer and group pair moved
+	TransferDone  Kind = "transfer_done"  // a request's transfer completed
+	Error         Kind = "error"          // something failed
+	Sample        Kind = "sample"         // a 1 Hz sample of throughput and latency
+)
+
+// Timing says where a duration comes from.
+type Timing string
+
+// The timings.
+const (
+	Measured    Timing = "measured"
+	Synthesized Timing = "synthesized"
+)
+
+// Event is one event. Exactly the payload of its kind is set.
+type Event struct {
+	V     int    `json:"v"`
+	Agent string `json:"agent"`
+	Seq   uint64 `json:"seq"`
+	Kind  Kind   `json:"kind"`
+	TS    int64  `json:"ts_ns"` // wall clock, Unix nanoseconds
+
+	Hello        *HelloData        `json:"hello,omitempty"`
+	Registration *RegistrationData `json:"registration,omitempty"`
+	Handshake    *HandshakeData    `json:"handshake,omitempty"`
+	Start        *StartData        `json:"start,omitempty"`
+	Batch        *BatchData        `json:"batch,omitempty"`
+	Done         *DoneData         `json:"done,omitempty"`
+	Error        *ErrorData        `json:"error,omitempty"`
+	Sample       *SampleData       `json:"sample,omitempty"`
+}
+
+// HelloData introduces an agent.
+type HelloData struct {
+	Host     string `json:"host"`
+	Backend  string `json:"backend"` // host, nixl/UCX
+	Memory   string `json:"memory"`  // DRAM or VRAM
+	Role     string `json:"role"`    // both, p or d
+	GPUs     []GPU  `json:"gpus"`
+	NoGPU    string `json:"no_gpu,omitempty"` // why there are no GPUs ("no NVIDIA driver")
+	Scenario string `json:"scenario"`         // a one-line description
+	Model    string `json:"model"`
+}
+
+// GPU is one discovered GPU.
+type GPU struct {
+	Index       int      `json:"index"`
+	Name        string   `json:"name"`
+	UUID        string   `json:"uuid"`
+	MemoryBytes uint64   `json:"memory_bytes"`
+	PCIBusID    string   `json:"pci_bus_id"`
+	NVLinks     []NVLink `json:"nvlinks"`
+}
+
+// NVLink is one NVLink's state.
+type NVLink struct {
+	Link int  `json:"link"`
+	Up   bool `json:"up"`
+}
+
+// RegistrationData is one rank's registered memory.
+type RegistrationData struct {
+	Side    string `json:"side"` // P or D
+	Rank    int    `json:"rank"`
+	Regions int    `json:"regions"`
+	Bytes   int64  `json:"bytes"`
+	Memory  string `json:"memory"` // DRAM or VRAM
+}
+
+// HandshakeData is a completed handshake.
+type HandshakeData struct {
+	Summary   string `json:"summary"`
+	Path      string `json:"path"`
+	PTP       int    `json:"p_tp"`
+	DTP       int    `json:"d_tp"`
+	Rejection string `json:"rejection,omitempty"`
+}
+
+// StartData is a posted transfer.
+type StartData struct {
+	Request string `json:"request"`
+	Prompt  int    `json:"prompt_tokens"`
+	Hit     int    `json:"prefix_hit_tokens"`
+	Mode    string `json:"mode"` // pull or push
+	Descs   int    `json:"descs"`
+	Bytes   int64  `json:"bytes"`
+}
+
+// BatchData aggregates the descriptors of one layer between one P rank
+// and one D rank for one group pair.
+type BatchData struct {
+	Request string `json:"request"`
+	PRank   int    `json:"p_rank"`
+	DRank   int    `json:"d_rank"`
+	PGroup  int    `json:"p_group"`
+	DGroup  int    `json:"d_group"`
+	Layer   string `json:"layer"`
+	Kind    string `json:"layer_kind"`
+	Descs   int    `json:"descs"`
+	Bytes   int64  `json:"bytes"`
+	StartNS int64  `json:"start_ns"` // from the transfer's start
+	EndNS   int64  `json:"end_ns"`
+	Timing  Timing `json:"timing"`
+}
+
+// DoneData is a completed transfer.
+type DoneData struct {
+	Request    string  `json:"request"`
+	Bytes      int64   `json:"bytes"`
+	Descs      int     `json:"descs"`
+	Merged     int     `json:"descs_merged"`
+	PrepUS     float64 `json:"prep_us"`
+	PostUS     float64 `json:"post_us"`
+	TransferUS float64 `json:"transfer_us"`
+	GBps       float64 `json:"gbps"` // bytes / 1e9 / transfer seconds
+	Timing     Timing  `json:"timing"`
+	Verified   string  `json:"verified"` // exact, wrong or skipped (sampled out)
+}
+
+// ErrorData reports a failure.
+type ErrorData struct {
+	Request string `json:"request,omitempty"`
+	Status  string `json:"status"` // a NIXL-like status name: ERR_MISMATCH, ERR_BACKEND, ...
+	Message string `json:"message"`
+}
+
+// SampleData is one second of an agent's activity.
+type SampleData struct {
+	GBps          float64 `json:"gbps"`
+	P50US         float64 `json:"p50_us"`
+	P99US         float64 `json:"p99_us"`
+	Requests      int     `json:"requests"`
+	Descs         int     `json:"descs"`
+	DroppedEvents uint64  `json:"dropped_events"` // total so far: the agent's queue overflowed
+}
+
+// Limits bound what a frame may hold.
+const (
+	MaxFrameBytes  = 1 << 20 // one websocket message
+	MaxFrameEvents = 4096
+	maxAgentName   = 128
+)
+
+// FrameError reports a malformed frame: which event and what is wrong.
+type FrameError struct {
+	Index  int // the event's position in the frame, -1 for the frame itself
+	Field  string
+	Reason string
+}
+
+func (e *FrameError) Error() string {
+	if e.Index < 0 {
+		return fmt.Sprintf("event: frame: %s", e.Reason)
+	}
+	return fmt.Sprintf("event: event %d: %s: %s", e.Index, e.Field, e.Reason)
+}
+
+// EncodeFrame writes events as one frame: a JSON array.
+func EncodeFrame(events []Event) ([]byte, error) { return json.Marshal(events) }
+
+// DecodeFrame reads and validates one frame.
+func DecodeFrame(data []byte) ([]Event, error) {
+	if len(data) > MaxFrameBytes {
+		return nil, &FrameError{Index: -1, Reason: fmt.Sprintf("%d bytes exceeds %d", len(data), MaxFrameBytes)}
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '[' {
+		return nil, &FrameError{Index: -1, Reason: "not a JSON array of events"}
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, &FrameError{Index: -1, Reason: "not a JSON array of events: " + err.Error()}
+	}
+	if len(raw) > MaxFrameEvents {
+		return nil, &FrameError{Index: -1, Reason: fmt.Sprintf("%d events exceeds %d", len(raw), MaxFrameEvents)}
+	}
+	out := make([]Event, len(raw))
+	for i, r := range raw {
+		dec := json.NewDecoder(bytes.NewReader(r))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&out[i]); err != nil {
+			return nil, &FrameError{Index: i, Field: "event", Reason: err.Error()}
+		}
+		if err := out[i].Validate(); err != nil {
+			fe := err.(*FrameError)
+			fe.Index = i
+			return nil, fe
+		}
+	}
+	return out, nil
+}
+
+// Validate checks the fields every event needs and that the payload
+// matches the kind.
+func (e *Event) Validate() error {
+	bad := func(field, reason string) error { return &FrameError{Field: field, Reason: reason} }
+	switch {
+	case e.V != Version:
+		return bad("v", fmt.Sprintf("version %d, want %d", e.V, Version))
+	case e.Agent == "" || len(e.Agent) > maxAgentName:
+		return bad("agent", fmt.Sprintf("must be 1 to %d characters", maxAgentName))
+	case e.Seq == 0:
+		return bad("seq", "must be positive")
+	}
+	payloads := map[Kind]bool{
+		Hello: e.Hello != nil, Registration: e.Registration != nil, Handshake: e.Handshake != nil,
+		TransferStart: e.Start != nil, DescBatch: e.Batch != nil, TransferDone: e.Done != nil,
+		Error: e.Error != nil, Sample: e.Sample != nil,
+	}
+	has, known := payloads[e.Kind]
+	if !known {
+		return bad("kind", fmt.Sprintf("unknown kind %q", e.Kind))
+	}
+	if !has {
+		return bad("kind", fmt.Sprintf("kind %s without its payload", e.Kind))
+	}
+	n := 0
+	for _, set := range payloads {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return bad("kind", fmt.Sprintf("kind %s carries %d payloads, want 1", e.Kind, n))
+	}
+	if b := e.Batch; b != nil && (b.Timing != Measured && b.Timing != Synthesized) {
+		return bad("batch.timing", fmt.Sprintf("%q is neither measured nor synthesized", b.Timing))
+	}
+	if d := e.Done; d != nil && (d.Timing != Measured && d.Timing != Synthesized) {
+		return bad("done.timing", fmt.Sprintf("%q is neither measured nor synthesized", d.Timing))
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package event
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func sample(seq uint64) Event {
+	return Event{V: Version, Agent: "a1", Seq: seq, Kind: Sample, TS: 1, Sample: &SampleData{GBps: 1}}
+}
+
+func TestFrameRoundTrip(t *testing.T) {
+	in := []Event{
+		{V: Version, Agent: "a1", Seq: 1, Kind: Hello, Hello: &HelloData{Host: "h", Backend: "host", NoGPU: "no NVIDIA driver"}},
+		{V: Version, Agent: "a1", Seq: 2, Kind: DescBatch, Batch: &BatchData{Request: "r1", Layer: "L3", Descs: 12, Bytes: 4096, Timing: Measured}},
+		{V: Version, Agent: "a1", Seq: 3, Kind: TransferDone, Done: &DoneData{Request: "r1", Bytes: 4096, Timing: Synthesized, Verified: "exact"}},
+	}
+	data, err := EncodeFrame(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeFrame(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 3 || out[1].Batch.Layer != "L3" || out[2].Done.Timing != Synthesized {
+		t.Errorf("round trip: %+v", out)
+	}
+}
+
+func TestMalformedFramesSayWhat(t *testing.T) {
+	good, _ := json.Marshal(sample(1))
+	tests := []struct {
+		name, frame, field string
+	}{
+		{"not JSON", `{{{`, ""},
+		{"an object, not an array", string(good), ""},
+		{"a wrong version", `[{"v":9,"agent":"a","seq":1,"kind":"sample","sample":{}}]`, "v"},
+		{"no agent", `[{"v":1,"seq":1,"kind":"sample","sample":{}}]`, "agent"},
+		{"seq zero", `[{"v":1,"agent":"a","seq":0,"kind":"sample","sample":{}}]`, "seq"},
+		{"an unknown kind", `[{"v":1,"agent":"a","seq":1,"kind":"party"}]`, "kind"},
+		{"a kind without its payload", `[{"v":1,"agent":"a","seq":1,"kind":"transfer_done"}]`, "kind"},
+		{"two payloads", `[{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{},"error":{"status":"x","message":"y"}}]`, "kind"},
+		{"an unknown field", `[{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{},"addr":"0xdead"}]`, "event"},
+		{"a timing that is neither", `[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{"timing":"guessed"}}]`, "batch.timing"},
+		{"too big", "[" + strings.Repeat(" ", MaxFrameBytes) + "]", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeFrame([]byte(tt.frame))
+			var fe *FrameError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v, want a FrameError", err)
+			}
+			if fe.Field != tt.field {
+				t.Errorf("field %q, want %q (%v)", fe.Field, tt.field, err)
+			}
+		})
+	}
+}
+
+func TestRingKeepsTheNewestAndCountsGaps(t *testing.T) {
+	r := NewRing(3)
+	for _, seq := range []uint64{1, 2, 3, 5, 4, 6} {
+		r.Add(sample(seq))
+	}
+	got := r.Events()
+	if len(got) != 3 || got[0].Seq != 3 || got[2].Seq != 6 {
+		t.Errorf("ring %v", got)
+	}
+	if r.Gaps != 1 || r.Total != 5 {
+		t.Errorf("gaps %d total %d, want 1 (seq 4 came late and was ignored) and 5", r.Gaps, r.Total)
+	}
+}
+
+func TestTraceMarksSynthesizedTimings(t *testing.T) {
+	events := []Event{
+		{V: 1, Agent: "a", Seq: 1, Kind: TransferStart, TS: 1000, Start: &StartData{Request: "r"}},
+		{V: 1, Agent: "a", Seq: 2, Kind: DescBatch, TS: 2000, Batch: &BatchData{Request: "r", Layer: "L0", StartNS: 0, EndNS: 500, Timing: Synthesized}},
+		{V: 1, Agent: "a", Seq: 3, Kind: TransferDone, TS: 3000, Done: &DoneData{Request: "r", TransferUS: 2, Timing: Measured}},
+	}
+	data, err := Trace(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Cat string  `json:"cat"`
+			TS  float64 `json:"ts"`
+			Dur float64 `json:"dur"`
+		} `json:"traceEvents"`
+	}
+	json.Unmarshal(data, &tr)
+	if len(tr.TraceEvents) != 2 || tr.TraceEvents[0].Cat != "desc.synthesized" || tr.TraceEvents[0].TS != 1 || tr.TraceEvents[0].Dur != 0.5 {
+		t.Errorf("trace %s", data)
+	}
+}
+
+func FuzzDecodeFrame(f *testing.F) {
+	good, _ := EncodeFrame([]Event{sample(1), sample(2)})
+	f.Add(good)
+	f.Add([]byte(`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{"timing":"measured"}}]`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		events, err := DecodeFrame(data)
+		if err != nil {
+			var fe *FrameError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v is not a FrameError", err)
+			}
+			return
+		}
+		// Whatever decodes re-encodes and decodes to the same events.
+		again, err := EncodeFrame(events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := DecodeFrame(again)
+		if err != nil || len(back) != len(events) {
+			t.Fatalf("re-decoding: %v", err)
+		}
+		for i := range events {
+			if err := events[i].Validate(); err != nil {
+				t.Fatalf("event %d decoded but is invalid: %v", i, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// hub fans agents' events out to browsers. Agents publish over /ws/agent;
+// browsers subscribe read-only over /ws/live. Each subscriber has a bounded
+// queue of frames: a slow browser loses its oldest frames (counted, and
+// seen as a sequence gap in the browser), never stalling an agent or the
+// other browsers. It is safe for concurrent use.
+type hub struct {
+	mu       sync.Mutex
+	subs     map[*subscriber]struct{}
+	lastSeq  map[string]uint64 // per agent: the last sequence stored
+	recent   *event.Ring       // replayed to a new subscriber
+	record   io.Writer         // --record: one event per line
+	metrics  *metrics.Registry
+	subQueue int // frames buffered per subscriber
+	logf     func(format string, args ...any)
+}
+
+type subscriber struct {
+	frames  chan []byte
+	dropped uint64
+}
+
+func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) *hub {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, recent: event.NewRing(2048),
+		record: record, metrics: reg, subQueue: 64, logf: logf}
+}
+
+// publish stores an agent's events: it drops the ones already stored (an
+// agent resends after reconnecting), records and counts the rest, and
+// queues one frame of them to every subscriber. It returns the last
+// sequence number stored for the agent, which the agent is acknowledged.
+func (h *hub) publish(events []event.Event) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var fresh []event.Event
+	var last uint64
+	for _, e := range events {
+		if e.Seq <= h.lastSeq[e.Agent] {
+			last = h.lastSeq[e.Agent]
+			continue
+		}
+		h.lastSeq[e.Agent] = e.Seq
+		last = e.Seq
+		fresh = append(fresh, e)
+		h.recent.Add(e)
+		h.count(e)
+		if h.record != nil {
+			if line, err := json.Marshal(e); err == nil {
+				h.record.Write(append(line, '\n'))
+			}
+		}
+	}
+	if len(fresh) == 0 {
+		return last
+	}
+	frame, err := event.EncodeFrame(fresh)
+	if err != nil {
+		return last
+	}
+	for s := range h.subs {
+		h.offer(s, frame)
+	}
+	return last
+}
+
+// offer queues a frame for a subscriber, dropping its oldest frame when
+// its queue is full.
+func (h *hub) offer(s *subscriber, frame []byte) {
+	for {
+		select {
+		case s.frames <- frame:
+			return
+		default:
+		}
+		select {
+		case <-s.frames:
+			s.dropped++
+			h.metrics.Add("kvscope_hub_subscriber_dropped_frames_total", "Frames dropped because a browser read too slowly.", 1)
+		default:
+		}
+	}
+}
+
+// count updates the server's metrics from an event.
+func (h *hub) count(e event.Event) {
+	h.metrics.Add("kvscope_hub_events_total", "Events received from agents, by kind.", 1, "kind", string(e.Kind))
+	switch e.Kind {
+	case event.TransferDone:
+		h.metrics.Add("agent_tx_bytes_total", "Bytes the agents' transfers moved.", float64(e.Done.Bytes), "agent", e.Agent)
+		h.metrics.Observe("agent_xfer_time_us", "Transfer time per request, microseconds.", e.Done.TransferUS)
+	case event.Error:
+		h.metrics.Add("agent_errors_total", "Agent errors, by status.", 1, "status", e.Error.Status)
+	case event.Sample:
+		h.metrics.Set("kvscope_agent_dropped_events", "Events an agent's queue dropped so far.", float64(e.Sample.DroppedEvents), "agent", e.Agent)
+	}
+}
+
+func (h *hub) subscribe() *subscriber {
+	s := &subscriber{frames: make(chan []byte, h.subQueue)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if events := h.recent.Events(); len(events) > 0 {
+		if frame, err := event.EncodeFrame(events); err == nil {
+			s.frames <- frame
+		}
+	}
+	h.subs[s] = struct{}{}
+	h.metrics.Set("kvscope_hub_subscribers", "Browsers subscribed to /ws/live.", float64(len(h.subs)))
+	return s
+}
+
+func (h *hub) unsubscribe(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, s)
+	h.metrics.Set("kvscope_hub_subscribers", "Browsers subscribed to /ws/live.", float64(len(h.subs)))
+}
+
+// agentHandler is /ws/agent: an agent with the bearer token sends frames
+// of events; each stored frame is acknowledged with the agent's last stored
+// sequence number. A malformed or oversized frame closes that connection
+// only.
+func (h *hub) agentHandler(token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", "token")
+			http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer conn.CloseNow()
+		conn.SetReadLimit(event.MaxFrameBytes)
+		ctx := r.Context()
+		for {
+			_, data, err := conn.Read(ctx)
+			if err != nil {
+				if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
+					h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", "too_big")
+				}
+				return
+			}
+			events, err := event.DecodeFrame(data)
+			if err != nil {
+				h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", "malformed")
+				h.logf("agent frame rejected: %v", err)
+				conn.Close(websocket.StatusUnsupportedData, truncate(err.Error(), 120))
+				return
+			}
+			last := h.publish(events)
+			ack, _ := json.Marshal(map[string]uint64{"ack": last})
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = conn.Write(wctx, websocket.MessageText, ack)
+			cancel()
+			if err != nil {
+				return
+			}
+		}
+	})
+}
+
+// liveHandler is /ws/live: a browser from this server's origin subscribes
+// read-only to every agent's events.
+func (h *hub) liveHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Accept refuses a cross-origin browser (Origin must match Host).
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", "origin")
+			return
+		}
+		defer conn.CloseNow()
+		ctx := conn.CloseRead(r.Context()) // read-only: anything sent closes it
+		s := h.subscribe()
+		defer h.unsubscribe(s)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case frame := <-s.frames:
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := conn.Write(wctx, websocket.MessageText, frame)
+				cancel()
+				if err != nil {
+					return
+				}
+			}
+		}
+	})
+}
+
+func (h *hub) metricsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		h.metrics.Write(w)
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…" + strconv.Itoa(len(s)-n)
+}
