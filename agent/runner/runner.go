@@ -79,46 +79,21 @@ func (r *Runner) logf(format string, args ...any) {
 // runner goes on.
 func (r *Runner) Run(ctx context.Context) error {
 	s := r.Scenario
-	setup, err := s.Setup(r.Model)
+	if r.Role == "d" && s.Connector == "nixl-push" {
+		return fmt.Errorf("runner: two-agent mode moves the bytes by D reading from P (pull); run connector nixl-push with --role both")
+	}
+	pd, reqs, firstReq, first, err := r.begin()
 	if err != nil {
 		return err
-	}
-	pd, err := xfer.Prepare(setup)
-	if err != nil {
-		return fmt.Errorf("runner: planning: %w", err)
-	}
-	host, _ := os.Hostname()
-	gpus := r.GPUs
-	if gpus == nil {
-		gpus = []event.GPU{}
-	}
-	r.emit(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: r.Backend.Name(), Memory: r.Backend.MemoryKind(),
-		Role: r.Role, GPUs: gpus, NoGPU: r.NoGPU, Scenario: s.Describe(), Model: r.Model.Name}})
-
-	// The registration is the same for every request: take it from the
-	// first request's transfer.
-	reqs := s.NewRequests()
-	firstReq := reqs.Next()
-	first, err := pd.Compute(firstReq, true)
-	if err != nil {
-		return fmt.Errorf("runner: %w", err)
-	}
-	if first.Rejection != nil {
-		r.emit(event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{Summary: first.Handshake.Summary(), Rejection: first.Rejection.Error(),
-			PTP: len(first.PRegs), DTP: len(first.DRegs)}})
-		return fmt.Errorf("runner: the scenario's engines are rejected: %v", first.Rejection)
 	}
 	regs := append(append([]*xfer.Registration(nil), first.PRegs...), first.DRegs...)
 	if err := r.Backend.Register(regs); err != nil {
 		return err
 	}
 	for _, reg := range regs {
-		var bytes int64
-		for _, region := range reg.Regions {
-			bytes += region.Bytes()
+		if reg.Side == xfer.D || r.Role != "d" {
+			r.registered(reg)
 		}
-		r.emit(event.Event{Kind: event.Registration, Registration: &event.RegistrationData{Side: string(reg.Side), Rank: reg.Rank,
-			Regions: len(reg.Regions), Bytes: bytes, Memory: r.Backend.MemoryKind()}})
 	}
 	md, err := r.Backend.Metadata()
 	if err == nil {
@@ -173,6 +148,50 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
+// begin plans the scenario, says hello, and computes the first request's
+// transfer (which carries the registrations every request shares). A
+// rejected deployment is reported as a handshake event and an error.
+func (r *Runner) begin() (*xfer.PD, *scenario.Requests, xfer.Request, *xfer.Transfer, error) {
+	s := r.Scenario
+	setup, err := s.Setup(r.Model)
+	if err != nil {
+		return nil, nil, xfer.Request{}, nil, err
+	}
+	pd, err := xfer.Prepare(setup)
+	if err != nil {
+		return nil, nil, xfer.Request{}, nil, fmt.Errorf("runner: planning: %w", err)
+	}
+	host, _ := os.Hostname()
+	gpus := r.GPUs
+	if gpus == nil {
+		gpus = []event.GPU{}
+	}
+	r.emit(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: r.Backend.Name(), Memory: r.Backend.MemoryKind(),
+		Role: r.Role, GPUs: gpus, NoGPU: r.NoGPU, Scenario: s.Describe(), Model: r.Model.Name}})
+	reqs := s.NewRequests()
+	firstReq := reqs.Next()
+	first, err := pd.Compute(firstReq, true)
+	if err != nil {
+		return nil, nil, xfer.Request{}, nil, fmt.Errorf("runner: %w", err)
+	}
+	if first.Rejection != nil {
+		r.emit(event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{Summary: first.Handshake.Summary(), Rejection: first.Rejection.Error(),
+			PTP: len(first.PRegs), DTP: len(first.DRegs)}})
+		return nil, nil, xfer.Request{}, nil, fmt.Errorf("runner: the scenario's engines are rejected: %v", first.Rejection)
+	}
+	return pd, reqs, firstReq, first, nil
+}
+
+// registered reports a rank's registration.
+func (r *Runner) registered(reg *xfer.Registration) {
+	var bytes int64
+	for _, region := range reg.Regions {
+		bytes += region.Bytes()
+	}
+	r.emit(event.Event{Kind: event.Registration, Registration: &event.RegistrationData{Side: string(reg.Side), Rank: reg.Rank,
+		Regions: len(reg.Regions), Bytes: bytes, Memory: r.Backend.MemoryKind()}})
+}
+
 // statusError carries a NIXL-like status name.
 type statusError struct {
 	status string
@@ -200,14 +219,24 @@ func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) er
 	if err := fits(x); err != nil {
 		return &statusError{"ERR_INVALID_PARAM", err}
 	}
+	// Tag P's blocks as a prefill would (here, or in the P agent) and fill
+	// D's with the sentinel.
+	pf, remoteP := r.Backend.(transfer.Prefiller)
+	if remoteP {
+		err := pf.Prefill(transfer.PrefillRequest{ID: id, PromptTokens: req.PromptTokens, PrefixHitTokens: req.PrefixHitTokens})
+		if err != nil {
+			return &statusError{"ERR_REMOTE_DISCONNECT", err}
+		}
+	}
 	var prover *oracle.Prover
 	if verify {
-		// Tag P's blocks as a prefill would and fill D's with the sentinel.
-		if prover, err = oracle.NewProver(r.Model, x, r.Backend, false); err != nil {
+		if prover, err = oracle.NewProver(r.Model, x, r.Backend, remoteP); err != nil {
 			return err
 		}
-	} else if err := oracle.FillP(r.Model, x, r.Backend); err != nil {
-		return err
+	} else if !remoteP {
+		if err := oracle.FillP(r.Model, x, r.Backend); err != nil {
+			return err
+		}
 	}
 	r.emit(event.Event{Kind: event.TransferStart, Start: &event.StartData{Request: id, Prompt: req.PromptTokens, Hit: x.Request.PrefixHitTokens,
 		Mode: string(x.Mode), Descs: x.Descs, Bytes: x.Bytes}})

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/kvscope/kvscope/agent/scenario"
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/agent/transfer"
+	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 )
 
@@ -23,6 +25,16 @@ type Config struct {
 	Token     string
 	Backend   string // host (default) or nixl
 	HostLimit int64  // bytes the host backend may allocate (default 1 GiB)
+	// Role is both (P and D in this process, the default), p (serve P's
+	// regions on Listen) or d (read them from the P agent at Peer).
+	Role      string
+	Listen    string // role p: the TCP address D agents connect to
+	Peer      string // role d: the P agent's address
+	PeerToken string // the token D presents to P
+	PeerConns int    // role d: parallel connections to P (default 4)
+	// KVFromGPU, when positive, sizes both engines' KV cache memory as this
+	// fraction of the smallest discovered GPU's memory.
+	KVFromGPU float64
 	Metrics   *metrics.Registry
 	Logf      func(format string, args ...any)
 	// Streamer, when set, is used instead of a new one (tests).
@@ -51,37 +63,111 @@ func Start(ctx context.Context, c Config) error {
 	if gpus.Reason != "" {
 		logf("GPUs: %s", gpus.Reason)
 	}
+	if c.KVFromGPU > 0 {
+		if err := c.Scenario.UseGPUMemory(gpus.GPUs, c.KVFromGPU); err != nil {
+			return err
+		}
+		logf("KV cache memory per rank from the GPUs: %d MiB", c.Scenario.P.KVCacheMemoryBytes>>20)
+	}
 	kinds := map[string]string{}
 	for _, l := range m.Layers {
 		kinds[l.Name] = string(l.Kind)
 	}
-	var be transfer.Backend
-	switch c.Backend {
-	case "", "host":
-		be = transfer.NewHost(c.HostLimit, func(name string) string { return kinds[name] })
-	case "nixl":
-		if be, err = transfer.NewNIXL(c.Name, kinds); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("agent: --backend %q: want host or nixl", c.Backend)
-	}
-	defer be.Close()
 	st := c.Streamer
-	if st == nil {
+	if st == nil && c.ServerURL != "" {
 		st = &stream.Streamer{Agent: c.Name, URL: c.ServerURL, Token: c.Token, Logf: logf}
 	}
-	r := &Runner{Scenario: c.Scenario, Model: m, Backend: be, Sink: st, Metrics: c.Metrics, GPUs: gpus.GPUs, NoGPU: gpus.Reason, Role: "both", Logf: logf}
+	var sink Sink = st
+	if st == nil {
+		sink = &logSink{logf: logf}
+	}
+	kindOf := func(name string) string { return kinds[name] }
+	r := &Runner{Scenario: c.Scenario, Model: m, Sink: sink, Metrics: c.Metrics, GPUs: gpus.GPUs, NoGPU: gpus.Reason, Role: c.Role, Logf: logf}
+	var run func(context.Context) error
+	switch c.Role {
+	case "", "both", "d":
+		if r.Role == "" {
+			r.Role = "both"
+		}
+		switch {
+		case c.Role == "d" && c.Backend != "" && c.Backend != "host":
+			return fmt.Errorf("agent: --role d reads P over TCP into host memory; --backend %q runs with --role both", c.Backend)
+		case c.Role == "d":
+			if c.Peer == "" {
+				return fmt.Errorf("agent: --role d needs --peer, the P agent's address")
+			}
+			if c.PeerConns <= 0 {
+				c.PeerConns = 4
+			}
+			r.Backend = transfer.NewRemote(c.Peer, c.PeerToken, c.PeerConns, c.HostLimit, kindOf)
+		case c.Backend == "" || c.Backend == "host":
+			r.Backend = transfer.NewHost(c.HostLimit, kindOf)
+		case c.Backend == "nixl":
+			if r.Backend, err = transfer.NewNIXL(c.Name, kinds); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("agent: --backend %q: want host or nixl", c.Backend)
+		}
+		run = r.Run
+	case "p":
+		if c.Backend != "" && c.Backend != "host" {
+			return fmt.Errorf("agent: --role p serves host memory over TCP; --backend %q runs with --role both", c.Backend)
+		}
+		if c.Listen == "" {
+			return fmt.Errorf("agent: --role p needs --listen, the address D agents connect to")
+		}
+		host := transfer.NewHost(c.HostLimit, kindOf)
+		r.Backend = host
+		ln, err := net.Listen("tcp", c.Listen)
+		if err != nil {
+			return fmt.Errorf("agent: --listen %s: %w", c.Listen, err)
+		}
+		logf("P agent listening on %s", ln.Addr())
+		run = func(ctx context.Context) error { return r.ServeP(ctx, host, ln, c.PeerToken) }
+	default:
+		return fmt.Errorf("agent: --role %q: want both, p or d", c.Role)
+	}
+	defer r.Backend.Close()
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		st.Run(ctx)
-	}()
-	err = r.Run(ctx)
+	if st != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st.Run(ctx)
+		}()
+	}
+	err = run(ctx)
 	if err != nil {
 		logf("agent: %v", err)
 	}
 	wg.Wait()
 	return err
 }
+
+// logSink is where events go when no server is given: transfers and
+// errors are logged one line each.
+type logSink struct {
+	mu   sync.Mutex
+	logf func(format string, args ...any)
+}
+
+// Publish implements Sink.
+func (l *logSink) Publish(e event.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch e.Kind {
+	case event.Hello:
+		l.logf("agent: %s (%s, %s, role %s)", e.Hello.Scenario, e.Hello.Backend, e.Hello.Memory, e.Hello.Role)
+	case event.Handshake:
+		l.logf("handshake: %s %s", e.Handshake.Summary, e.Handshake.Rejection)
+	case event.TransferDone:
+		d := e.Done
+		l.logf("%s: %d bytes, %d descriptors (%d merged), %.0f µs (%s), %.2f GB/s, %s", d.Request, d.Bytes, d.Descs, d.Merged, d.TransferUS, d.Timing, d.GBps, d.Verified)
+	case event.Error:
+		l.logf("%s: %s: %s", e.Error.Request, e.Error.Status, e.Error.Message)
+	}
+}
+
+// Dropped implements Sink: nothing is dropped.
+func (l *logSink) Dropped() uint64 { return 0 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 
+	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
@@ -154,4 +155,24 @@ func (r *Requests) Next() xfer.Request {
 func (s Scenario) Describe() string {
 	return fmt.Sprintf("%s: %s, P TP%d -> D TP%d, %s, %.3g req/s, %d-%d tokens, %.0f%% prefix hits",
 		s.Name, s.Model, max(1, s.P.TensorParallelSize), max(1, s.D.TensorParallelSize), s.Connector, s.Rate, s.PromptMin, s.PromptMax, 100*s.HitFraction)
+}
+
+// UseGPUMemory sets both engines' KV cache memory to fraction of the
+// smallest GPU's memory, as vLLM's --gpu-memory-utilization bounds it (the
+// weights and activations' share is not subtracted: give a fraction that
+// leaves room for them). It needs at least one GPU.
+func (s *Scenario) UseGPUMemory(gpus []event.GPU, fraction float64) error {
+	if fraction <= 0 || fraction > 1 {
+		return fmt.Errorf("scenario: GPU memory fraction %v must be in (0, 1]", fraction)
+	}
+	if len(gpus) == 0 {
+		return fmt.Errorf("scenario: no GPUs were discovered to size the KV cache from")
+	}
+	least := gpus[0].MemoryBytes
+	for _, g := range gpus[1:] {
+		least = min(least, g.MemoryBytes)
+	}
+	bytes := int64(float64(least) * fraction)
+	s.P.KVCacheMemoryBytes, s.D.KVCacheMemoryBytes = bytes, bytes
+	return nil
 }

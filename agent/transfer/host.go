@@ -149,13 +149,19 @@ func (h *Host) slice(side xfer.Side, rank int, at xfer.Loc, n int64) ([]byte, er
 // Prepare validates every descriptor against both sides' regions and
 // groups the pairs into per-layer batches.
 func (h *Host) Prepare(x *xfer.Transfer) (*Prepared, error) {
+	return h.prepare(x, func(rank int, q xfer.Pair) ([]byte, error) { return h.slice(xfer.P, rank, q.Src, q.Len) })
+}
+
+// prepare validates D's side of every descriptor here and P's side with
+// src, and groups the pairs into per-layer batches.
+func (h *Host) prepare(x *xfer.Transfer, src func(rank int, q xfer.Pair) ([]byte, error)) (*Prepared, error) {
 	start := h.clock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := &Prepared{x: x}
 	for _, rp := range x.RankPairs {
 		batches, bytes, err := group(rp.Pairs, h.kindOf, func(q xfer.Pair) (copyOp, error) {
-			src, err := h.slice(xfer.P, rp.P, q.Src, q.Len)
+			s, err := src(rp.P, q)
 			if err != nil {
 				return copyOp{}, err
 			}
@@ -163,7 +169,7 @@ func (h *Host) Prepare(x *xfer.Transfer) (*Prepared, error) {
 			if err != nil {
 				return copyOp{}, err
 			}
-			return copyOp{src: src, dst: dst, pair: q}, nil
+			return copyOp{src: s, dst: dst, pair: q}, nil
 		})
 		if err != nil {
 			return nil, err
@@ -180,6 +186,19 @@ func (h *Host) Prepare(x *xfer.Transfer) (*Prepared, error) {
 
 // Post copies every rank pair in its own goroutine.
 func (h *Host) Post(p *Prepared, notif string) (Handle, error) {
+	return h.post(p, notif, func(ro rankOps, start time.Time) ([]event.BatchData, error) {
+		return runBatches(ro, start, h.clock, func(b batch) error {
+			for _, op := range b.ops {
+				copy(op.dst, op.src)
+			}
+			return nil
+		})
+	})
+}
+
+// post runs each rank pair's work in its own goroutine and completes the
+// transfer when all are done; the first error fails it.
+func (h *Host) post(p *Prepared, notif string, run func(ro rankOps, start time.Time) ([]event.BatchData, error)) (Handle, error) {
 	start := h.clock()
 	x := &hostXfer{done: make(chan struct{})}
 	h.mu.Lock()
@@ -188,12 +207,13 @@ func (h *Host) Post(p *Prepared, notif string) (Handle, error) {
 	h.xfers[id] = x
 	h.mu.Unlock()
 	results := make([][]event.BatchData, len(p.ranks))
+	errs := make([]error, len(p.ranks))
 	var wg sync.WaitGroup
 	for i, ro := range p.ranks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = runBatches(ro, start, h.clock, func(op copyOp) { copy(op.dst, op.src) })
+			results[i], errs[i] = run(ro, start)
 		}()
 	}
 	postUS := float64(h.clock().Sub(start).Nanoseconds()) / 1e3
@@ -205,8 +225,13 @@ func (h *Host) Post(p *Prepared, notif string) (Handle, error) {
 		for _, r := range results {
 			x.stats.Batches = append(x.stats.Batches, r...)
 		}
+		for _, err := range errs {
+			if err != nil && x.err == nil {
+				x.err = err
+			}
+		}
 		h.mu.Lock()
-		if notif != "" {
+		if notif != "" && x.err == nil {
 			h.notifs = append(h.notifs, notif)
 		}
 		h.mu.Unlock()
@@ -216,18 +241,18 @@ func (h *Host) Post(p *Prepared, notif string) (Handle, error) {
 }
 
 // runBatches moves one rank pair's batches in order, timing each.
-func runBatches(ro rankOps, start time.Time, clock func() time.Time, move func(copyOp)) []event.BatchData {
+func runBatches(ro rankOps, start time.Time, clock func() time.Time, move func(batch) error) ([]event.BatchData, error) {
 	out := make([]event.BatchData, 0, len(ro.batches))
 	for _, b := range ro.batches {
 		t0 := clock()
-		for _, op := range b.ops {
-			move(op)
+		if err := move(b); err != nil {
+			return out, err
 		}
 		t1 := clock()
 		out = append(out, event.BatchData{PRank: ro.p, DRank: ro.d, PGroup: b.pGroup, DGroup: b.dGroup, Layer: b.layer, Kind: b.kind,
 			Descs: len(b.ops), Bytes: b.bytes, StartNS: t0.Sub(start).Nanoseconds(), EndNS: t1.Sub(start).Nanoseconds(), Timing: event.Measured})
 	}
-	return out
+	return out, nil
 }
 
 // Poll reports a posted transfer's state without blocking.

@@ -1,0 +1,172 @@
+// Command kvscope-agent performs real KV transfers of a P/D deployment and
+// streams descriptor events to a kvscope server.
+//
+// It discovers the host's GPUs (go-nvml; without a driver it says "no
+// NVIDIA driver" once and goes on), plans the scenario's P and D engines
+// with kvscope's core, registers every rank's KV regions with a transfer
+// backend, and then for each request fills P's blocks as a prefill would,
+// moves every descriptor pair, proves D's bytes with the byte oracle and
+// reports it all as events.
+//
+//	kvscope-agent --server ws://127.0.0.1:8080/ws/agent --token T
+//	kvscope-agent --role p --listen :7700 --peer-token S       # on the P host
+//	kvscope-agent --role d --peer phost:7700 --peer-token S --server ws://…/ws/agent --token T
+//
+// Backends: host (default; pure Go, host memory, real copies, rank pairs in
+// parallel; also two agents over TCP with --role p / --role d) and nixl
+// (build with -tags nixl where NIXL is installed).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/agent/runner"
+	"github.com/kvscope/kvscope/agent/scenario"
+	"github.com/kvscope/kvscope/app/bundled"
+	"github.com/kvscope/kvscope/core/model"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := log.New(os.Stderr, "kvscope-agent: ", log.LstdFlags)
+	if err := run(ctx, os.Args[1:], logger.Printf); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "kvscope-agent:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the agent's flags.
+type options struct {
+	config      runner.Config
+	scenario    string
+	model       string
+	rate        float64
+	requests    int
+	duration    float64
+	verifyEvery int
+	metricsAddr string
+	hostMiB     int64
+}
+
+func parse(args []string) (*options, error) {
+	fs := flag.NewFlagSet("kvscope-agent", flag.ContinueOnError)
+	o := &options{}
+	c := &o.config
+	fs.StringVar(&c.ServerURL, "server", "", "kvscope server's agent endpoint, ws://host:port/ws/agent (empty: log events here)")
+	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "bearer token for the server (default $KVSCOPE_TOKEN)")
+	fs.StringVar(&c.Backend, "backend", "host", "transfer backend: host or nixl (needs a -tags nixl build)")
+	fs.StringVar(&c.Role, "role", "both", "both (P and D here), p (serve P's regions on --listen) or d (read from the P agent at --peer)")
+	fs.StringVar(&c.Listen, "listen", "", "role p: TCP address D agents connect to, e.g. :7700")
+	fs.StringVar(&c.Peer, "peer", "", "role d: the P agent's address, host:port")
+	fs.StringVar(&c.PeerToken, "peer-token", os.Getenv("KVSCOPE_PEER_TOKEN"), "token D presents to P (default $KVSCOPE_PEER_TOKEN); required for --listen beyond loopback")
+	fs.IntVar(&c.PeerConns, "peer-conns", 4, "role d: parallel connections to P")
+	fs.StringVar(&c.Name, "name", "", "agent name on its events (default: the host name)")
+	fs.Float64Var(&c.KVFromGPU, "kv-from-gpu", 0, "size each engine's KV cache as this fraction of the smallest GPU's memory (0: the scenario's)")
+	fs.StringVar(&o.scenario, "scenario", "", "scenario JSON file (default: the built-in default scenario)")
+	fs.StringVar(&o.model, "model", "", "override the scenario's model (a bundled model name)")
+	fs.Float64Var(&o.rate, "rate", -1, "override the scenario's requests per second (0: as fast as the backend goes)")
+	fs.IntVar(&o.requests, "requests", -1, "override the scenario's request count (0: unlimited)")
+	fs.Float64Var(&o.duration, "duration", -1, "override the scenario's duration in seconds (0: until stopped)")
+	fs.IntVar(&o.verifyEvery, "verify-every", -1, "override: prove every Nth request with the oracle (1: every one)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
+	fs.Int64Var(&o.hostMiB, "host-memory-mib", 1024, "host memory the host backend may allocate, MiB")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	s := scenario.Default()
+	if o.scenario != "" {
+		var err error
+		if s, err = scenario.Load(o.scenario); err != nil {
+			return nil, err
+		}
+	}
+	if o.model != "" {
+		s.Model = o.model
+	}
+	if o.rate >= 0 {
+		s.Rate = o.rate
+	}
+	if o.requests >= 0 {
+		s.Requests = o.requests
+	}
+	if o.duration >= 0 {
+		s.DurationS = o.duration
+	}
+	if o.verifyEvery >= 0 {
+		s.VerifyEvery = o.verifyEvery
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if o.hostMiB <= 0 {
+		return nil, fmt.Errorf("--host-memory-mib %d: must be positive", o.hostMiB)
+	}
+	if c.Role == "p" && c.PeerToken == "" && !loopback(c.Listen) {
+		return nil, fmt.Errorf("--listen %s listens beyond loopback: give --peer-token", c.Listen)
+	}
+	c.Scenario, c.HostLimit = s, o.hostMiB<<20
+	return o, nil
+}
+
+// loopback reports whether addr names a loopback host.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+func run(ctx context.Context, args []string, logf func(string, ...any)) error {
+	o, err := parse(args)
+	if err != nil {
+		return err
+	}
+	c := o.config
+	c.Catalog = catalog()
+	c.Logf = logf
+	c.Metrics = metrics.New()
+	if o.metricsAddr != "" {
+		ln, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			c.Metrics.Write(w)
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		logf("metrics on http://%s/metrics", ln.Addr())
+	}
+	return runner.Start(ctx, c)
+}
+
+// catalog is the bundled models, or testdata/models in a source tree.
+func catalog() model.Catalog {
+	if c := bundled.Catalog(); len(c.Names()) > 0 {
+		return c
+	}
+	return model.NewCatalog(os.DirFS("."), "testdata/models")
+}

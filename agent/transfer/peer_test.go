@@ -1,0 +1,175 @@
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/oracle"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// startP serves P's ranks of a deployment on a loopback port.
+func startP(t *testing.T, m *model.Model, pd *xfer.PD, x *xfer.Transfer, token string) string {
+	t.Helper()
+	h := NewHost(1<<30, nil)
+	if err := h.Register(x.PRegs); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &PeerServer{Host: h, Token: token, Logf: t.Logf, Prefill: func(q PrefillRequest) error {
+		px, err := pd.Compute(xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens}, true)
+		if err != nil {
+			return err
+		}
+		return oracle.FillP(m, px, h)
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ctx, ln)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// TestTwoAgentsOverTCP: D reads P's bytes over loopback TCP after the
+// handshake and the oracle proves every byte.
+func TestTwoAgentsOverTCP(t *testing.T) {
+	for _, d := range deployments {
+		if d.connector != "nixl" {
+			continue // two agents move bytes by D reading (pull)
+		}
+		t.Run(d.name, func(t *testing.T) {
+			m, pd, x := prepare(t, d)
+			addr := startP(t, m, pd, x, "s3cret")
+			r := NewRemote(addr, "s3cret", 2, 1<<30, nil)
+			defer r.Close()
+			if err := r.Register(allRegs(x)); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Prefill(PrefillRequest{ID: "r1", PromptTokens: d.req.PromptTokens, PrefixHitTokens: d.req.PrefixHitTokens}); err != nil {
+				t.Fatal(err)
+			}
+			prover, err := oracle.NewProver(m, x, r, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := r.Prepare(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := r.Post(p, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := Wait(r, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res := prover.Verify(); res.Verdict != oracle.Exact {
+				t.Fatalf("D's bytes: %s (%v)", res.Verdict, res.Mismatch)
+			}
+			if st.Bytes != x.Bytes {
+				t.Errorf("moved %d bytes, want %d", st.Bytes, x.Bytes)
+			}
+		})
+	}
+}
+
+func TestTwoAgentsHandshakeFailures(t *testing.T) {
+	m, pd, x := prepare(t, deployments[0])
+	addr := startP(t, m, pd, x, "s3cret")
+
+	r := NewRemote(addr, "wrong", 1, 1<<30, nil)
+	if err := r.Register(allRegs(x)); err == nil || !strings.Contains(err.Error(), "wrong token") {
+		t.Errorf("wrong token: %v", err)
+	}
+	r.Close()
+
+	// D planned another model: P's metadata does not match.
+	other := deployments[0]
+	other.model = "Qwen__Qwen3-0.6B"
+	_, _, ox := prepare(t, other)
+	r = NewRemote(addr, "s3cret", 1, 1<<30, nil)
+	if err := r.Register(allRegs(ox)); err == nil || !strings.Contains(err.Error(), "P and D must run the same scenario") {
+		t.Errorf("mismatched scenario: %v", err)
+	}
+	r.Close()
+}
+
+// TestPeerRefusesBadReads speaks the wire protocol directly: reads outside
+// P's regions, malformed reads and unknown messages get an error and the
+// connection closes; P keeps serving other connections.
+func TestPeerRefusesBadReads(t *testing.T) {
+	m, pd, x := prepare(t, deployments[0])
+	addr := startP(t, m, pd, x, "")
+	region := x.PRegs[0].Regions[0]
+	read := func(descs ...readDesc) []byte {
+		b := make([]byte, 4+len(descs)*readDescBytes)
+		binary.BigEndian.PutUint32(b, uint32(len(descs)))
+		for i, d := range descs {
+			encodeDesc(b[4+i*readDescBytes:], d)
+		}
+		return b
+	}
+	cases := []struct {
+		name    string
+		typ     byte
+		payload []byte
+		want    string
+	}{
+		{"past the region", msgRead, read(readDesc{0, 0, uint64(region.Bytes() - 8), 16}), "outside"},
+		{"no such rank", msgRead, read(readDesc{9, 0, 0, 16}), "P rank 9 is not registered"},
+		{"no such region", msgRead, read(readDesc{0, 4000, 0, 16}), "no region 4000"},
+		{"huge length", msgRead, read(readDesc{0, 0, 0, 1 << 40}), "out of range"},
+		{"truncated", msgRead, read(readDesc{0, 0, 0, 16})[:20], "has 20 bytes"},
+		{"unknown message", 'Z', nil, "unknown message"},
+		{"prefill not JSON", msgPrefill, []byte("{"), "not JSON"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
+			hello, _ := json.Marshal(peerHello{})
+			if err := writeMsg(w, msgHello, hello); err != nil {
+				t.Fatal(err)
+			}
+			if typ, _, err := readMsg(r, maxControlBytes); err != nil || typ != msgMeta {
+				t.Fatalf("hello answered %q, %v", typ, err)
+			}
+			if err := writeMsg(w, c.typ, c.payload); err != nil {
+				t.Fatal(err)
+			}
+			typ, body, err := readMsg(r, maxControlBytes)
+			if err != nil || typ != msgError || !strings.Contains(string(body), c.want) {
+				t.Fatalf("answer %q %q (%v), want an error containing %q", typ, body, err, c.want)
+			}
+			if _, _, err := readMsg(r, maxControlBytes); err == nil {
+				t.Fatal("the connection stayed open after the error")
+			}
+		})
+	}
+	// A good read still works on a fresh connection.
+	r := NewRemote(addr, "", 1, 1<<30, nil)
+	defer r.Close()
+	if err := r.Register(allRegs(x)); err != nil {
+		t.Fatalf("P stopped serving after bad reads: %v", err)
+	}
+}
