@@ -66,18 +66,26 @@ func runServe(args []string, stdout io.Writer) error {
 		defer f.Close()
 		rec = f
 	}
+	srv := newServer(catalog(), o, rec)
+	return srv.listenAndServe(o, func(ctx context.Context, addr string) {
+		if o.Agent == "embedded" {
+			go runEmbeddedAgent(ctx, catalog(), "ws://"+addr+"/ws/agent", o.Token, srv.metrics, o.Logf)
+		}
+	})
+}
+
+// listenAndServe serves on o.Addr until SIGINT or SIGTERM; started runs
+// once the listener is up, with a context that ends at shutdown.
+func (srv *server) listenAndServe(o serveOptions, started func(ctx context.Context, addr string)) error {
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return err
 	}
-	srv := newServer(catalog(), o, rec)
 	hs := newHTTPServer(srv.mux)
 	o.Logf("serving the app on http://%s (open it in a browser)", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if o.Agent == "embedded" {
-		go runEmbeddedAgent(ctx, catalog(), "ws://"+ln.Addr().String()+"/ws/agent", o.Token, srv.metrics, o.Logf)
-	}
+	started(ctx, ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -85,6 +93,7 @@ func runServe(args []string, stdout io.Writer) error {
 		return err
 	case <-ctx.Done():
 	}
+	srv.hub.close()
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return hs.Shutdown(shut)

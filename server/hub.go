@@ -31,6 +31,8 @@ type hub struct {
 	metrics  *metrics.Registry
 	subQueue int // frames buffered per subscriber
 	logf     func(format string, args ...any)
+	stopped  context.Context // done once the hub closes
+	stop     context.CancelFunc
 }
 
 type subscriber struct {
@@ -42,8 +44,20 @@ func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) 
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	stopped, stop := context.WithCancel(context.Background())
 	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, recent: event.NewRing(2048),
-		record: record, metrics: reg, subQueue: 64, logf: logf}
+		record: record, metrics: reg, subQueue: 64, logf: logf, stopped: stopped, stop: stop}
+}
+
+// close ends every agent and browser connection with "going away" (the
+// server is stopping); http.Server.Shutdown does not reach hijacked
+// websocket connections.
+func (h *hub) close() { h.stop() }
+
+// closeOnStop closes a connection with "going away" when the hub closes;
+// the returned function cancels that.
+func (h *hub) closeOnStop(conn *websocket.Conn) func() bool {
+	return context.AfterFunc(h.stopped, func() { conn.Close(websocket.StatusGoingAway, "server stopping") })
 }
 
 // publish stores an agent's events: it drops the ones already stored (an
@@ -154,6 +168,7 @@ func (h *hub) agentHandler(token string) http.Handler {
 			return
 		}
 		defer conn.CloseNow()
+		defer h.closeOnStop(conn)()
 		conn.SetReadLimit(event.MaxFrameBytes)
 		ctx := r.Context()
 		for {
@@ -194,6 +209,7 @@ func (h *hub) liveHandler() http.Handler {
 			return
 		}
 		defer conn.CloseNow()
+		defer h.closeOnStop(conn)()
 		ctx := conn.CloseRead(r.Context()) // read-only: anything sent closes it
 		s := h.subscribe()
 		defer h.unsubscribe(s)

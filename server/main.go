@@ -5,6 +5,8 @@
 //	kvscope plan   --model M.json [engine flags] [--json]
 //	kvscope pd     --model M.json --p-tensor-parallel-size N --d-tensor-parallel-size N [...] [--json]
 //	kvscope oracle [--sweep | the pd flags] [--json]
+//	kvscope serve  [--addr A] [--token T] [--agent embedded|none] [--record FILE.jsonl]
+//	kvscope replay [--speed S] FILE.jsonl
 //	kvscope models
 //
 // Every subcommand is a function of its arguments and an output writer, so
@@ -35,6 +37,7 @@ func commands() []command {
 		{"pd", "plan a prefill/decode pair and compute the descriptor geometry of a transfer", runPD},
 		{"oracle", "prove a transfer on bytes, or run the sweep (--sweep)", runOracle},
 		{"serve", "serve the browser app and the JSON API", runServe},
+		{"replay", "serve the app and play a recorded event file (serve --record) into its live view", runReplay},
 		{"site", "write the browser app as a static website (no server needed)", runSite},
 		{"models", "list the bundled model configs", runModels},
 	}
@@ -102,6 +105,23 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return &usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	return nil
+}
+
+// parseWithArgs parses flags that may come before or after positional
+// arguments, and returns the positional ones.
+func parseWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		fs.SetOutput(io.Discard)
+		if err := fs.Parse(args); err != nil {
+			return nil, parseFlags(fs, args) // the same error, reported as parseFlags does
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 func runModels(args []string, stdout io.Writer) error {

@@ -1,6 +1,7 @@
 package event
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -124,6 +125,44 @@ func FuzzDecodeFrame(f *testing.F) {
 		for i := range events {
 			if err := events[i].Validate(); err != nil {
 				t.Fatalf("event %d decoded but is invalid: %v", i, err)
+			}
+		}
+	})
+}
+
+func TestReadJSONL(t *testing.T) {
+	good := `{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{"gbps":1.5}}
+
+{"v":1,"agent":"a","seq":2,"kind":"error","error":{"status":"ERR_MISMATCH","message":"m"}}
+`
+	evs, err := ReadJSONL(strings.NewReader(good))
+	if err != nil || len(evs) != 2 || evs[0].Sample.GBps != 1.5 || evs[1].Error.Status != "ERR_MISMATCH" {
+		t.Fatalf("ReadJSONL = %+v, %v", evs, err)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"{\"v\":1,\"agent\":\"a\",\"seq\":1,\"kind\":\"sample\",\"sample\":{}}\n[1]\n", "line 2: not a JSON object"},
+		{`{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{}},{"v":1,"agent":"a","seq":2,"kind":"sample","sample":{}}`, "line 1: 2 events"},
+		{`{"v":1,"agent":"a","seq":0,"kind":"sample","sample":{}}`, "line 1: event: event 0: seq"},
+		{`{"v":1,"agent":"a","seq":1,"kind":"sample"`, "line 1"},
+	} {
+		_, err := ReadJSONL(strings.NewReader(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ReadJSONL(%q) = %v, want an error containing %q", c.in, err, c.want)
+		}
+	}
+}
+
+func FuzzReadJSONL(f *testing.F) {
+	f.Add([]byte(`{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{}}` + "\n"))
+	f.Add([]byte("\n\n{}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		evs, err := ReadJSONL(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		for i := range evs {
+			if err := evs[i].Validate(); err != nil {
+				t.Fatalf("event %d read but invalid: %v", i, err)
 			}
 		}
 	})

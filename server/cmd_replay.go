@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"time"
+
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// runReplay serves the app with no agent and plays a recording into the
+// hub at its recorded pace (or faster), so the live view shows it as it
+// happened.
+func runReplay(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	speed := fs.Float64("speed", 1, "playback speed: 2 plays twice as fast; 0 plays without pauses")
+	files, err := parseWithArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(files) != 1 {
+		return &usageError{fmt.Errorf("give one recording: kvscope replay [--speed S] [--addr A] FILE.jsonl")}
+	}
+	if *speed < 0 {
+		return &usageError{fmt.Errorf("--speed %v: must not be negative", *speed)}
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		return err
+	}
+	events, err := event.ReadJSONL(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", files[0], err)
+	}
+	o := serveOptions{Addr: *addr, Agent: "none", Token: randomToken(), Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
+	if err := o.check(); err != nil {
+		return &usageError{err}
+	}
+	srv := newServer(catalog(), o, nil)
+	return srv.listenAndServe(o, func(ctx context.Context, _ string) {
+		o.Logf("replaying %d events from %s at %gx", len(events), files[0], *speed)
+		go func() {
+			replay(ctx, srv.hub, events, *speed)
+			o.Logf("replay done; still serving")
+		}()
+	})
+}
+
+// replay publishes events in frames of at most 50 ms of recorded time,
+// waiting between frames as recorded (divided by speed; at most 2 s).
+func replay(ctx context.Context, h *hub, events []event.Event, speed float64) {
+	const window = int64(50 * time.Millisecond)
+	for i := 0; i < len(events); {
+		j := i + 1
+		for j < len(events) && j-i < event.MaxFrameEvents && events[j].TS-events[i].TS < window && events[j].TS >= events[i].TS {
+			j++
+		}
+		h.publish(events[i:j])
+		if j < len(events) && speed > 0 {
+			gap := time.Duration(float64(events[j].TS-events[i].TS) / speed)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(min(max(gap, 0), 2*time.Second)):
+			}
+		}
+		i = j
+	}
+}

@@ -1,0 +1,523 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/agent/runner"
+	"github.com/kvscope/kvscope/agent/scenario"
+	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// liveServer is a kvscope server on a real loopback port.
+type liveServer struct {
+	srv  *server
+	hs   *http.Server
+	addr string
+	done chan struct{}
+}
+
+// startLive listens on addr (retrying while a stopped server's port is
+// released) and serves.
+func startLive(t *testing.T, addr, token string, rec io.Writer) *liveServer {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for range 100 {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &liveServer{srv: newServer(catalog(), serveOptions{Addr: ln.Addr().String(), Token: token, Logf: t.Logf}, rec), addr: ln.Addr().String(), done: make(chan struct{})}
+	l.hs = newHTTPServer(l.srv.mux)
+	go func() {
+		defer close(l.done)
+		l.hs.Serve(ln)
+	}()
+	return l
+}
+
+// stop ends every connection, as a stopping server does.
+func (l *liveServer) stop() {
+	l.srv.hub.close()
+	l.hs.Close()
+	<-l.done
+}
+
+// liveSub collects what /ws/live sends, reconnecting when asked.
+type liveSub struct {
+	mu     sync.Mutex
+	events []event.Event
+}
+
+// follow reads /ws/live at addr until ctx ends or the connection drops.
+func (s *liveSub) follow(ctx context.Context, addr string) error {
+	conn, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/live", nil)
+	if err != nil {
+		return err
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(8 << 20)
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			return err
+		}
+		evs, err := event.DecodeFrame(data)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.events = append(s.events, evs...)
+		s.mu.Unlock()
+	}
+}
+
+func (s *liveSub) snapshot() []event.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]event.Event(nil), s.events...)
+}
+
+// waitFor polls until cond holds on the events seen.
+func (s *liveSub) waitFor(t *testing.T, what string, d time.Duration, cond func([]event.Event) bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond(s.snapshot()) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s (%d events seen)", what, len(s.snapshot()))
+}
+
+// seqs are the distinct sequence numbers of one agent, and the highest.
+func seqs(events []event.Event, agent string) (map[uint64]bool, uint64) {
+	seen := map[uint64]bool{}
+	var hi uint64
+	for _, e := range events {
+		if e.Agent == agent {
+			seen[e.Seq] = true
+			hi = max(hi, e.Seq)
+		}
+	}
+	return seen, hi
+}
+
+func countExact(events []event.Event) int {
+	n := 0
+	for _, e := range events {
+		if e.Kind == event.TransferDone && e.Done.Verified == "exact" {
+			n++
+		}
+	}
+	return n
+}
+
+// startAgent runs an agent on the default scenario (faster) streaming to
+// addr; it returns its streamer and a stop function.
+func startAgent(t *testing.T, addr, token string) (*stream.Streamer, func()) {
+	t.Helper()
+	s := scenario.Default()
+	s.Rate = 25
+	st := &stream.Streamer{Agent: "test-agent", URL: "ws://" + addr + "/ws/agent", Token: token, Logf: t.Logf}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := runner.Start(ctx, runner.Config{Name: "test-agent", Scenario: s, Catalog: catalog(), Streamer: st, HostLimit: 512 << 20, Logf: t.Logf})
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	return st, func() {
+		cancel()
+		<-done
+	}
+}
+
+// TestLivePipeline is the live path end to end over real websockets: an
+// agent streams verified transfers through the hub to a subscriber; the
+// server stops and restarts on the same port mid-stream, and the agent
+// resumes from the last acknowledged sequence, so the subscriber and the
+// recording see every sequence number except the drops the agent counted.
+func TestLivePipeline(t *testing.T) {
+	recPath := filepath.Join(t.TempDir(), "events.jsonl")
+	rec, err := os.OpenFile(recPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	const token = "t0ken"
+	a := startLive(t, "127.0.0.1:0", token, rec)
+	addr := a.addr
+	st, stopAgent := startAgent(t, addr, token)
+	defer stopAgent()
+
+	sub := &liveSub{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	follow := func() chan error {
+		errc := make(chan error, 1)
+		go func() { errc <- sub.follow(ctx, addr) }()
+		return errc
+	}
+	first := follow()
+	sub.waitFor(t, "60 events and 3 verified transfers", 30*time.Second, func(ev []event.Event) bool {
+		return len(ev) >= 60 && countExact(ev) >= 3
+	})
+	ev := sub.snapshot()
+	if ev[0].Kind != event.Hello || ev[0].Hello.NoGPU == "" && len(ev[0].Hello.GPUs) == 0 {
+		t.Fatalf("first event %+v: want the hello with GPUs or the reason there are none", ev[0])
+	}
+	_, before := seqs(ev, "test-agent")
+
+	// Stop the server mid-stream; the agent keeps transferring and queueing.
+	a.stop()
+	if err := <-first; err == nil {
+		t.Fatal("the subscriber's connection survived the server")
+	}
+	time.Sleep(700 * time.Millisecond)
+	b := startLive(t, addr, token, rec)
+	defer b.stop()
+	var second chan error
+	for range 50 {
+		second = follow()
+		select {
+		case err := <-second:
+			t.Logf("resubscribe: %v", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		break
+	}
+	sub.waitFor(t, "the agent to resume after the restart", 30*time.Second, func(ev []event.Event) bool {
+		_, hi := seqs(ev, "test-agent")
+		return hi > before+80
+	})
+	stopAgent()
+	cancel()
+
+	ev = sub.snapshot()
+	seen, hi := seqs(ev, "test-agent")
+	missing := uint64(0)
+	for q := uint64(1); q <= hi; q++ {
+		if !seen[q] {
+			missing++
+		}
+	}
+	if dropped := st.Dropped(); missing > dropped {
+		t.Fatalf("the subscriber misses %d of %d sequence numbers; the agent dropped only %d", missing, hi, dropped)
+	}
+	for _, e := range ev {
+		if e.Kind == event.TransferDone && e.Done.Verified != "exact" {
+			t.Fatalf("%s: verified %s", e.Done.Request, e.Done.Verified)
+		}
+		if e.Kind == event.Error {
+			t.Fatalf("error event: %+v", e.Error)
+		}
+	}
+	if n := countExact(ev); n < 5 {
+		t.Fatalf("%d verified transfers, want at least 5", n)
+	}
+
+	// The recording of both servers holds the same contiguous sequence.
+	rec.Sync()
+	data, err := os.ReadFile(recPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recorded []event.Event
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, event.MaxFrameBytes)
+	for sc.Scan() {
+		var e event.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("record line %q: %v", sc.Text(), err)
+		}
+		recorded = append(recorded, e)
+	}
+	rseen, rhi := seqs(recorded, "test-agent")
+	for q := uint64(1); q <= min(rhi, hi); q++ {
+		if !rseen[q] && missing == 0 {
+			t.Fatalf("the recording misses sequence %d", q)
+		}
+	}
+	t.Logf("%d events (highest seq %d) across a restart, %d missing, %d dropped by the agent, %d verified transfers", len(ev), hi, missing, st.Dropped(), countExact(ev))
+}
+
+// TestAgentToken: an agent without the right bearer token gets 401, and
+// the streamer reports it as such.
+func TestAgentToken(t *testing.T) {
+	l := startLive(t, "127.0.0.1:0", "right", nil)
+	defer l.stop()
+	for _, header := range []string{"", "Bearer wrong", "Basic right", "Bearer "} {
+		req, _ := http.NewRequest("GET", "http://"+l.addr+"/ws/agent", nil)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("Authorization %q: status %d, want 401", header, resp.StatusCode)
+		}
+	}
+	var logged []string
+	var mu sync.Mutex
+	st := &stream.Streamer{Agent: "intruder", URL: "ws://" + l.addr + "/ws/agent", Token: "wrong", Logf: func(f string, a ...any) {
+		mu.Lock()
+		logged = append(logged, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}}
+	st.Publish(event.Event{Kind: event.Sample, Sample: &event.SampleData{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	st.Run(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(logged) == 0 || !strings.Contains(logged[0], "401") {
+		t.Fatalf("streamer logged %q, want the 401 named", logged)
+	}
+	if st.Acked() != 0 {
+		t.Fatal("an unauthorized agent's events were acknowledged")
+	}
+}
+
+// TestBadFramesCloseOnlyTheirConnection: malformed, invalid and oversized
+// frames close the connection that sent them with the matching status;
+// a well-behaved agent and a subscriber on the same server carry on.
+func TestBadFramesCloseOnlyTheirConnection(t *testing.T) {
+	const token = "tok"
+	l := startLive(t, "127.0.0.1:0", token, nil)
+	defer l.stop()
+	_, stopAgent := startAgent(t, l.addr, token)
+	defer stopAgent()
+	sub := &liveSub{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go sub.follow(ctx, l.addr)
+	sub.waitFor(t, "the good agent's first transfer", 20*time.Second, func(ev []event.Event) bool { return countExact(ev) >= 1 })
+
+	big := append([]byte(`[{"v":1,"agent":"x","seq":1,"kind":"sample","sample":{},"pad":"`), bytes.Repeat([]byte("a"), event.MaxFrameBytes+10)...)
+	big = append(big, `"}]`...)
+	bad := []struct {
+		name  string
+		frame []byte
+		want  websocket.StatusCode
+	}{
+		{"not JSON", []byte(`[{"v":1,`), websocket.StatusUnsupportedData},
+		{"not an array", []byte(`{"v":1}`), websocket.StatusUnsupportedData},
+		{"wrong version", []byte(`[{"v":2,"agent":"x","seq":1,"kind":"sample","sample":{}}]`), websocket.StatusUnsupportedData},
+		{"unknown field", []byte(`[{"v":1,"agent":"x","seq":1,"kind":"sample","sample":{},"addr":"0xdead"}]`), websocket.StatusUnsupportedData},
+		{"kind without payload", []byte(`[{"v":1,"agent":"x","seq":1,"kind":"desc_batch"}]`), websocket.StatusUnsupportedData},
+		{"oversized", big, websocket.StatusMessageTooBig},
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer dcancel()
+			conn, _, err := websocket.Dial(dctx, "ws://"+l.addr+"/ws/agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.CloseNow()
+			if err := conn.Write(dctx, websocket.MessageText, c.frame); err != nil && c.want != websocket.StatusMessageTooBig {
+				t.Fatal(err)
+			}
+			_, _, err = conn.Read(dctx)
+			if got := websocket.CloseStatus(err); got != c.want {
+				t.Fatalf("closed with %v (%v), want %v", got, err, c.want)
+			}
+		})
+	}
+	// The good agent and the subscriber carried on.
+	n := countExact(sub.snapshot())
+	sub.waitFor(t, "more verified transfers after the bad frames", 20*time.Second, func(ev []event.Event) bool { return countExact(ev) > n+2 })
+	for _, e := range sub.snapshot() {
+		if e.Agent == "x" {
+			t.Fatalf("an event from a rejected frame reached the subscriber: %+v", e)
+		}
+	}
+}
+
+// TestLiveChecksOrigin: a browser page from another origin cannot
+// subscribe; /ws/live is read-only.
+func TestLiveChecksOrigin(t *testing.T) {
+	l := startLive(t, "127.0.0.1:0", "tok", nil)
+	defer l.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, "ws://"+l.addr+"/ws/live", &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"http://evil.example"}}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin subscribe: %v (status %v), want 403", err, resp)
+	}
+	conn, _, err := websocket.Dial(ctx, "ws://"+l.addr+"/ws/live", &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"http://" + l.addr}}})
+	if err != nil {
+		t.Fatalf("same-origin subscribe: %v", err)
+	}
+	defer conn.CloseNow()
+	conn.Write(ctx, websocket.MessageText, []byte(`[{"v":1,"agent":"x","seq":1,"kind":"sample","sample":{}}]`))
+	_, _, err = conn.Read(ctx)
+	if websocket.CloseStatus(err) != websocket.StatusPolicyViolation && !errors.Is(err, io.EOF) {
+		t.Logf("writing to /ws/live: %v", err)
+	}
+	if n := len(l.srv.hub.recent.Events()); n != 0 {
+		t.Fatalf("a subscriber's message reached the hub (%d events)", n)
+	}
+}
+
+// TestHubSlowSubscriber: a subscriber that never reads loses its oldest
+// frames (counted); publishing never blocks and a reading subscriber gets
+// every frame.
+func TestHubSlowSubscriber(t *testing.T) {
+	h := newHub(metrics.New(), nil, nil)
+	slow, fast := h.subscribe(), h.subscribe()
+	got := make(chan int)
+	go func() {
+		n := 0
+		for range fast.frames {
+			n++
+			if n == 1000 {
+				break
+			}
+		}
+		got <- n
+	}()
+	start := time.Now()
+	for i := 1; i <= 1000; i++ {
+		h.publish([]event.Event{{V: 1, Agent: "a", Seq: uint64(i), Kind: event.Sample, Sample: &event.SampleData{}}})
+		for len(fast.frames) > h.subQueue/2 {
+			time.Sleep(100 * time.Microsecond) // the reading subscriber keeps up
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("publishing 1000 frames took %v: a slow subscriber stalled the hub", d)
+	}
+	select {
+	case n := <-got:
+		if n != 1000 {
+			t.Fatalf("the reading subscriber got %d frames", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reading subscriber did not get every frame")
+	}
+	h.mu.Lock()
+	dropped := slow.dropped
+	h.mu.Unlock()
+	if dropped != 1000-uint64(h.subQueue) {
+		t.Fatalf("the slow subscriber dropped %d frames, want %d (1000 minus its queue of %d)", dropped, 1000-h.subQueue, h.subQueue)
+	}
+	// Resent events (an agent reconnecting) are stored once.
+	if last := h.publish([]event.Event{{V: 1, Agent: "a", Seq: 999, Kind: event.Sample, Sample: &event.SampleData{}}}); last != 1000 {
+		t.Fatalf("a resent event moved the acknowledgement to %d", last)
+	}
+}
+
+// TestReplay: a recording plays back into the hub in frames of at most
+// 50 ms of recorded time, every event once, in order.
+func TestReplay(t *testing.T) {
+	var events []event.Event
+	ts := int64(1e18)
+	for i := 1; i <= 10; i++ {
+		if i == 4 || i == 8 {
+			ts += int64(80 * time.Millisecond) // a pause: a new frame
+		}
+		ts += int64(time.Millisecond)
+		events = append(events, event.Event{V: 1, Agent: "rec", Seq: uint64(i), TS: ts, Kind: event.Sample, Sample: &event.SampleData{Requests: i}})
+	}
+	h := newHub(metrics.New(), nil, nil)
+	s := h.subscribe()
+	replay(context.Background(), h, events, 0)
+	var sizes []int
+	var seq uint64
+	for len(s.frames) > 0 {
+		evs, err := event.DecodeFrame(<-s.frames)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(evs))
+		for _, e := range evs {
+			if e.Seq != seq+1 {
+				t.Fatalf("seq %d after %d", e.Seq, seq)
+			}
+			seq = e.Seq
+		}
+	}
+	if fmt.Sprint(sizes) != "[3 4 3]" || seq != 10 {
+		t.Fatalf("frames of %v events up to seq %d, want [3 4 3] up to 10", sizes, seq)
+	}
+}
+
+func TestReplayCommandErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(bad, []byte(`{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{}}`+"\n"+`{"v":1,"agent":"a","seq":2,"kind":"sample"}`+"\n"), 0o644)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"replay"}, 2, "give one recording"},
+		{[]string{"replay", "--speed", "-1", bad}, 2, "--speed -1"},
+		{[]string{"replay", filepath.Join(dir, "missing.jsonl")}, 1, "no such file"},
+		{[]string{"replay", bad}, 1, "line 2: event: event 0: kind: kind sample without its payload"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(c.args, &out, &errb); code != c.code || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("kvscope %v: exit %d, stderr %q; want %d and %q", c.args, code, errb.String(), c.code, c.want)
+		}
+	}
+}
+
+func TestParseWithArgs(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		files string
+		speed float64
+		err   string
+	}{
+		{[]string{"a.jsonl"}, "[a.jsonl]", 1, ""},
+		{[]string{"--speed", "3", "a.jsonl"}, "[a.jsonl]", 3, ""},
+		{[]string{"a.jsonl", "--speed", "2", "b"}, "[a.jsonl b]", 2, ""},
+		{[]string{"--speed", "x", "a.jsonl"}, "", 0, "invalid value"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		speed := fs.Float64("speed", 1, "")
+		files, err := parseWithArgs(fs, c.args)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: err %v, want %q", c.args, err, c.err)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(files) != c.files || *speed != c.speed {
+			t.Errorf("%v: files %v speed %v err %v", c.args, files, *speed, err)
+		}
+	}
+}
