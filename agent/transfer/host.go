@@ -3,6 +3,7 @@ package transfer
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -14,9 +15,9 @@ import (
 // buffer and every descriptor pair a copy. It is safe for concurrent use.
 type Host struct {
 	mu        sync.Mutex
-	regs      map[xfer.Side][]*xfer.Registration
-	mem       map[memKey][]byte
-	limit     int64 // bytes Register may allocate in all
+	regs      [2][]*xfer.Registration // side (P, D) -> rank
+	bufs      [2][][][]byte           // side (P, D) -> rank -> region -> bytes
+	limit     int64                   // bytes Register may allocate in all
 	allocated int64
 	xfers     map[Handle]*hostXfer
 	next      Handle
@@ -26,9 +27,21 @@ type Host struct {
 	clock     func() time.Time
 }
 
-type memKey struct {
-	side         xfer.Side
-	rank, region int
+// sideIndex indexes bufs.
+func sideIndex(s xfer.Side) int {
+	if s == xfer.D {
+		return 1
+	}
+	return 0
+}
+
+// buf is a registered region's bytes, or nil.
+func (h *Host) buf(side xfer.Side, rank, region int) []byte {
+	b := h.bufs[sideIndex(side)]
+	if rank < 0 || rank >= len(b) || region < 0 || region >= len(b[rank]) {
+		return nil
+	}
+	return b[rank][region]
 }
 
 type hostXfer struct {
@@ -43,7 +56,7 @@ func NewHost(limit int64, kindOf func(string) string) *Host {
 	if kindOf == nil {
 		kindOf = func(string) string { return "" }
 	}
-	return &Host{regs: map[xfer.Side][]*xfer.Registration{}, mem: map[memKey][]byte{}, limit: limit,
+	return &Host{limit: limit,
 		xfers: map[Handle]*hostXfer{}, kindOf: kindOf, clock: time.Now}
 }
 
@@ -67,15 +80,21 @@ func (h *Host) Register(regs []*xfer.Registration) error {
 		return fmt.Errorf("transfer: registering %d MiB would exceed the host backend's %d MiB; lower the scenario's kv_cache_memory_bytes", (h.allocated+need)>>20, h.limit>>20)
 	}
 	for _, r := range regs {
-		list := h.regs[r.Side]
+		list := h.regs[sideIndex(r.Side)]
 		for len(list) <= r.Rank {
 			list = append(list, nil)
 		}
 		list[r.Rank] = r
-		h.regs[r.Side] = list
-		for _, reg := range r.Regions {
-			h.mem[memKey{r.Side, r.Rank, reg.Index}] = make([]byte, reg.Bytes())
+		h.regs[sideIndex(r.Side)] = list
+		bufs := h.bufs[sideIndex(r.Side)]
+		for len(bufs) <= r.Rank {
+			bufs = append(bufs, nil)
 		}
+		bufs[r.Rank] = make([][]byte, len(r.Regions))
+		for i, reg := range r.Regions {
+			bufs[r.Rank][i] = make([]byte, reg.Bytes())
+		}
+		h.bufs[sideIndex(r.Side)] = bufs
 	}
 	h.allocated += need
 	return nil
@@ -93,7 +112,7 @@ func (h *Host) Metadata() ([]byte, error) {
 	for _, side := range []xfer.Side{xfer.P, xfer.D} {
 		var md sideMD
 		md.Side = side
-		for _, r := range h.regs[side] {
+		for _, r := range h.regs[sideIndex(side)] {
 			if r != nil {
 				md.Ranks = append(md.Ranks, xfer.MetadataOf(r))
 			}
@@ -121,11 +140,11 @@ func (h *Host) LoadRemote(md []byte) error {
 func (h *Host) Block(side xfer.Side, rank, region, block int) []byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	buf, ok := h.mem[memKey{side, rank, region}]
-	if !ok {
+	buf := h.buf(side, rank, region)
+	if buf == nil {
 		return nil
 	}
-	r := h.regs[side][rank].Regions[region]
+	r := h.regs[sideIndex(side)][rank].Regions[region]
 	lo := int64(block) * r.BlockLen
 	if block < 0 || lo+r.BlockLen > int64(len(buf)) {
 		return nil
@@ -135,14 +154,14 @@ func (h *Host) Block(side xfer.Side, rank, region, block int) []byte {
 
 // slice returns the bytes of one side of a descriptor after validating it.
 func (h *Host) slice(side xfer.Side, rank int, at xfer.Loc, n int64) ([]byte, error) {
-	_, reg, err := regionOf(h.regs[side], side, rank, at.Region)
+	_, reg, err := regionOf(h.regs[sideIndex(side)], side, rank, at.Region)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkRange(side, rank, reg, at.Offset, n); err != nil {
 		return nil, err
 	}
-	buf := h.mem[memKey{side, rank, at.Region}]
+	buf := h.buf(side, rank, at.Region)
 	return buf[at.Offset : at.Offset+n : at.Offset+n], nil
 }
 
@@ -184,16 +203,49 @@ func (h *Host) prepare(x *xfer.Transfer, src func(rank int, q xfer.Pair) ([]byte
 	return p, nil
 }
 
-// Post copies every rank pair in its own goroutine.
+// Post copies every rank pair in its own goroutine; a large batch is
+// split over the cores the rank pairs leave free, as a NIC or copy engine
+// moves many descriptors at once.
 func (h *Host) Post(p *Prepared, notif string) (Handle, error) {
+	workers := max(1, runtime.GOMAXPROCS(0)/max(1, len(p.ranks)))
 	return h.post(p, notif, func(ro rankOps, start time.Time) ([]event.BatchData, error) {
 		return runBatches(ro, start, h.clock, func(b batch) error {
-			for _, op := range b.ops {
-				copy(op.dst, op.src)
-			}
+			copyOps(b.ops, b.bytes, workers)
 			return nil
 		})
 	})
+}
+
+// parallelCopyBytes is the smallest batch worth splitting over workers.
+const parallelCopyBytes = 1 << 20
+
+// copyOps copies a batch's descriptors, over up to workers goroutines in
+// runs of about equal bytes when the batch is large.
+func copyOps(ops []copyOp, bytes int64, workers int) {
+	if workers <= 1 || bytes < parallelCopyBytes || len(ops) < 2 {
+		for _, op := range ops {
+			copy(op.dst, op.src)
+		}
+		return
+	}
+	share := bytes/int64(workers) + 1
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(ops); {
+		hi, n := lo, int64(0)
+		for hi < len(ops) && (hi == lo || n < share) {
+			n += int64(len(ops[hi].dst))
+			hi++
+		}
+		wg.Add(1)
+		go func(run []copyOp) {
+			defer wg.Done()
+			for _, op := range run {
+				copy(op.dst, op.src)
+			}
+		}(ops[lo:hi])
+		lo = hi
+	}
+	wg.Wait()
 }
 
 // post runs each rank pair's work in its own goroutine and completes the
@@ -287,14 +339,30 @@ func (h *Host) Notifications() []string {
 func (h *Host) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.mem, h.regs = map[memKey][]byte{}, map[xfer.Side][]*xfer.Registration{}
+	h.bufs, h.regs = [2][][][]byte{}, [2][]*xfer.Registration{}
 	h.allocated = 0
 	return nil
 }
 
-// Wait polls a transfer until it completes (a helper for callers that have
-// nothing else to do meanwhile).
+// Done returns a channel closed when the transfer completes (nil for an
+// unknown handle).
+func (h *Host) Done(id Handle) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if x, ok := h.xfers[id]; ok {
+		return x.done
+	}
+	return nil
+}
+
+// Wait waits for a transfer to complete: on its completion channel where
+// the backend has one (Host), by polling otherwise (NIXL).
 func Wait(b Backend, id Handle) (*Stats, error) {
+	if d, ok := b.(interface{ Done(Handle) <-chan struct{} }); ok {
+		if ch := d.Done(id); ch != nil {
+			<-ch
+		}
+	}
 	for {
 		done, st, err := b.Poll(id)
 		if done || err != nil {

@@ -291,7 +291,7 @@ func (h *Host) sideMetadata(side xfer.Side) []xfer.Metadata {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []xfer.Metadata
-	for _, r := range h.regs[side] {
+	for _, r := range h.regs[sideIndex(side)] {
 		if r != nil {
 			out = append(out, xfer.MetadataOf(r))
 		}

@@ -135,19 +135,29 @@ func checkRange(side xfer.Side, rank int, reg xfer.Region, off, n int64) error {
 func group(pairs []xfer.Pair, kindOf func(string) string, op func(xfer.Pair) (copyOp, error)) ([]batch, int64, error) {
 	var out []batch
 	var total int64
-	for _, p := range pairs {
-		c, err := op(p)
+	all := make([]copyOp, len(pairs)) // one allocation; batches are runs of it
+	start := 0
+	for i := range pairs {
+		p := &pairs[i]
+		c, err := op(*p)
 		if err != nil {
 			return nil, 0, err
 		}
+		all[i] = c
 		n := len(out)
 		if n == 0 || out[n-1].layer != p.Layer || out[n-1].pGroup != p.PGroup || out[n-1].dGroup != p.DGroup {
+			if n > 0 {
+				out[n-1].ops = all[start:i:i]
+			}
+			start = i
 			out = append(out, batch{layer: p.Layer, kind: kindOf(p.Layer), pGroup: p.PGroup, dGroup: p.DGroup})
 			n++
 		}
-		out[n-1].ops = append(out[n-1].ops, c)
 		out[n-1].bytes += p.Len
 		total += p.Len
+	}
+	if n := len(out); n > 0 {
+		out[n-1].ops = all[start:]
 	}
 	return out, total, nil
 }
