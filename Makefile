@@ -9,6 +9,9 @@ GOFILES  := $(shell find app core server static web agent -name '*.go' 2>/dev/nu
 ECHARTS  := static/assets/vendor/echarts.min.js
 WASM     := web/app.wasm
 FUZZTIME ?= 4s
+AGENT    := bin/kvscope-agent
+# go-nvml's cgo preamble trips a deprecation warning in newer C compilers.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: run build wasm assets test check unit fuzz bench sweep site clean
 
@@ -17,6 +20,7 @@ run: build
 
 build: assets $(WASM)
 	$(GO) build -o $(BIN) ./server
+	$(GO) build -o $(AGENT) ./agent
 
 wasm: $(WASM)
 
@@ -53,9 +57,13 @@ unit:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./core/model
 	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME) ./core/plan
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME) ./core/event
+	$(GO) test -run '^$$' -fuzz '^FuzzReadJSONL$$' -fuzztime $(FUZZTIME) ./core/event
+	$(GO) test -run '^$$' -fuzz '^FuzzPeerRead$$' -fuzztime $(FUZZTIME) ./agent/transfer
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./core/...
+	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./agent/...
+	$(GO) test -run '^$$' -bench LiveEvents -benchtime 20000x ./server
 
 # The full oracle sweep (about a minute on 2 cores); make test runs the quick one.
 sweep: build

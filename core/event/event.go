@@ -201,27 +201,45 @@ func DecodeFrame(data []byte) ([]Event, error) {
 	if len(data) == 0 || data[0] != '[' {
 		return nil, &FrameError{Index: -1, Reason: "not a JSON array of events"}
 	}
+	// The fast path decodes the whole array at once; only a frame that
+	// fails is decoded again event by event, to name the event at fault.
+	var out []Event
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err == nil && !dec.More() {
+		if len(out) > MaxFrameEvents {
+			return nil, &FrameError{Index: -1, Reason: fmt.Sprintf("%d events exceeds %d", len(out), MaxFrameEvents)}
+		}
+		for i := range out {
+			if err := out[i].Validate(); err != nil {
+				fe := err.(*FrameError)
+				fe.Index = i
+				return nil, fe
+			}
+		}
+		return out, nil
+	}
+	return nil, locate(data)
+}
+
+// locate finds what is wrong with a frame the fast path refused.
+func locate(data []byte) error {
 	var raw []json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, &FrameError{Index: -1, Reason: "not a JSON array of events: " + err.Error()}
+		return &FrameError{Index: -1, Reason: "not a JSON array of events: " + err.Error()}
 	}
 	if len(raw) > MaxFrameEvents {
-		return nil, &FrameError{Index: -1, Reason: fmt.Sprintf("%d events exceeds %d", len(raw), MaxFrameEvents)}
+		return &FrameError{Index: -1, Reason: fmt.Sprintf("%d events exceeds %d", len(raw), MaxFrameEvents)}
 	}
-	out := make([]Event, len(raw))
 	for i, r := range raw {
+		var e Event
 		dec := json.NewDecoder(bytes.NewReader(r))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&out[i]); err != nil {
-			return nil, &FrameError{Index: i, Field: "event", Reason: err.Error()}
-		}
-		if err := out[i].Validate(); err != nil {
-			fe := err.(*FrameError)
-			fe.Index = i
-			return nil, fe
+		if err := dec.Decode(&e); err != nil {
+			return &FrameError{Index: i, Field: "event", Reason: err.Error()}
 		}
 	}
-	return out, nil
+	return &FrameError{Index: -1, Reason: "trailing data after the array"}
 }
 
 // Validate checks the fields every event needs and that the payload

@@ -1,0 +1,733 @@
+//go:build nixl && cgo
+
+package transfer
+
+/*
+#cgo CXXFLAGS: -std=c++17 -I/opt/nvidia/nvda_nixl/include -I/usr/local/nixl/include
+#cgo LDFLAGS: -L/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu -Wl,-rpath,/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu
+#cgo LDFLAGS: -L/usr/local/nixl/lib/x86_64-linux-gnu -Wl,-rpath,/usr/local/nixl/lib/x86_64-linux-gnu
+#cgo LDFLAGS: -lnixl -lnixl_build -lstdc++
+#include <stdlib.h>
+#include "nixl_shim.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// HaveNIXL reports whether this binary was built with the NIXL backend.
+const HaveNIXL = true
+
+// NIXL is the backend that moves bytes through NIXL's UCX backend. Both
+// sides of a P/D pair live in this process as two NIXL agents,
+// "<name>-P" holding the P ranks' regions and "<name>-D" the D ranks'; each
+// region is page-aligned host memory (DRAM) registered with its agent, the
+// rank as device id. A pull transfer is a READ posted by the D agent, a push
+// a WRITE posted by the P agent, one NIXL request per rank pair. It is safe
+// for concurrent use.
+//
+// NIXL reports completion per request, never per descriptor, so the
+// per-batch times it reports are synthesized (see Poll).
+type NIXL struct {
+	mu       sync.Mutex
+	agents   [2]*nixlAgent // indexed by nixlSideIndex
+	kindOf   func(layer string) string
+	regs     map[xfer.Side][]*xfer.Registration
+	mem      map[nixlKey][]byte // views of C memory
+	bufs     []unsafe.Pointer   // every allocation, freed by Close
+	prepared map[*Prepared][]*nixlReq
+	xfers    map[Handle]*nixlXfer
+	next     Handle
+	closed   bool
+	clock    func() time.Time
+}
+
+type nixlKey struct {
+	side         xfer.Side
+	rank, region int
+}
+
+// nixlAgent is one side's NIXL agent.
+type nixlAgent struct {
+	side xfer.Side
+	name string
+	h    *C.kvs_agent
+	regs []nixlRegList // what it registered, for deregistration
+	peer string        // the agent whose metadata it loaded
+}
+
+// nixlRegList is one registerMem call: parallel arrays of buffers.
+type nixlRegList struct {
+	addr, len, dev []uint64
+}
+
+// nixlReq is one NIXL request: a rank pair's descriptors.
+type nixlReq struct {
+	x      *C.kvs_xfer
+	rank   int   // index into Prepared.ranks
+	postNS int64 // from the transfer's post
+	doneNS int64 // when a Post or Poll first saw it complete
+	done   bool
+}
+
+// nixlXfer is a posted transfer.
+type nixlXfer struct {
+	p      *Prepared
+	reqs   []*nixlReq
+	start  time.Time
+	postUS float64
+}
+
+// The memory kind and operations of the shim (nixl_mem_t, nixl_xfer_op_t
+// values), and NIXL's two non-error statuses.
+const (
+	nixlDRAM    = C.KVS_MEM_DRAM
+	nixlRead    = C.KVS_READ
+	nixlWrite   = C.KVS_WRITE
+	nixlSuccess = 0 // NIXL_SUCCESS
+	nixlInProg  = 1 // NIXL_IN_PROG
+)
+
+// NewNIXL creates the two agents of a backend, "<name>-P" and "<name>-D",
+// each with a UCX backend. kinds names each layer's kind for batch events.
+// It fails, naming the plugins NIXL found, when the UCX plugin cannot be
+// loaded (NIXL_PLUGIN_DIR points NIXL at it).
+func NewNIXL(name string, kinds map[string]string) (Backend, error) {
+	if name == "" {
+		name = "kvscope"
+	}
+	k := make(map[string]string, len(kinds))
+	for l, v := range kinds {
+		k[l] = v
+	}
+	n := &NIXL{kindOf: func(l string) string { return k[l] }, regs: map[xfer.Side][]*xfer.Registration{},
+		mem: map[nixlKey][]byte{}, prepared: map[*Prepared][]*nixlReq{}, xfers: map[Handle]*nixlXfer{}, clock: time.Now}
+	for i, side := range []xfer.Side{xfer.P, xfer.D} {
+		a := &nixlAgent{side: side, name: name + "-" + string(side)}
+		cname := C.CString(a.name)
+		cbackend := C.CString("UCX")
+		_, err := nixlCall("create agent "+a.name, func(e *C.char, l C.size_t) C.int {
+			return C.kvs_agent_new(cname, cbackend, 1, &a.h, e, l)
+		})
+		C.free(unsafe.Pointer(cname))
+		C.free(unsafe.Pointer(cbackend))
+		if err != nil {
+			n.Close()
+			return nil, err
+		}
+		n.agents[i] = a
+	}
+	return n, nil
+}
+
+// Name implements Backend.
+func (n *NIXL) Name() string { return "nixl/UCX" }
+
+// MemoryKind implements Backend: regions are host memory.
+func (n *NIXL) MemoryKind() string { return "DRAM" }
+
+// nixlSideIndex is a side's agent.
+func nixlSideIndex(s xfer.Side) (int, error) {
+	switch s {
+	case xfer.P:
+		return 0, nil
+	case xfer.D:
+		return 1, nil
+	}
+	return 0, fmt.Errorf("transfer: nixl: unknown side %q", s)
+}
+
+// Register allocates every region of the given ranks in page-aligned host
+// memory and registers each rank's regions with its side's agent. Register
+// before Metadata: a peer sees only what was registered when the metadata
+// was taken.
+func (n *NIXL) Register(regs []*xfer.Registration) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return errNIXLClosed
+	}
+	for _, r := range regs {
+		i, err := nixlSideIndex(r.Side)
+		if err != nil {
+			return err
+		}
+		if r.Rank < 0 {
+			return fmt.Errorf("transfer: nixl: %s rank %d", r.Side, r.Rank)
+		}
+		if list := n.regs[r.Side]; r.Rank < len(list) && list[r.Rank] != nil {
+			return fmt.Errorf("transfer: nixl: %s rank %d is already registered", r.Side, r.Rank)
+		}
+		var rl nixlRegList
+		views := map[nixlKey][]byte{}
+		for j, reg := range r.Regions {
+			if reg.Index != j {
+				return fmt.Errorf("transfer: nixl: %s rank %d lists region %d at position %d", r.Side, r.Rank, reg.Index, j)
+			}
+			size := reg.Bytes()
+			if size <= 0 {
+				return fmt.Errorf("transfer: nixl: %s rank %d region %d has %d bytes", r.Side, r.Rank, j, size)
+			}
+			var p unsafe.Pointer
+			if _, err := nixlCall("alloc", func(e *C.char, l C.size_t) C.int {
+				return C.kvs_mem_alloc(C.uint64_t(size), &p, e, l)
+			}); err != nil {
+				return fmt.Errorf("%s rank %d region %d: %w", r.Side, r.Rank, j, err)
+			}
+			n.bufs = append(n.bufs, p) // freed by Close, registered or not
+			views[nixlKey{r.Side, r.Rank, j}] = unsafe.Slice((*byte)(p), size)
+			rl.addr = append(rl.addr, uint64(uintptr(p)))
+			rl.len = append(rl.len, uint64(size))
+			rl.dev = append(rl.dev, uint64(r.Rank))
+		}
+		a := n.agents[i]
+		if len(rl.addr) > 0 {
+			if err := a.register(rl, false); err != nil {
+				return fmt.Errorf("%s rank %d: %w", r.Side, r.Rank, err)
+			}
+			a.regs = append(a.regs, rl)
+		}
+		for k, v := range views {
+			n.mem[k] = v
+		}
+		list := n.regs[r.Side]
+		for len(list) <= r.Rank {
+			list = append(list, nil)
+		}
+		list[r.Rank] = r
+		n.regs[r.Side] = list
+	}
+	return nil
+}
+
+// nixlMD is one agent's metadata as Metadata encodes it.
+type nixlMD struct {
+	Agent string    `json:"agent"`
+	Side  xfer.Side `json:"side"`
+	MD    []byte    `json:"nixl_md"` // NIXL's getLocalMD blob
+}
+
+// Metadata is both agents' NIXL metadata (getLocalMD), as JSON.
+func (n *NIXL) Metadata() ([]byte, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, errNIXLClosed
+	}
+	var out []nixlMD
+	for _, a := range n.agents {
+		md, err := a.localMD()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, nixlMD{Agent: a.name, Side: a.side, MD: md})
+	}
+	return json.Marshal(out)
+}
+
+// LoadRemote loads each agent's metadata into the other agent of this
+// backend (loadRemoteMD), so that D can read from P and P can write to D.
+// Both sides live in this process: metadata of any other agent is refused.
+func (n *NIXL) LoadRemote(md []byte) error {
+	var mds []nixlMD
+	if err := json.Unmarshal(md, &mds); err != nil {
+		return fmt.Errorf("transfer: nixl: remote metadata: %w", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return errNIXLClosed
+	}
+	for _, m := range mds {
+		i, err := nixlSideIndex(m.Side)
+		if err != nil {
+			return err
+		}
+		if m.Agent != n.agents[i].name {
+			return fmt.Errorf("transfer: nixl: metadata of agent %q: this backend holds both sides in one process (%s, %s) and loads only its own agents' metadata",
+				m.Agent, n.agents[0].name, n.agents[1].name)
+		}
+		loader := n.agents[1-i]
+		got, err := loader.loadMD(m.MD)
+		if err != nil {
+			return err
+		}
+		if got != m.Agent {
+			return fmt.Errorf("transfer: nixl: metadata labelled %q is agent %q's", m.Agent, got)
+		}
+		loader.peer = got
+	}
+	return nil
+}
+
+// Block implements oracle.Memory: a view of the registered host memory.
+func (n *NIXL) Block(side xfer.Side, rank, region, block int) []byte {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	buf, ok := n.mem[nixlKey{side, rank, region}]
+	if !ok {
+		return nil
+	}
+	r := n.regs[side][rank].Regions[region]
+	lo := int64(block) * r.BlockLen
+	if block < 0 || lo+r.BlockLen > int64(len(buf)) {
+		return nil
+	}
+	return buf[lo : lo+r.BlockLen : lo+r.BlockLen]
+}
+
+// slice returns the bytes of one side of a descriptor after validating it.
+func (n *NIXL) slice(side xfer.Side, rank int, at xfer.Loc, l int64) ([]byte, error) {
+	_, reg, err := regionOf(n.regs[side], side, rank, at.Region)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRange(side, rank, reg, at.Offset, l); err != nil {
+		return nil, err
+	}
+	buf := n.mem[nixlKey{side, rank, at.Region}]
+	if at.Offset+l > int64(len(buf)) {
+		return nil, fmt.Errorf("transfer: %s rank %d region %d: descriptor [%d, %d) outside its %d allocated bytes", side, rank, at.Region, at.Offset, at.Offset+l, len(buf))
+	}
+	return buf[at.Offset : at.Offset+l : at.Offset+l], nil
+}
+
+// nixlAddr is the address of a slice's first byte.
+func nixlAddr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+
+// Prepare validates every descriptor against both sides' regions, groups
+// the pairs into per-layer batches as the host backend does, and creates
+// one NIXL request per rank pair (createXferReq): a READ by the D agent
+// for pull, a WRITE by the P agent for push. PrepUS covers both.
+func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
+	start := n.clock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, errNIXLClosed
+	}
+	initiator, target, op := n.agents[1], n.agents[0], C.int(nixlRead)
+	if x.Mode == xfer.Push {
+		initiator, target, op = n.agents[0], n.agents[1], nixlWrite
+	}
+	if initiator.peer != target.name {
+		return nil, fmt.Errorf("transfer: nixl: agent %s has not loaded %s's metadata: call LoadRemote(Metadata()) after Register", initiator.name, target.name)
+	}
+	p := &Prepared{x: x}
+	var reqs []*nixlReq
+	fail := func(err error) (*Prepared, error) {
+		nixlRelease(reqs)
+		return nil, err
+	}
+	for _, rp := range x.RankPairs {
+		batches, bytes, err := group(rp.Pairs, n.kindOf, func(q xfer.Pair) (copyOp, error) {
+			src, err := n.slice(xfer.P, rp.P, q.Src, q.Len)
+			if err != nil {
+				return copyOp{}, err
+			}
+			dst, err := n.slice(xfer.D, rp.D, q.Dst, q.Len)
+			if err != nil {
+				return copyOp{}, err
+			}
+			return copyOp{src: src, dst: dst, pair: q}, nil
+		})
+		if err != nil {
+			return fail(err)
+		}
+		merged := xfer.MergedCount(rp.Pairs)
+		p.ranks = append(p.ranks, rankOps{p: rp.P, d: rp.D, batches: batches, merged: merged})
+		p.descs += len(rp.Pairs)
+		p.merged += merged
+		p.bytes += bytes
+		if len(rp.Pairs) == 0 {
+			continue
+		}
+		local, remote, lens := make([]uint64, 0, len(rp.Pairs)), make([]uint64, 0, len(rp.Pairs)), make([]uint64, 0, len(rp.Pairs))
+		ldev, rdev := uint64(rp.D), uint64(rp.P)
+		for _, b := range batches {
+			for _, o := range b.ops {
+				l, r := nixlAddr(o.dst), nixlAddr(o.src)
+				if op == nixlWrite {
+					l, r = r, l
+				}
+				local, remote, lens = append(local, l), append(remote, r), append(lens, uint64(len(o.src)))
+			}
+		}
+		if op == nixlWrite {
+			ldev, rdev = rdev, ldev
+		}
+		req, err := initiator.newXfer(op, target.name, local, remote, lens, ldev, rdev)
+		if err != nil {
+			return fail(fmt.Errorf("rank pair P%d→D%d: %w", rp.P, rp.D, err))
+		}
+		reqs = append(reqs, &nixlReq{x: req, rank: len(p.ranks) - 1})
+	}
+	p.prepUS = float64(n.clock().Sub(start).Nanoseconds()) / 1e3
+	n.prepared[p] = reqs
+	return p, nil
+}
+
+// Post posts every rank pair's request, each carrying notif (when not
+// empty) to the remote agent, and returns at once.
+func (n *NIXL) Post(p *Prepared, notif string) (Handle, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return 0, errNIXLClosed
+	}
+	reqs, ok := n.prepared[p]
+	if !ok {
+		return 0, errors.New("transfer: nixl: Post of a transfer this backend did not prepare, or posted already")
+	}
+	delete(n.prepared, p)
+	start := n.clock()
+	for _, r := range reqs {
+		r.postNS = n.clock().Sub(start).Nanoseconds()
+		st, err := r.post(notif)
+		if err != nil {
+			nixlRelease(reqs)
+			return 0, err
+		}
+		if st == nixlSuccess {
+			r.done, r.doneNS = true, n.clock().Sub(start).Nanoseconds()
+		}
+	}
+	postUS := float64(n.clock().Sub(start).Nanoseconds()) / 1e3
+	n.next++
+	n.xfers[n.next] = &nixlXfer{p: p, reqs: reqs, start: start, postUS: postUS}
+	return n.next, nil
+}
+
+// Poll checks every request of a posted transfer (getXferStatus) without
+// blocking. Once all are done it releases them and reports the statistics.
+//
+// TransferUS is measured here in Go, from the start of Post to the Poll
+// that saw the last request complete, so it includes the caller's polling
+// lateness. It is not NIXL's getXferTelemetry xferDuration: telemetry is off
+// unless the agent captures it, and it covers one request of several.
+//
+// Per-batch times are synthesized: NIXL completes a request as a whole, so
+// each rank pair's measured interval (its post to the Poll that saw it
+// complete) is spread over its batches in order, in proportion to bytes.
+// Stats.Timing and every batch say event.Synthesized.
+func (n *NIXL) Poll(h Handle) (bool, *Stats, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	x, ok := n.xfers[h]
+	if !ok {
+		return false, nil, fmt.Errorf("transfer: no transfer %d", h)
+	}
+	pending := false
+	for _, r := range x.reqs {
+		if r.done {
+			continue
+		}
+		st, err := r.status()
+		if err != nil {
+			delete(n.xfers, h)
+			nixlRelease(x.reqs)
+			return true, nil, err
+		}
+		if st == nixlSuccess {
+			r.done, r.doneNS = true, n.clock().Sub(x.start).Nanoseconds()
+		} else {
+			pending = true
+		}
+	}
+	if pending {
+		return false, nil, nil
+	}
+	end := n.clock()
+	delete(n.xfers, h)
+	p := x.p
+	st := &Stats{Bytes: p.bytes, Descs: p.descs, Merged: p.merged, PrepUS: p.prepUS, PostUS: x.postUS,
+		TransferUS: float64(end.Sub(x.start).Nanoseconds()) / 1e3, Timing: event.Synthesized}
+	for _, r := range x.reqs {
+		st.Batches = append(st.Batches, nixlSynthesize(p.ranks[r.rank], r.postNS, r.doneNS)...)
+	}
+	return true, st, nixlRelease(x.reqs)
+}
+
+// nixlSynthesize lays a rank pair's batches over [from, to) nanoseconds, in
+// order, each for its share of the bytes.
+func nixlSynthesize(ro rankOps, from, to int64) []event.BatchData {
+	var total int64
+	for _, b := range ro.batches {
+		total += b.bytes
+	}
+	out := make([]event.BatchData, 0, len(ro.batches))
+	span := float64(max(to-from, 0))
+	at := func(bytes int64) int64 {
+		if total == 0 {
+			return from
+		}
+		return from + int64(span*float64(bytes)/float64(total))
+	}
+	var cum int64
+	for _, b := range ro.batches {
+		lo := at(cum)
+		cum += b.bytes
+		out = append(out, event.BatchData{PRank: ro.p, DRank: ro.d, PGroup: b.pGroup, DGroup: b.dGroup, Layer: b.layer, Kind: b.kind,
+			Descs: len(b.ops), Bytes: b.bytes, StartNS: lo, EndNS: at(cum), Timing: event.Synthesized})
+	}
+	return out
+}
+
+// Notifications returns the messages both agents received (getNotifs),
+// ordered by agent, then sender. A pull's notification reaches the P agent,
+// a push's the D agent, one per rank pair's request. A failure to collect
+// them is not reported: a later call collects what arrives.
+func (n *NIXL) Notifications() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	var out []string
+	for _, a := range n.agents {
+		msgs, _ := a.notifs()
+		out = append(out, msgs...)
+	}
+	return out
+}
+
+// Close releases every request, deregisters the memory, drops each agent's
+// peer, destroys the agents and frees the buffers. It is safe to call twice.
+func (n *NIXL) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
+	var errs []error
+	for p, reqs := range n.prepared {
+		errs = append(errs, nixlRelease(reqs))
+		delete(n.prepared, p)
+	}
+	for h, x := range n.xfers {
+		errs = append(errs, nixlRelease(x.reqs))
+		delete(n.xfers, h)
+	}
+	for _, a := range n.agents {
+		if a == nil {
+			continue
+		}
+		for _, rl := range a.regs {
+			errs = append(errs, a.register(rl, true))
+		}
+		a.regs = nil
+	}
+	for _, a := range n.agents {
+		if a != nil && a.peer != "" {
+			errs = append(errs, a.invalidate(a.peer))
+			a.peer = ""
+		}
+	}
+	for i, a := range n.agents {
+		if a != nil {
+			C.kvs_agent_free(a.h)
+			n.agents[i] = nil
+		}
+	}
+	for _, p := range n.bufs {
+		C.kvs_mem_free(p)
+	}
+	n.bufs = nil
+	n.mem, n.regs = map[nixlKey][]byte{}, map[xfer.Side][]*xfer.Registration{}
+	return errors.Join(errs...)
+}
+
+var errNIXLClosed = errors.New("transfer: nixl: the backend is closed")
+
+// nixlRelease releases requests, keeping the first error.
+func nixlRelease(reqs []*nixlReq) error {
+	var first error
+	for _, r := range reqs {
+		if r.x == nil {
+			continue
+		}
+		x := r.x
+		r.x = nil
+		if _, err := nixlCall("releaseXferReq", func(e *C.char, l C.size_t) C.int { return C.kvs_xfer_free(x, e, l) }); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// NIXLError is a NIXL call that failed: the call, NIXL's status (or one of
+// the shim's own codes) and the shim's message.
+type NIXLError struct {
+	Op     string
+	Status int
+	Msg    string
+}
+
+func (e *NIXLError) Error() string {
+	return fmt.Sprintf("transfer: nixl %s: %s: %s", e.Op, nixlStatusName(e.Status), e.Msg)
+}
+
+// StatusName is the status as events name it ("ERR_BACKEND").
+func (e *NIXLError) StatusName() string { return strings.TrimPrefix(nixlStatusName(e.Status), "NIXL_") }
+
+// nixlStatusNames are nixl_status_t's names, and the shim's own codes.
+var nixlStatusNames = map[int]string{
+	nixlInProg: "NIXL_IN_PROG", nixlSuccess: "NIXL_SUCCESS", -1: "NIXL_ERR_NOT_POSTED", -2: "NIXL_ERR_INVALID_PARAM",
+	-3: "NIXL_ERR_BACKEND", -4: "NIXL_ERR_NOT_FOUND", -5: "NIXL_ERR_MISMATCH", -6: "NIXL_ERR_NOT_ALLOWED",
+	-7: "NIXL_ERR_REPOST_ACTIVE", -8: "NIXL_ERR_UNKNOWN", -9: "NIXL_ERR_NOT_SUPPORTED",
+	-10: "NIXL_ERR_REMOTE_DISCONNECT", -11: "NIXL_ERR_CANCELED", -12: "NIXL_ERR_NO_TELEMETRY",
+	C.KVS_ERR_EXCEPTION: "SHIM_ERR_EXCEPTION", C.KVS_ERR_NO_MEMORY: "SHIM_ERR_NO_MEMORY", C.KVS_ERR_ARGUMENT: "SHIM_ERR_ARGUMENT",
+}
+
+func nixlStatusName(st int) string {
+	if s, ok := nixlStatusNames[st]; ok {
+		return s
+	}
+	return fmt.Sprintf("NIXL_STATUS_%d", st) // a status newer than this table
+}
+
+// nixlCall runs one shim call with an error buffer and turns a negative
+// status into a *NIXLError.
+func nixlCall(op string, f func(err *C.char, errlen C.size_t) C.int) (int, error) {
+	var buf [512]C.char
+	st := int(f(&buf[0], C.size_t(len(buf))))
+	if st < 0 {
+		return st, &NIXLError{Op: op, Status: st, Msg: C.GoString(&buf[0])}
+	}
+	return st, nil
+}
+
+// nixlU64s passes a slice to C (Go memory without Go pointers, not retained).
+func nixlU64s(s []uint64) *C.uint64_t {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.uint64_t)(unsafe.Pointer(&s[0]))
+}
+
+func (a *nixlAgent) register(rl nixlRegList, undo bool) error {
+	op := "registerMem"
+	if undo {
+		op = "deregisterMem"
+	}
+	_, err := nixlCall(op+" ("+a.name+")", func(e *C.char, l C.size_t) C.int {
+		if undo {
+			return C.kvs_deregister(a.h, nixlDRAM, nixlU64s(rl.addr), nixlU64s(rl.len), nixlU64s(rl.dev), C.size_t(len(rl.addr)), e, l)
+		}
+		return C.kvs_register(a.h, nixlDRAM, nixlU64s(rl.addr), nixlU64s(rl.len), nixlU64s(rl.dev), C.size_t(len(rl.addr)), e, l)
+	})
+	return err
+}
+
+func (a *nixlAgent) localMD() ([]byte, error) {
+	var p unsafe.Pointer
+	var size C.size_t
+	if _, err := nixlCall("getLocalMD ("+a.name+")", func(e *C.char, l C.size_t) C.int {
+		return C.kvs_local_md(a.h, &p, &size, e, l)
+	}); err != nil {
+		return nil, err
+	}
+	defer C.kvs_buf_free(p)
+	return C.GoBytes(p, C.int(size)), nil
+}
+
+func (a *nixlAgent) loadMD(md []byte) (string, error) {
+	if len(md) == 0 {
+		return "", fmt.Errorf("transfer: nixl: empty metadata for agent %s", a.name)
+	}
+	cmd := C.CBytes(md)
+	defer C.free(cmd)
+	var name [256]C.char
+	if _, err := nixlCall("loadRemoteMD ("+a.name+")", func(e *C.char, l C.size_t) C.int {
+		return C.kvs_load_md(a.h, cmd, C.size_t(len(md)), &name[0], C.size_t(len(name)), e, l)
+	}); err != nil {
+		return "", err
+	}
+	return C.GoString(&name[0]), nil
+}
+
+func (a *nixlAgent) invalidate(remote string) error {
+	cr := C.CString(remote)
+	defer C.free(unsafe.Pointer(cr))
+	_, err := nixlCall("invalidateRemoteMD ("+a.name+")", func(e *C.char, l C.size_t) C.int {
+		return C.kvs_invalidate_md(a.h, cr, e, l)
+	})
+	return err
+}
+
+func (a *nixlAgent) newXfer(op C.int, remote string, local, far, lens []uint64, ldev, rdev uint64) (*C.kvs_xfer, error) {
+	cr := C.CString(remote)
+	defer C.free(unsafe.Pointer(cr))
+	var x *C.kvs_xfer
+	_, err := nixlCall("createXferReq ("+a.name+")", func(e *C.char, l C.size_t) C.int {
+		return C.kvs_xfer_new(a.h, op, cr, nixlDRAM, nixlU64s(local), nixlU64s(far), nixlU64s(lens), C.uint64_t(ldev), C.uint64_t(rdev),
+			C.size_t(len(lens)), &x, e, l)
+	})
+	return x, err
+}
+
+func (a *nixlAgent) notifs() ([]string, error) {
+	var p unsafe.Pointer
+	var size, count C.size_t
+	_, err := nixlCall("getNotifs ("+a.name+")", func(e *C.char, l C.size_t) C.int {
+		return C.kvs_notifs(a.h, &p, &size, &count, e, l)
+	})
+	if p == nil {
+		return nil, err
+	}
+	buf := C.GoBytes(p, C.int(size))
+	C.kvs_buf_free(p)
+	out := make([]string, 0, int(count))
+	next := func() (string, bool) {
+		if len(buf) < 4 {
+			return "", false
+		}
+		k := int(binary.NativeEndian.Uint32(buf))
+		if len(buf) < 4+k {
+			return "", false
+		}
+		s := string(buf[4 : 4+k])
+		buf = buf[4+k:]
+		return s, true
+	}
+	for len(buf) > 0 {
+		_, ok1 := next() // the sender; records come ordered by it
+		msg, ok2 := next()
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("transfer: nixl getNotifs (%s): malformed records", a.name)
+		}
+		out = append(out, msg)
+	}
+	return out, err
+}
+
+func (r *nixlReq) post(notif string) (int, error) {
+	var cn *C.char
+	if notif != "" {
+		cn = C.CString(notif)
+		defer C.free(unsafe.Pointer(cn))
+	}
+	has := C.int(0)
+	if notif != "" {
+		has = 1
+	}
+	return nixlCall("postXferReq", func(e *C.char, l C.size_t) C.int {
+		return C.kvs_xfer_post(r.x, has, cn, C.size_t(len(notif)), e, l)
+	})
+}
+
+func (r *nixlReq) status() (int, error) {
+	return nixlCall("getXferStatus", func(e *C.char, l C.size_t) C.int { return C.kvs_xfer_status(r.x, e, l) })
+}

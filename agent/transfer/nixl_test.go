@@ -1,0 +1,230 @@
+//go:build nixl && cgo
+
+package transfer_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvscope/kvscope/agent/transfer"
+	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/oracle"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// These tests need NIXL with its UCX plugin installed (see NIXL.md); they
+// run two NIXL agents in this process over host memory.
+
+// nixlTransfer computes a real transfer of gpt-oss-20b between small
+// engines, with every descriptor pair kept.
+func nixlTransfer(t *testing.T, pTP, dTP int, connector string) (*model.Model, *xfer.Transfer) {
+	t.Helper()
+	data, err := os.ReadFile("../../testdata/models/openai__gpt-oss-20b.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := xfer.ParseConnector(connector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := func(tp int) plan.Engine {
+		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: 16 << 20, MaxModelLen: 8192}
+	}
+	pd, err := xfer.Run(xfer.Setup{Model: m, P: engine(pTP), D: engine(dTP), Connector: conn,
+		Request: xfer.Request{PromptTokens: 300}, KeepPairs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := pd.Transfer
+	if x.Rejection != nil {
+		t.Fatalf("the transfer is rejected: %v", x.Rejection)
+	}
+	return m, x
+}
+
+// newNIXL makes a backend with the transfer's ranks registered and the
+// metadata exchanged.
+func newNIXL(t *testing.T, name string, m *model.Model, x *xfer.Transfer) transfer.Backend {
+	t.Helper()
+	kinds := map[string]string{}
+	for _, l := range m.Layers {
+		kinds[l.Name] = string(l.Kind)
+	}
+	b, err := transfer.NewNIXL(name, kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	if err := b.Register(append(append([]*xfer.Registration(nil), x.PRegs...), x.DRegs...)); err != nil {
+		t.Fatal(err)
+	}
+	md, err := b.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.LoadRemote(md); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// waitNIXL polls a transfer until it completes or a deadline passes.
+func waitNIXL(t *testing.T, b transfer.Backend, h transfer.Handle) *transfer.Stats {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		done, st, err := b.Poll(h)
+		if err != nil {
+			t.Fatalf("Poll: %v", err)
+		}
+		if done {
+			return st
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	t.Fatal("the transfer did not complete in 60 s")
+	return nil
+}
+
+func TestNIXLTransfersAreExact(t *testing.T) {
+	tests := []struct {
+		name      string
+		pTP, dTP  int
+		connector string
+	}{
+		{"D at TP 4 pulls from P at TP 2", 2, 4, "nixl"},
+		{"P at TP 4 pushes to D at TP 2", 4, 2, "nixl-push"},
+		{"D pulls from P at the same TP", 2, 2, "nixl"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, x := nixlTransfer(t, tt.pTP, tt.dTP, tt.connector)
+			b := newNIXL(t, fmt.Sprintf("kvscope-test-%d", i), m, x)
+			prover, err := oracle.NewProver(m, x, b, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := b.Prepare(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := b.Post(p, "req-1:done")
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := waitNIXL(t, b, h)
+			if res := prover.Verify(); res.Verdict != oracle.Exact {
+				t.Fatalf("verdict %s: %s", res.Verdict, res.Mismatch)
+			}
+			if st.Bytes != x.Bytes || st.Descs != x.Descs || st.Merged != x.Merged {
+				t.Errorf("stats bytes %d descs %d merged %d, want %d %d %d", st.Bytes, st.Descs, st.Merged, x.Bytes, x.Descs, x.Merged)
+			}
+			if st.Timing != event.Synthesized || st.TransferUS <= 0 {
+				t.Errorf("stats timing %q transfer %.1f µs, want synthesized and > 0", st.Timing, st.TransferUS)
+			}
+			var bytes int64
+			descs := 0
+			for _, bd := range st.Batches {
+				bytes += bd.Bytes
+				descs += bd.Descs
+				if bd.Timing != event.Synthesized || bd.StartNS < 0 || bd.EndNS < bd.StartNS || float64(bd.EndNS) > st.TransferUS*1e3 {
+					t.Fatalf("batch %+v: want synthesized, inside [0, %.0f ns]", bd, st.TransferUS*1e3)
+				}
+			}
+			if bytes != x.Bytes || descs != x.Descs {
+				t.Errorf("batches hold %d bytes in %d descs, want %d in %d", bytes, descs, x.Bytes, x.Descs)
+			}
+
+			want := 0
+			for _, rp := range x.RankPairs {
+				if len(rp.Pairs) > 0 {
+					want++
+				}
+			}
+			var got []string
+			for deadline := time.Now().Add(10 * time.Second); len(got) < want && time.Now().Before(deadline); {
+				got = append(got, b.Notifications()...)
+				time.Sleep(time.Millisecond)
+			}
+			if len(got) != want {
+				t.Fatalf("got %d notifications %q, want one per rank pair (%d)", len(got), got, want)
+			}
+			for _, g := range got {
+				if g != "req-1:done" {
+					t.Errorf("notification %q, want req-1:done", g)
+				}
+			}
+		})
+	}
+}
+
+func TestNIXLPrepareRejectsDescriptorsOutsideRegions(t *testing.T) {
+	m, x := nixlTransfer(t, 2, 4, "nixl")
+	b := newNIXL(t, "kvscope-test-range", m, x)
+	tests := []struct {
+		name   string
+		mutate func(q *xfer.Pair, rp *xfer.RankPair)
+		want   string
+	}{
+		{"a source offset past its region's end", func(q *xfer.Pair, rp *xfer.RankPair) {
+			q.Src.Offset = x.PRegs[rp.P].Regions[q.Src.Region].Bytes() - q.Len + 1
+		}, "outside its"},
+		{"a negative destination offset", func(q *xfer.Pair, _ *xfer.RankPair) { q.Dst.Offset = -1 }, "outside its"},
+		{"a region the rank does not have", func(q *xfer.Pair, rp *xfer.RankPair) {
+			q.Dst.Region = len(x.DRegs[rp.D].Regions)
+		}, "has no region"},
+		{"a P rank that is not registered", func(_ *xfer.Pair, rp *xfer.RankPair) { rp.P = len(x.PRegs) }, "is not registered"},
+		{"an empty descriptor", func(q *xfer.Pair, _ *xfer.RankPair) { q.Len = 0 }, "outside its"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := *x
+			bad.RankPairs = append([]xfer.RankPair(nil), x.RankPairs...)
+			rp := &bad.RankPairs[len(bad.RankPairs)-1]
+			rp.Pairs = append([]xfer.Pair(nil), rp.Pairs...)
+			tt.mutate(&rp.Pairs[len(rp.Pairs)-1], rp)
+			if _, err := b.Prepare(&bad); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Prepare: %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("the untouched transfer still prepares", func(t *testing.T) {
+		if _, err := b.Prepare(x); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestNIXLNeedsTheMetadataExchange(t *testing.T) {
+	_, x := nixlTransfer(t, 2, 2, "nixl")
+	b, err := transfer.NewNIXL("kvscope-test-md", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Register(append(append([]*xfer.Registration(nil), x.PRegs...), x.DRegs...)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Prepare(x); err == nil || !strings.Contains(err.Error(), "LoadRemote") {
+		t.Errorf("Prepare before LoadRemote: %v, want an error naming LoadRemote", err)
+	}
+	if err := b.LoadRemote([]byte(`[{"agent":"someone-else-P","side":"P","nixl_md":""}]`)); err == nil {
+		t.Error("LoadRemote accepted another process's agent")
+	}
+	if err := b.LoadRemote([]byte("not json")); err == nil {
+		t.Error("LoadRemote accepted metadata that is not JSON")
+	}
+}
