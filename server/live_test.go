@@ -36,7 +36,7 @@ type liveServer struct {
 
 // startLive listens on addr (retrying while a stopped server's port is
 // released) and serves.
-func startLive(t *testing.T, addr, token string, rec io.Writer) *liveServer {
+func startLive(t testing.TB, addr, token string, rec io.Writer) *liveServer {
 	t.Helper()
 	var ln net.Listener
 	var err error
