@@ -51,15 +51,27 @@ func Default() Scenario {
 
 // Load reads a scenario file over the defaults.
 func Load(path string) (Scenario, error) {
-	s := Default()
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return s, fmt.Errorf("scenario: %w", err)
+		return Default(), fmt.Errorf("scenario: %w", err)
 	}
+	s, err := Parse(data)
+	if err != nil {
+		return s, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Parse reads a scenario's JSON over the defaults and validates it.
+func Parse(data []byte) (Scenario, error) {
+	s := Default()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return s, fmt.Errorf("scenario %s: %w", path, err)
+		return s, fmt.Errorf("scenario: %w", err)
+	}
+	if dec.More() {
+		return s, fmt.Errorf("scenario: trailing data after the JSON object")
 	}
 	return s, s.Validate()
 }
@@ -74,8 +86,8 @@ func (s Scenario) Validate() error {
 		return bad("model", `""`, "name a bundled model or give an inline config")
 	case s.Rate < 0 || s.Rate > 1e5:
 		return bad("rate", s.Rate, "must be between 0 and 100000 per second")
-	case s.PromptMin < 2 || s.PromptMax < s.PromptMin:
-		return bad("prompt_min/prompt_max", fmt.Sprintf("%d/%d", s.PromptMin, s.PromptMax), "need 2 <= prompt_min <= prompt_max")
+	case s.PromptMin < 2 || s.PromptMax < s.PromptMin || s.PromptMax > 1<<24:
+		return bad("prompt_min/prompt_max", fmt.Sprintf("%d/%d", s.PromptMin, s.PromptMax), "need 2 <= prompt_min <= prompt_max <= 16777216")
 	case s.HitFraction < 0 || s.HitFraction >= 1:
 		return bad("prefix_hit_fraction", s.HitFraction, "must be in [0, 1)")
 	case s.DurationS < 0 || s.Requests < 0 || s.VerifyEvery < 0:
