@@ -33,6 +33,7 @@ type Root struct {
 	charts   *chartSet
 	oracleOn bool // the oracle ran (or is running) for the current result
 	keys     app.Func
+	live     *liveSession // the live view's subscription, kept across views
 }
 
 // OnDismount stops listening for shortcuts.
@@ -252,7 +253,8 @@ func (c *Root) Render() app.UI {
 		case "pd":
 			body = c.renderPD()
 		case "flow":
-			body = c.renderFlow()
+			body = app.Div().Class("flow-page").Body(c.renderLive(),
+				app.H2().Class("flow-title").Text("Configured transfer: the settings' request, computed in this browser"), c.renderFlow())
 		case "charts":
 			body = c.renderCharts()
 		default:
@@ -279,6 +281,14 @@ func (c *Root) Render() app.UI {
 		c.renderFooter(),
 		app.If(c.help, func() app.UI { return c.renderHelp() }),
 	)
+}
+
+// renderLive is the live panel, fed by the server's /ws/live.
+func (c *Root) renderLive() app.UI {
+	if c.live == nil {
+		c.live = newLiveSession()
+	}
+	return &LivePanel{Session: c.live, Dark: c.settings.Dark}
 }
 
 func (c *Root) renderHeader() app.UI {

@@ -69,7 +69,7 @@ func runServe(args []string, stdout io.Writer) error {
 	srv := newServer(catalog(), o, rec)
 	return srv.listenAndServe(o, func(ctx context.Context, addr string) {
 		if o.Agent == "embedded" {
-			go runEmbeddedAgent(ctx, catalog(), "ws://"+addr+"/ws/agent", o.Token, srv.metrics, o.Logf)
+			go runEmbeddedAgent(ctx, catalog(), "ws://"+addr+"/ws/agent", o.Token, o.Logf)
 		}
 	})
 }
@@ -101,10 +101,12 @@ func (srv *server) listenAndServe(o serveOptions, started func(ctx context.Conte
 
 // runEmbeddedAgent streams the default scenario from this process, over a
 // real websocket to this server, so make run shows live transfers at once.
-func runEmbeddedAgent(ctx context.Context, cat model.Catalog, url, token string, reg *metrics.Registry, logf func(string, ...any)) {
+// The hub counts its events into the server's /metrics, as for any agent,
+// so the agent keeps no registry of its own.
+func runEmbeddedAgent(ctx context.Context, cat model.Catalog, url, token string, logf func(string, ...any)) {
 	s := scenario.Default()
 	s.Name = "embedded"
-	err := runner.Start(ctx, runner.Config{Name: "embedded", Scenario: s, Catalog: cat, ServerURL: url, Token: token, Metrics: reg,
+	err := runner.Start(ctx, runner.Config{Name: "embedded", Scenario: s, Catalog: cat, ServerURL: url, Token: token,
 		HostLimit: 512 << 20, Logf: logf})
 	if err != nil && ctx.Err() == nil {
 		logf("embedded agent stopped: %v", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,8 +26,10 @@ import (
 type hub struct {
 	mu       sync.Mutex
 	subs     map[*subscriber]struct{}
-	lastSeq  map[string]uint64 // per agent: the last sequence stored
-	recent   *event.Ring       // replayed to a new subscriber
+	lastSeq  map[string]uint64        // per agent: the last sequence stored
+	lastTS   map[string]int64         // per agent: that event's timestamp
+	recent   *event.Ring              // replayed to a new subscriber
+	state    map[string][]event.Event // per agent: its hello, latest handshakes and registrations
 	record   io.Writer         // --record: one event per line
 	metrics  *metrics.Registry
 	subQueue int // frames buffered per subscriber
@@ -45,7 +48,7 @@ func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) 
 		logf = func(string, ...any) {}
 	}
 	stopped, stop := context.WithCancel(context.Background())
-	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, recent: event.NewRing(2048),
+	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, lastTS: map[string]int64{}, recent: event.NewRing(2048), state: map[string][]event.Event{},
 		record: record, metrics: reg, subQueue: 64, logf: logf, stopped: stopped, stop: stop}
 }
 
@@ -70,14 +73,19 @@ func (h *hub) publish(events []event.Event) uint64 {
 	var fresh []event.Event
 	var last uint64
 	for _, e := range events {
+		if h.lastSeq[e.Agent] > 0 && event.Restarted(e, h.lastTS[e.Agent]) {
+			h.logf("agent %s restarted: its sequence starts again", e.Agent)
+			delete(h.lastSeq, e.Agent)
+		}
 		if e.Seq <= h.lastSeq[e.Agent] {
 			last = h.lastSeq[e.Agent]
 			continue
 		}
-		h.lastSeq[e.Agent] = e.Seq
+		h.lastSeq[e.Agent], h.lastTS[e.Agent] = e.Seq, e.TS
 		last = e.Seq
 		fresh = append(fresh, e)
 		h.recent.Add(e)
+		h.remember(e)
 		h.count(e)
 		if h.record != nil {
 			if line, err := json.Marshal(e); err == nil {
@@ -123,6 +131,8 @@ func (h *hub) count(e event.Event) {
 	case event.TransferDone:
 		h.metrics.Add("agent_tx_bytes_total", "Bytes the agents' transfers moved.", float64(e.Done.Bytes), "agent", e.Agent)
 		h.metrics.Observe("agent_xfer_time_us", "Transfer time per request, microseconds.", e.Done.TransferUS)
+		h.metrics.Add("kvscope_agent_transfers_total", "Transfers completed, by agent and oracle verdict.", 1, "agent", e.Agent, "verified", e.Done.Verified)
+		h.metrics.Add("kvscope_agent_descriptors_total", "Descriptors submitted, by agent.", float64(e.Done.Descs), "agent", e.Agent)
 	case event.Error:
 		h.metrics.Add("agent_errors_total", "Agent errors, by status.", 1, "status", e.Error.Status)
 	case event.Sample:
@@ -130,14 +140,78 @@ func (h *hub) count(e event.Event) {
 	}
 }
 
+// maxState bounds the state events kept per agent.
+const maxState = 64
+
+// remember keeps the events that describe an agent rather than a moment
+// (its hello, handshakes and registrations), so a browser that subscribes
+// long after they happened still learns who the agent is. A hello starts
+// the list again.
+func (h *hub) remember(e event.Event) {
+	switch e.Kind {
+	case event.Hello:
+		h.state[e.Agent] = []event.Event{e}
+	case event.Handshake, event.Registration:
+		st := h.state[e.Agent]
+		if len(st) >= maxState {
+			st = append(st[:1], st[2:]...) // keep the hello, drop the oldest after it
+		}
+		h.state[e.Agent] = append(st, e)
+	}
+}
+
+// history is what a new subscriber gets first: each agent's state events
+// older than the recent ring, and the ring.
+func (h *hub) history() (state, recent []event.Event) {
+	recent = h.recent.Events()
+	oldest := map[string]uint64{}
+	for _, e := range recent {
+		if _, ok := oldest[e.Agent]; !ok {
+			oldest[e.Agent] = e.Seq
+		}
+	}
+	for agent, st := range h.state {
+		for _, e := range st {
+			if first, ok := oldest[agent]; !ok || e.Seq < first {
+				state = append(state, e)
+			}
+		}
+	}
+	sort.Slice(state, func(i, j int) bool {
+		if state[i].Agent != state[j].Agent {
+			return state[i].Agent < state[j].Agent
+		}
+		return state[i].Seq < state[j].Seq
+	})
+	return state, recent
+}
+
+// historyFrame encodes the history, dropping its oldest recent events
+// until the frame fits a browser's limits; the state events stay.
+func (h *hub) historyFrame() []byte {
+	state, recent := h.history()
+	for {
+		events := append(state[:len(state):len(state)], recent...)
+		if len(events) == 0 {
+			return nil
+		}
+		frame, err := event.EncodeFrame(events)
+		if err != nil {
+			return nil
+		}
+		if len(frame) <= event.MaxFrameBytes && len(events) <= event.MaxFrameEvents || len(recent) == 0 {
+			return frame
+		}
+		recent = recent[max(1, len(recent)/4):]
+	}
+}
+
 func (h *hub) subscribe() *subscriber {
 	s := &subscriber{frames: make(chan []byte, h.subQueue)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if events := h.recent.Events(); len(events) > 0 {
-		if frame, err := event.EncodeFrame(events); err == nil {
-			s.frames <- frame
-		}
+	if frame := h.historyFrame(); frame != nil {
+		s.frames <- frame
 	}
 	h.subs[s] = struct{}{}
 	h.metrics.Set("kvscope_hub_subscribers", "Browsers subscribed to /ws/live.", float64(len(h.subs)))

@@ -521,3 +521,58 @@ func TestParseWithArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestHubHistory: a browser that subscribes long after an agent started
+// still gets its hello and registrations first, then the recent events,
+// in one frame a browser accepts; an agent restarting under the same name
+// starts a new sequence instead of being dropped as a repeat.
+func TestHubHistory(t *testing.T) {
+	h := newHub(metrics.New(), nil, nil)
+	seq, ts := uint64(0), int64(0)
+	pub := func(e event.Event) uint64 {
+		seq++
+		ts++
+		e.V, e.Agent, e.Seq, e.TS = 1, "a", seq, ts
+		return h.publish([]event.Event{e})
+	}
+	pub(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: "h", NoGPU: "no NVIDIA driver"}})
+	for r := range 3 {
+		pub(event.Event{Kind: event.Registration, Registration: &event.RegistrationData{Side: "P", Rank: r}})
+	}
+	for range 5000 {
+		pub(batchEvent())
+	}
+	s := h.subscribe()
+	frame := <-s.frames
+	if len(frame) > event.MaxFrameBytes {
+		t.Fatalf("history frame of %d bytes", len(frame))
+	}
+	evs, err := event.DecodeFrame(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs[0].Kind != event.Hello || evs[1].Kind != event.Registration || evs[3].Kind != event.Registration || evs[4].Kind != event.DescBatch {
+		t.Fatalf("history starts %s %s … %s %s, want the hello, 3 registrations, then batches", evs[0].Kind, evs[1].Kind, evs[3].Kind, evs[4].Kind)
+	}
+	if last := evs[len(evs)-1].Seq; last != seq {
+		t.Fatalf("history ends at seq %d, want the newest, %d", last, seq)
+	}
+	// The agent resends its first events (an acknowledgement was lost):
+	// they are repeats, not a restart.
+	if ack := h.publish(evs[:1]); ack != seq {
+		t.Fatalf("a resent hello moved the acknowledgement to %d, want %d", ack, seq)
+	}
+	// The agent restarts: its new hello at seq 1 is stored, and so is
+	// what follows.
+	seq = 0
+	if ack := pub(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: "h2"}}); ack != 1 {
+		t.Fatalf("a restarted agent's hello acknowledged as %d, want 1", ack)
+	}
+	if ack := pub(batchEvent()); ack != 2 {
+		t.Fatalf("after the restart: ack %d, want 2", ack)
+	}
+	st, _ := h.history()
+	if len(st) != 1 || st[0].Hello == nil || st[0].Hello.Host != "h2" {
+		t.Fatalf("state after the restart: %+v, want only the new hello", st)
+	}
+}

@@ -158,12 +158,13 @@ type ErrorData struct {
 	Message string `json:"message"`
 }
 
-// SampleData is one second of an agent's activity.
+// SampleData is an agent's last second: throughput and latency over that
+// second, with running totals of requests and dropped events.
 type SampleData struct {
 	GBps          float64 `json:"gbps"`
 	P50US         float64 `json:"p50_us"`
 	P99US         float64 `json:"p99_us"`
-	Requests      int     `json:"requests"`
+	Requests      int     `json:"requests"` // transfers completed so far (a running total)
 	Descs         int     `json:"descs"`
 	DroppedEvents uint64  `json:"dropped_events"` // total so far: the agent's queue overflowed
 }

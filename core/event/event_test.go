@@ -167,3 +167,48 @@ func FuzzReadJSONL(f *testing.F) {
 		}
 	})
 }
+
+func TestRingHistoryAndRestart(t *testing.T) {
+	ts := int64(0)
+	ev := func(agent string, seq uint64, k Kind) Event {
+		ts++
+		e := Event{V: Version, Agent: agent, Seq: seq, Kind: k, TS: ts}
+		switch k {
+		case Hello:
+			e.Hello = &HelloData{}
+		default:
+			e.Sample = &SampleData{}
+		}
+		return e
+	}
+	r := NewRing(16)
+	// A subscriber joins late: the server sends the agent's hello (seq 1)
+	// and its recent events from seq 5000. That history is not a loss.
+	r.AddHistory([]Event{ev("a", 1, Hello), ev("a", 5000, Sample), ev("a", 5001, Sample)})
+	if r.Gaps != 0 || r.Len() != 3 {
+		t.Fatalf("history: gaps %d, len %d; want 0 and 3", r.Gaps, r.Len())
+	}
+	// Live events after it: a real gap counts.
+	r.Add(ev("a", 5002, Sample))
+	r.Add(ev("a", 5005, Sample))
+	if r.Gaps != 2 {
+		t.Fatalf("live gap: %d, want 2", r.Gaps)
+	}
+	// A reconnect's history for a known agent counts its gaps and skips
+	// repeats.
+	added := r.AddHistory([]Event{ev("a", 5004, Sample), ev("a", 5005, Sample), ev("a", 5007, Sample)})
+	if added[0] || added[1] || !added[2] || r.Gaps != 3 {
+		t.Fatalf("reconnect history: added %v, gaps %d; want [false false true], 3", added, r.Gaps)
+	}
+	// A reconnect replays the agent's old hello first: it is a repeat,
+	// not a restart.
+	old := Event{V: Version, Agent: "a", Seq: 1, Kind: Hello, TS: 1, Hello: &HelloData{}}
+	if added := r.AddHistory([]Event{old, ev("a", 5008, Sample)}); added[0] || !added[1] || r.Gaps != 3 {
+		t.Fatalf("replayed hello: added %v, gaps %d; want [false true], 3", added, r.Gaps)
+	}
+	// The agent restarts under the same name: its hello at seq 1 starts a
+	// new sequence instead of being ignored as old.
+	if !r.Add(ev("a", 1, Hello)) || !r.Add(ev("a", 2, Sample)) || r.Gaps != 3 {
+		t.Fatalf("restart: not accepted, or gaps %d", r.Gaps)
+	}
+}

@@ -12,6 +12,36 @@ window.kvscope = {
     if (dark) opt.backgroundColor = 'transparent';
     c.setOption(opt, true);
   },
+  // morph makes the element id show the markup html, updating in place
+  // the nodes whose structure is unchanged (so tooltips, hover and
+  // selection survive a redraw) and replacing the rest. An element whose
+  // class gains or keeps "live" restarts its animation: the live view marks
+  // a band live when a batch moved since the last redraw.
+  morph(id, html) {
+    const el = document.getElementById(id);
+    if (!el) return;
+    const next = document.createElement('div');
+    next.innerHTML = html;
+    this._morph(el, next);
+  },
+  _morph(cur, next) {
+    const want = Array.from(next.childNodes);
+    while (cur.childNodes.length > want.length) cur.removeChild(cur.lastChild);
+    want.forEach((y, i) => {
+      const x = cur.childNodes[i];
+      if (!x) { cur.appendChild(y); return; }
+      if (x.nodeType !== y.nodeType || x.nodeName !== y.nodeName) { cur.replaceChild(y, x); return; }
+      if (x.nodeType !== 1) { if (x.nodeValue !== y.nodeValue) x.nodeValue = y.nodeValue; return; }
+      for (const a of Array.from(x.attributes)) if (!y.hasAttribute(a.name)) x.removeAttribute(a.name);
+      for (const a of Array.from(y.attributes)) if (x.getAttribute(a.name) !== a.value) x.setAttribute(a.name, a.value);
+      if (x.classList.contains('live')) {
+        x.classList.remove('live');
+        void x.getBoundingClientRect(); // restart the animation
+        x.classList.add('live');
+      }
+      this._morph(x, y);
+    });
+  },
   downloadURL(name, url) {
     const a = document.createElement('a');
     a.href = url; a.download = name;

@@ -1,0 +1,355 @@
+package app
+
+import (
+	"fmt"
+	"html"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-echarts/go-echarts/v2/charts"
+	"github.com/go-echarts/go-echarts/v2/opts"
+	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/core/model"
+)
+
+// liveLegend says how the live bands are drawn.
+const liveLegend = "solid = measured timing · dashed = synthesized timing (NIXL reports completion per request only) · " +
+	"width = bytes moved since this page connected · brightness = how recently a batch moved"
+
+// liveBandsHTML draws every agent's live bands, then the legend.
+func liveBandsHTML(l *Live, now time.Time) string {
+	var sb strings.Builder
+	drawn := 0
+	for _, a := range l.Agents() {
+		if len(a.bands) == 0 && a.Handshake == nil {
+			continue
+		}
+		drawn++
+		host := ""
+		if a.Hello != nil && a.Hello.Host != "" {
+			host = " on " + a.Hello.Host
+		}
+		fmt.Fprintf(&sb, `<div class="live-agent" data-agent="%s"><h3>%s%s: %s moved</h3>`,
+			html.EscapeString(a.Name), html.EscapeString(a.Name), html.EscapeString(host), humanBytes(a.Bytes))
+		if h := a.Handshake; h != nil {
+			line := h.Summary
+			if h.Path != "" {
+				line += " · " + h.Path
+			}
+			if h.Rejection != "" {
+				line += " · rejected: " + h.Rejection
+			}
+			fmt.Fprintf(&sb, `<p class="muted">%s</p>`, html.EscapeString(line))
+		}
+		if len(a.bands) > 0 {
+			sb.WriteString(liveSVG(a, now))
+		}
+		if a.Undrawn > 0 {
+			fmt.Fprintf(&sb, `<p class="muted">%s batches are not drawn (beyond %d ranks, %d groups or %d bands per agent).</p>`,
+				commas(int64(a.Undrawn)), liveMaxRank, liveMaxGroup, liveMaxBands)
+		}
+		sb.WriteString(`</div>`)
+	}
+	if drawn == 0 {
+		sb.WriteString(`<p class="muted">No descriptor batches yet.</p>`)
+	}
+	fmt.Fprintf(&sb, `<p class="legend muted" data-testid="live-legend">%s</p>`, html.EscapeString(liveLegend))
+	return sb.String()
+}
+
+// liveSVG draws one agent's bands in the flow view's visual language: P
+// ranks on the left, D ranks on the right, each with a slot per KV cache
+// group, and a band per (P rank, D rank, P group, D group) as wide as the
+// bytes it moved. The ranks and groups are the ones the agent's events
+// name, not the form's settings: the agent's deployment may differ.
+func liveSVG(a *liveAgent, now time.Time) string {
+	const width, boxW, gap, top = 900.0, 130.0, 18.0, 24.0
+	nP, nD := max(a.PRanks, 1), max(a.DRanks, 1)
+	gP, gD := max(a.PGroups, 1), max(a.DGroups, 1)
+	boxH := func(groups int) float64 { return max(48, float64(groups)*18) }
+	pH, dH := boxH(gP), boxH(gD)
+	height := top + max(float64(nP)*(pH+gap), float64(nD)*(dH+gap)) + 4
+	bands := a.Bands()
+	var maxBytes int64
+	for _, b := range bands {
+		maxBytes = max(maxBytes, b.Bytes)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %.0f %.0f" class="flow live-flow" data-testid="live-bands" data-agent="%s">`,
+		width, height, html.EscapeString(a.Name))
+	box := func(x float64, side string, rank int, h float64, groups int) {
+		y0 := top + float64(rank)*(h+gap)
+		fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.0f" height="%.1f" rx="6" class="rank"/>`, x, y0, boxW, h)
+		for g := 0; g < groups; g++ {
+			gy := y0 + float64(g)*h/float64(groups)
+			fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.0f" height="%.1f" class="region"><title>%s rank %d, KV cache group %d</title></rect>`,
+				x+4, gy+2, boxW-8, max(1, h/float64(groups)-4), side, rank, g)
+			fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f" class="group-label">g%d</text>`, x+boxW/2, gy+h/float64(groups)/2+4, g)
+		}
+		fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f" class="rank-label">%s rank %d</text>`, x+boxW/2, y0-6, side, rank)
+	}
+	for r := 0; r < nP; r++ {
+		box(10, "P", r, pH, gP)
+	}
+	for r := 0; r < nD; r++ {
+		box(width-10-boxW, "D", r, dH, gD)
+	}
+	slotY := func(rank int, h float64, group, groups int) float64 {
+		return top + float64(rank)*(h+gap) + (float64(group)+0.5)*h/float64(groups)
+	}
+	x1, x2 := 10+boxW, width-10-boxW
+	mid := (x1 + x2) / 2
+	for _, b := range bands {
+		y1, y2 := slotY(b.P, pH, b.PG, gP), slotY(b.D, dH, b.DG, gD)
+		w := 1.5
+		if maxBytes > 0 {
+			w += 14 * float64(b.Bytes) / float64(maxBytes)
+		}
+		cls := "band"
+		if b.Batches > b.drawn {
+			cls += " live"
+		}
+		timing := b.Timing()
+		dash := ""
+		if timing == event.Synthesized {
+			cls += " synthesized"
+			dash = ` stroke-dasharray="6 4"`
+		}
+		fmt.Fprintf(&sb, `<path d="M %.1f %.1f C %.1f %.1f, %.1f %.1f, %.1f %.1f" class="%s" stroke="%s" stroke-width="%.1f" style="stroke-opacity:%.2f"%s `+
+			`data-testid="live-band" data-p="%d" data-d="%d" data-pg="%d" data-dg="%d" data-bytes="%d" data-batches="%d" data-timing="%s"><title>%s</title></path>`,
+			x1, y1, mid, y1, mid, y2, x2, y2, cls, kindColor(model.Kind(b.Kind)), w, bandOpacity(now.Sub(b.LastAt)), dash,
+			b.P, b.D, b.PG, b.DG, b.Bytes, b.Batches, timing, html.EscapeString(bandTitle(b)))
+	}
+	sb.WriteString(`</svg>`)
+	return sb.String()
+}
+
+// bandTitle is a band's tooltip.
+func bandTitle(b *liveBand) string {
+	names := make([]string, 0, len(b.layers))
+	for n := range b.layers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) > 6 {
+		names = append(names[:6], "…")
+	}
+	kind := b.Kind
+	if kind == "" {
+		kind = "kind not reported"
+	}
+	timing := fmt.Sprintf("timing measured (%s batches)", commas(b.Measured))
+	if b.Timing() == event.Synthesized {
+		timing = fmt.Sprintf("timing synthesized in %s of %s batches (NIXL reports completion per request only)", commas(b.Synthesized), commas(b.Batches))
+	}
+	return fmt.Sprintf("P%d → D%d · P g%d → D g%d (%s): %d layers %v · %s descriptors · %s in %s batches · last batch %s µs · %s",
+		b.P, b.D, b.PG, b.DG, kind, len(b.layers), names, commas(b.Descs), humanBytes(b.Bytes), commas(b.Batches),
+		strconv.FormatFloat(float64(b.LastNS)/1e3, 'f', 1, 64), timing)
+}
+
+// liveStatus is the connection's state as the panel shows it.
+type liveStatus struct {
+	State  string // connecting, open, closed, none
+	Detail string
+}
+
+// liveStatsHTML is the status line and counters: what the ring holds, what
+// was missed, what was verified, and what arrived while paused.
+func liveStatsHTML(l *Live, st liveStatus, paused bool, sincePause uint64) string {
+	var sb strings.Builder
+	label := map[string]string{"connecting": "connecting…", "open": "live", "closed": "disconnected", "none": "no live server"}[st.State]
+	fmt.Fprintf(&sb, `<span class="live-state %s" data-testid="live-status" data-state="%s">%s</span>`, st.State, st.State, label)
+	detail := st.Detail
+	if detail == "" && st.State == "open" && l.Ring.Total == 0 {
+		detail = "connected; no agent has sent events yet (kvscope serve runs an embedded agent unless --agent none; " +
+			"kvscope-agent --server ws://HOST:PORT/ws/agent --token T streams from a GPU host)"
+	}
+	if detail != "" {
+		fmt.Fprintf(&sb, ` <span class="muted">· %s</span>`, html.EscapeString(detail))
+	}
+	if l.Ring.Total == 0 && l.Ignored == 0 && l.Malformed == 0 {
+		return sb.String()
+	}
+	var dropped uint64
+	for _, a := range l.agents {
+		dropped += a.Dropped
+	}
+	sb.WriteString(`<div class="live-counters">`)
+	item := func(testid, count, text string, cls string) {
+		fmt.Fprintf(&sb, `<span class="counter %s" data-testid="%s" data-count="%s">%s</span>`, cls, testid, count, html.EscapeString(text))
+	}
+	exact, wrong, skipped := l.Verified["exact"], l.Verified["wrong"], l.Verified["skipped"]
+	item("live-verified", strconv.FormatUint(exact, 10), fmt.Sprintf("✓ %s transfers verified exact", commas(int64(exact))), "ok")
+	if wrong > 0 {
+		item("live-wrong", strconv.FormatUint(wrong, 10), fmt.Sprintf("✗ %s WRONG", commas(int64(wrong))), "bad")
+	}
+	if skipped > 0 {
+		item("live-skipped", strconv.FormatUint(skipped, 10), fmt.Sprintf("%s not verified (sampled out)", commas(int64(skipped))), "")
+	}
+	item("live-events", strconv.FormatUint(l.Ring.Total, 10), fmt.Sprintf("%s events received, the last %s kept (of %s)",
+		commas(int64(l.Ring.Total)), commas(int64(l.Ring.Len())), commas(liveRingSize)), "")
+	gapCls := ""
+	if l.Ring.Gaps > 0 {
+		gapCls = "warn"
+	}
+	item("live-gaps", strconv.FormatUint(l.Ring.Gaps, 10), fmt.Sprintf("%s missed (sequence gaps)", commas(int64(l.Ring.Gaps))), gapCls)
+	if dropped > 0 {
+		item("live-agent-dropped", strconv.FormatUint(dropped, 10), fmt.Sprintf("%s dropped by the agents' queues", commas(int64(dropped))), "warn")
+	}
+	if l.Ignored > 0 {
+		item("live-ignored", strconv.FormatUint(l.Ignored, 10), fmt.Sprintf("%s repeats ignored (replayed after a reconnect)", commas(int64(l.Ignored))), "")
+	}
+	if l.Malformed > 0 {
+		item("live-malformed", strconv.FormatUint(l.Malformed, 10), fmt.Sprintf("%s malformed frames dropped: %s", commas(int64(l.Malformed)), l.LastMalformed), "bad")
+	}
+	if l.Forgotten > 0 {
+		item("live-forgotten", strconv.FormatUint(l.Forgotten, 10), fmt.Sprintf("%s agents forgotten (at most %d are drawn)", commas(int64(l.Forgotten)), liveMaxAgents), "")
+	}
+	if paused {
+		item("live-paused", strconv.FormatUint(sincePause, 10), fmt.Sprintf("paused: %s events arrived since (counted; the drawing catches up on resume)", commas(int64(sincePause))), "warn")
+	}
+	sb.WriteString(`</div>`)
+	return sb.String()
+}
+
+// liveGPUsHTML is the GPU panel: each agent's hello.
+func liveGPUsHTML(l *Live) string {
+	agents := l.Agents()
+	if len(agents) == 0 {
+		return `<h3>GPUs</h3><p class="muted">No agent yet.</p>`
+	}
+	var sb strings.Builder
+	sb.WriteString(`<h3>GPUs</h3>`)
+	for _, a := range agents {
+		h := a.Hello
+		if h == nil {
+			fmt.Fprintf(&sb, `<div class="live-host" data-agent="%s"><h4>%s</h4><p class="muted">Its hello came before this page connected and the server no longer replays it, so its host and GPUs are unknown here.</p></div>`,
+				html.EscapeString(a.Name), html.EscapeString(a.Name))
+			continue
+		}
+		fmt.Fprintf(&sb, `<div class="live-host" data-agent="%s"><h4>%s on %s</h4><dl class="stats">`, html.EscapeString(a.Name), html.EscapeString(a.Name), html.EscapeString(h.Host))
+		for _, kv := range [][2]string{{"backend", h.Backend}, {"memory", h.Memory}, {"role", h.Role}, {"model", h.Model}} {
+			if kv[1] != "" {
+				fmt.Fprintf(&sb, `<div class="stat"><dt>%s</dt><dd>%s</dd></div>`, kv[0], html.EscapeString(kv[1]))
+			}
+		}
+		sb.WriteString(`</dl>`)
+		if h.Scenario != "" {
+			fmt.Fprintf(&sb, `<p class="muted">%s</p>`, html.EscapeString(h.Scenario))
+		}
+		switch {
+		case len(h.GPUs) > 0:
+			sb.WriteString(`<table class="descs gpus"><thead><tr><th>#</th><th>GPU</th><th>UUID</th><th>memory</th><th>PCI bus</th><th>NVLinks up</th></tr></thead><tbody>`)
+			for _, g := range h.GPUs {
+				up := 0
+				for _, link := range g.NVLinks {
+					if link.Up {
+						up++
+					}
+				}
+				fmt.Fprintf(&sb, `<tr><td>%d</td><td>%s</td><td><code>%s</code></td><td>%s</td><td>%s</td><td>%d / %d</td></tr>`,
+					g.Index, html.EscapeString(g.Name), html.EscapeString(g.UUID), humanBytes(int64(min(g.MemoryBytes, math.MaxInt64))),
+					html.EscapeString(g.PCIBusID), up, len(g.NVLinks))
+			}
+			sb.WriteString(`</tbody></table>`)
+		case h.NoGPU != "":
+			fmt.Fprintf(&sb, `<p class="nogpu" data-testid="live-nogpu">No GPUs: %s.</p>`, html.EscapeString(h.NoGPU))
+		default:
+			sb.WriteString(`<p class="nogpu">No GPUs reported.</p>`)
+		}
+		sb.WriteString(`</div>`)
+	}
+	return sb.String()
+}
+
+// liveTransfersHTML lists the latest transfers, newest first, and the
+// latest errors.
+func liveTransfersHTML(l *Live) string {
+	var sb strings.Builder
+	sb.WriteString(`<h3>Recent transfers</h3>`)
+	if len(l.Transfers) == 0 {
+		sb.WriteString(`<p class="muted">No transfer completed yet.</p>`)
+	} else {
+		sb.WriteString(`<div class="scroll"><table class="descs"><thead><tr><th>agent</th><th>request</th><th>bytes</th><th>descriptors</th><th>after merging</th>` +
+			`<th>µs</th><th>GB/s</th><th>timing</th><th>verified</th></tr></thead><tbody>`)
+		for i := len(l.Transfers) - 1; i >= 0; i-- {
+			t := l.Transfers[i]
+			fmt.Fprintf(&sb, `<tr data-testid="live-transfer" data-verified="%s" data-timing="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="timing %s">%s</td><td class="verified %s">%s</td></tr>`,
+				html.EscapeString(t.Verified), t.Timing, html.EscapeString(t.Agent), html.EscapeString(t.Request), humanBytes(t.Bytes),
+				commas(int64(t.Descs)), commas(int64(t.Merged)), strconv.FormatFloat(t.TransferUS, 'f', 1, 64), strconv.FormatFloat(t.GBps, 'f', 2, 64),
+				t.Timing, t.Timing, html.EscapeString(t.Verified), html.EscapeString(t.Verified))
+		}
+		sb.WriteString(`</tbody></table></div>`)
+	}
+	if len(l.Errors) > 0 {
+		sb.WriteString(`<h3>Errors</h3><div class="scroll"><table class="descs errors"><thead><tr><th>agent</th><th>request</th><th>status</th><th>message</th></tr></thead><tbody>`)
+		for i := len(l.Errors) - 1; i >= 0; i-- {
+			e := l.Errors[i]
+			fmt.Fprintf(&sb, `<tr data-testid="live-error"><td>%s</td><td>%s</td><td>%s</td><td class="message">%s</td></tr>`,
+				html.EscapeString(e.Agent), html.EscapeString(e.Request), html.EscapeString(e.Status), html.EscapeString(e.Message))
+		}
+		sb.WriteString(`</tbody></table></div>`)
+	}
+	return sb.String()
+}
+
+// liveTimelineOption is the timeline's ECharts option: GB/s and requests
+// per second above, transfer latency p50 and p99 below, over the last two
+// minutes of samples.
+func liveTimelineOption(l *Live) string {
+	end := l.newestSample()
+	agents := l.Agents()
+	named := func(a *liveAgent, s string) string {
+		if len(agents) > 1 {
+			return a.Name + " · " + s
+		}
+		return s
+	}
+	xAxis := func(grid int) opts.XAxis {
+		x := opts.XAxis{Type: "time", GridIndex: grid}
+		if end > 0 {
+			x.Min, x.Max = (end-int64(liveWindow))/1e6, end/1e6
+		}
+		return x
+	}
+	line := charts.NewLine()
+	line.SetGlobalOptions(
+		charts.WithAnimation(false),
+		charts.WithTitleOpts(opts.Title{Title: "Live: throughput, requests and transfer latency (1 Hz samples, last 120 s)"}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "26"}),
+		charts.WithGridOpts(opts.Grid{Top: "64", Height: "30%", Left: "64", Right: "64"}, opts.Grid{Top: "62%", Bottom: "28", Left: "64", Right: "64"}),
+		charts.WithXAxisOpts(xAxis(0)),
+		charts.WithYAxisOpts(opts.YAxis{Name: "GB/s", Type: "value", GridIndex: 0}),
+	)
+	line.ExtendXAxis(xAxis(1))
+	line.ExtendYAxis(opts.YAxis{Name: "req/s", Type: "value", GridIndex: 0, Position: "right"},
+		opts.YAxis{Name: "µs", Type: "value", GridIndex: 1})
+	point := func(ms int64, v float64) opts.LineData {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return opts.LineData{Value: []any{ms, nil}}
+		}
+		return opts.LineData{Value: []any{ms, math.Round(v*1000) / 1000}}
+	}
+	for _, a := range agents {
+		pts := a.timeline(end, liveWindow)
+		series := func(get func(timelinePoint) float64) []opts.LineData {
+			out := make([]opts.LineData, len(pts))
+			for i, p := range pts {
+				out[i] = point(p.MS, get(p))
+			}
+			return out
+		}
+		at := func(x, y int) charts.SeriesOpts {
+			return charts.WithLineChartOpts(opts.LineChart{XAxisIndex: x, YAxisIndex: y, ShowSymbol: opts.Bool(false)})
+		}
+		line.AddSeries(named(a, "GB/s"), series(func(p timelinePoint) float64 { return p.GBps }), at(0, 0))
+		line.AddSeries(named(a, "requests/s"), series(func(p timelinePoint) float64 { return p.ReqPS }), at(0, 1))
+		line.AddSeries(named(a, "p50 µs"), series(func(p timelinePoint) float64 { return p.P50 }), at(1, 2))
+		line.AddSeries(named(a, "p99 µs"), series(func(p timelinePoint) float64 { return p.P99 }), at(1, 2))
+	}
+	return optionJSON(line)
+}
