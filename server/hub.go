@@ -30,7 +30,7 @@ type hub struct {
 	lastTS   map[string]int64         // per agent: that event's timestamp
 	recent   *event.Ring              // replayed to a new subscriber
 	state    map[string][]event.Event // per agent: its hello, latest handshakes and registrations
-	record   io.Writer         // --record: one event per line
+	record   io.Writer                // --record: one event per line
 	metrics  *metrics.Registry
 	subQueue int // frames buffered per subscriber
 	logf     func(format string, args ...any)
