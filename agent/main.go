@@ -8,9 +8,9 @@
 // moves every descriptor pair, proves D's bytes with the byte oracle and
 // reports it all as events.
 //
-//	kvscope-agent --server ws://127.0.0.1:8080/ws/agent --token T
+//	kvscope-agent --server ws://127.0.0.1:8080 --token T
 //	kvscope-agent --role p --listen :7700 --peer-token S       # on the P host
-//	kvscope-agent --role d --peer phost:7700 --peer-token S --server ws://…/ws/agent --token T
+//	kvscope-agent --role d --peer phost:7700 --peer-token S --server ws://HOST:8080 --token T
 //
 // Backends: host (default; pure Go, host memory, real copies, rank pairs in
 // parallel; also two agents over TCP with --role p / --role d) and nixl
@@ -25,6 +25,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -67,7 +68,7 @@ func parse(args []string) (*options, error) {
 	fs := flag.NewFlagSet("kvscope-agent", flag.ContinueOnError)
 	o := &options{}
 	c := &o.config
-	fs.StringVar(&c.ServerURL, "server", "", "kvscope server's agent endpoint, ws://host:port/ws/agent (empty: log events here)")
+	fs.StringVar(&c.ServerURL, "server", "", "kvscope server, ws://HOST:PORT (its /ws/agent endpoint; empty: log events here)")
 	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "bearer token for the server (default $KVSCOPE_TOKEN)")
 	fs.StringVar(&c.Backend, "backend", "host", "transfer backend: host or nixl (needs a -tags nixl build)")
 	fs.StringVar(&c.Role, "role", "both", "both (P and D here), p (serve P's regions on --listen) or d (read from the P agent at --peer)")
@@ -79,10 +80,10 @@ func parse(args []string) (*options, error) {
 	fs.Float64Var(&c.KVFromGPU, "kv-from-gpu", 0, "size each engine's KV cache as this fraction of the smallest GPU's memory (0: the scenario's)")
 	fs.StringVar(&o.scenario, "scenario", "", "scenario JSON file (default: the built-in default scenario)")
 	fs.StringVar(&o.model, "model", "", "override the scenario's model (a bundled model name)")
-	fs.Float64Var(&o.rate, "rate", -1, "override the scenario's requests per second (0: as fast as the backend goes)")
-	fs.IntVar(&o.requests, "requests", -1, "override the scenario's request count (0: unlimited)")
-	fs.Float64Var(&o.duration, "duration", -1, "override the scenario's duration in seconds (0: until stopped)")
-	fs.IntVar(&o.verifyEvery, "verify-every", -1, "override: prove every Nth request with the oracle (1: every one)")
+	fs.Float64Var(&o.rate, "rate", 0, "override the scenario's requests per second (0: as fast as the backend goes)")
+	fs.IntVar(&o.requests, "requests", 0, "override the scenario's request count (0: unlimited)")
+	fs.Float64Var(&o.duration, "duration", 0, "override the scenario's duration in seconds (0: until stopped)")
+	fs.IntVar(&o.verifyEvery, "verify-every", 0, "override: prove every Nth request with the oracle (1: every one)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	fs.Int64Var(&o.hostMiB, "host-memory-mib", 1024, "host memory the host backend may allocate, MiB")
 	if err := fs.Parse(args); err != nil {
@@ -98,23 +99,32 @@ func parse(args []string) (*options, error) {
 			return nil, err
 		}
 	}
-	if o.model != "" {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["model"] {
 		s.Model = o.model
 	}
-	if o.rate >= 0 {
+	if set["rate"] {
 		s.Rate = o.rate
 	}
-	if o.requests >= 0 {
+	if set["requests"] {
 		s.Requests = o.requests
 	}
-	if o.duration >= 0 {
+	if set["duration"] {
 		s.DurationS = o.duration
 	}
-	if o.verifyEvery >= 0 {
+	if set["verify-every"] {
 		s.VerifyEvery = o.verifyEvery
 	}
 	if err := s.Validate(); err != nil {
 		return nil, err
+	}
+	if c.ServerURL != "" {
+		u, err := serverURL(c.ServerURL)
+		if err != nil {
+			return nil, err
+		}
+		c.ServerURL = u
 	}
 	if o.hostMiB <= 0 {
 		return nil, fmt.Errorf("--host-memory-mib %d: must be positive", o.hostMiB)
@@ -124,6 +134,28 @@ func parse(args []string) (*options, error) {
 	}
 	c.Scenario, c.HostLimit = s, o.hostMiB<<20
 	return o, nil
+}
+
+// serverURL is the agent endpoint of a server given as ws(s)://HOST:PORT
+// (or with the /ws/agent path already there; http(s) is taken as ws(s)).
+func serverURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("--server %q: want ws://HOST:PORT", s)
+	}
+	switch u.Scheme {
+	case "ws", "wss":
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("--server %q: scheme %q, want ws or wss", s, u.Scheme)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/ws/agent"
+	}
+	return u.String(), nil
 }
 
 // loopback reports whether addr names a loopback host.

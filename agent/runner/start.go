@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/kvscope/kvscope/agent/gpu"
 	"github.com/kvscope/kvscope/agent/metrics"
@@ -42,8 +43,8 @@ type Config struct {
 }
 
 // Start discovers GPUs, plans the scenario, and runs the runner and the
-// streamer until ctx ends or the scenario is over (the streamer then keeps
-// sending what is queued until ctx ends).
+// streamer until ctx ends or the scenario is over; then it waits (up to
+// 10 s) for the server to acknowledge every event, and returns.
 func Start(ctx context.Context, c Config) error {
 	if c.Name == "" {
 		c.Name, _ = os.Hostname()
@@ -130,17 +131,28 @@ func Start(ctx context.Context, c Config) error {
 	}
 	defer r.Backend.Close()
 	var wg sync.WaitGroup
+	streamCtx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
 	if st != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st.Run(ctx)
+			st.Run(streamCtx)
 		}()
 	}
 	err = run(ctx)
 	if err != nil {
 		logf("agent: %v", err)
 	}
+	if st != nil && ctx.Err() == nil {
+		// The scenario is over: send what is queued, then stop.
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if ferr := st.Flush(fctx); ferr != nil {
+			logf("agent: %d events not acknowledged by the server before stopping", st.Pending())
+		}
+		cancel()
+	}
+	stopStream()
 	wg.Wait()
 	return err
 }

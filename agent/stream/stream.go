@@ -85,11 +85,39 @@ func (s *Streamer) Dropped() uint64 {
 	return s.dropped
 }
 
+// Pending is how many published events the server has not acknowledged.
+func (s *Streamer) Pending() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq - s.acked
+}
+
 // Acked is the last sequence number the server acknowledged.
 func (s *Streamer) Acked() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.acked
+}
+
+// Flush waits until the server has acknowledged every event published so
+// far, or ctx ends (then it returns ctx's error).
+func (s *Streamer) Flush(ctx context.Context) error {
+	s.init()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		done := s.acked >= s.seq
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // ErrUnauthorized means the server refused the token.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -210,5 +211,72 @@ func TestRingHistoryAndRestart(t *testing.T) {
 	// new sequence instead of being ignored as old.
 	if !r.Add(ev("a", 1, Hello)) || !r.Add(ev("a", 2, Sample)) || r.Gaps != 3 {
 		t.Fatalf("restart: not accepted, or gaps %d", r.Gaps)
+	}
+}
+
+// TestRecordedTrace reads a real recording (kvscope serve --record of
+// kvscope-agent --requests 3 on gpt-oss-20b, P TP2 -> D TP4) and checks
+// what any correct agent's stream must satisfy, then its trace export.
+func TestRecordedTrace(t *testing.T) {
+	data, err := os.ReadFile("../../testdata/events/gpt-oss-20b-p2-d4.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := ReadJSONL(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs[0].Kind != Hello || evs[0].Seq != 1 {
+		t.Fatalf("the stream starts with %s seq %d, want the hello at 1", evs[0].Kind, evs[0].Seq)
+	}
+	started := map[string]int64{}
+	batched := map[string]int64{}
+	dones, batches := 0, 0
+	for i, e := range evs {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d: the recording is not contiguous", i, e.Seq)
+		}
+		switch e.Kind {
+		case TransferStart:
+			started[e.Start.Request] = e.Start.Bytes
+		case DescBatch:
+			batched[e.Batch.Request] += e.Batch.Bytes
+			batches++
+		case TransferDone:
+			d := e.Done
+			if d.Verified != "exact" || d.Bytes != started[d.Request] || d.Bytes != batched[d.Request] || d.Timing != Measured {
+				t.Fatalf("%s: verified %s, %d bytes done, %d started, %d in batches", d.Request, d.Verified, d.Bytes, started[d.Request], batched[d.Request])
+			}
+			dones++
+		}
+	}
+	if dones != 3 {
+		t.Fatalf("%d transfers, want 3", dones)
+	}
+	out, err := Trace(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Ph  string  `json:"ph"`
+			Cat string  `json:"cat"`
+			Dur float64 `json:"dur"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(out, &tr); err != nil {
+		t.Fatal(err)
+	}
+	spans := 0
+	for _, te := range tr.TraceEvents {
+		if te.Ph == "X" {
+			spans++
+			if te.Dur <= 0 || strings.Contains(te.Cat, "synthesized") {
+				t.Fatalf("span %+v: want a positive, measured duration", te)
+			}
+		}
+	}
+	if spans != batches+dones {
+		t.Fatalf("%d trace spans, want one per batch and transfer: %d", spans, batches+dones)
 	}
 }

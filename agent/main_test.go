@@ -1,0 +1,39 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseFlags(t *testing.T) {
+	o, err := parse([]string{"--server", "ws://10.0.0.5:8080", "--token", "t", "--model", "Qwen/Qwen3-0.6B", "--rate", "0", "--requests", "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.config
+	if c.ServerURL != "ws://10.0.0.5:8080/ws/agent" || c.Scenario.Model != "Qwen/Qwen3-0.6B" || c.Scenario.Rate != 0 || c.Scenario.Requests != 3 {
+		t.Fatalf("parsed %+v", c)
+	}
+	if o, _ := parse([]string{"--server", "https://kv.example/ws/agent"}); o.config.ServerURL != "wss://kv.example/ws/agent" {
+		t.Fatalf("https server: %q", o.config.ServerURL)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--server", "ftp://x:1"}, `scheme "ftp"`},
+		{[]string{"--server", "localhost"}, "want ws://HOST:PORT"},
+		{[]string{"--rate", "-5"}, "rate = -5"},
+		{[]string{"--role", "p", "--listen", ":7700"}, "give --peer-token"},
+		{[]string{"--host-memory-mib", "0"}, "--host-memory-mib 0"},
+		{[]string{"--scenario", "/nonexistent.json"}, "no such file"},
+		{[]string{"stray"}, `unexpected argument "stray"`},
+	} {
+		if _, err := parse(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parse(%q) = %v, want an error containing %q", c.args, err, c.want)
+		}
+	}
+	if _, err := parse([]string{"--role", "p", "--listen", "127.0.0.1:7700"}); err != nil {
+		t.Errorf("a loopback P needs no token: %v", err)
+	}
+}
