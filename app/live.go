@@ -130,10 +130,8 @@ func NewLive() *Live {
 // AddFrame decodes one websocket frame and adds its events; a frame that
 // does not decode is counted and dropped whole.
 func (l *Live) AddFrame(data []byte, at time.Time) error {
-	events, err := event.DecodeFrame(data)
+	events, err := l.decode(data)
 	if err != nil {
-		l.Malformed++
-		l.LastMalformed = err.Error()
 		return err
 	}
 	for _, e := range events {
@@ -142,15 +140,23 @@ func (l *Live) AddFrame(data []byte, at time.Time) error {
 	return nil
 }
 
+// decode decodes a frame, counting one that does not decode.
+func (l *Live) decode(data []byte) ([]event.Event, error) {
+	events, err := event.DecodeFrame(data)
+	if err != nil {
+		l.Malformed++
+		l.LastMalformed = err.Error()
+	}
+	return events, err
+}
+
 // AddHistory adds a connection's first frame: the hub's replay of what
 // happened before this page subscribed (each agent's hello, handshake and
 // registrations, then its recent events). Sequence gaps inside it are not
 // losses for agents this page had not seen.
 func (l *Live) AddHistory(data []byte, at time.Time) error {
-	events, err := event.DecodeFrame(data)
+	events, err := l.decode(data)
 	if err != nil {
-		l.Malformed++
-		l.LastMalformed = err.Error()
 		return err
 	}
 	for i, ok := range l.Ring.AddHistory(events) {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"html"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -129,14 +128,7 @@ func liveSVG(a *liveAgent, now time.Time) string {
 
 // bandTitle is a band's tooltip.
 func bandTitle(b *liveBand) string {
-	names := make([]string, 0, len(b.layers))
-	for n := range b.layers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	if len(names) > 6 {
-		names = append(names[:6], "…")
-	}
+	names := someNames(b.layers, 6)
 	kind := b.Kind
 	if kind == "" {
 		kind = "kind not reported"

@@ -47,6 +47,20 @@ func bandsOf(t *xfer.Transfer, kindOf func(string) model.Kind) []*band {
 	return out
 }
 
+// someNames is a set's first n names in order, with "…" when there are
+// more.
+func someNames[V any](set map[string]V, n int) []string {
+	names := make([]string, 0, len(set))
+	for name := range set {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if len(names) > n {
+		names = append(names[:n], "…")
+	}
+	return names
+}
+
 // layerTotal is one layer's share of a transfer.
 type layerTotal struct {
 	name  string
@@ -152,14 +166,7 @@ func flowSVG(t *xfer.Transfer, bands []*band) string {
 			w += 16 * float64(b.bytes) / float64(maxBytes)
 		}
 		mid := (x1 + x2) / 2
-		names := make([]string, 0, len(b.layers))
-		for n := range b.layers {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		if len(names) > 6 {
-			names = append(names[:6], "…")
-		}
+		names := someNames(b.layers, 6)
 		title := fmt.Sprintf("P%d → D%d · P g%d → D g%d (%s): %d layers %v · %s descriptors · %s · first r%d+%#x → r%d+%#x",
 			b.p, b.d, b.pg, b.dg, b.kind, len(b.layers), names, commas(int64(b.descs)), humanBytes(b.bytes),
 			b.first.Src.Region, b.first.Src.Offset, b.first.Dst.Region, b.first.Dst.Offset)

@@ -32,6 +32,18 @@ func synthetic(tb testing.TB, page int64, n int) (*Host, *xfer.Transfer) {
 	return h, x
 }
 
+// move prepares, posts and waits for one transfer.
+func move(b *testing.B, h *Host, x *xfer.Transfer) {
+	p, err := h.Prepare(x)
+	if err != nil {
+		b.Fatal(err)
+	}
+	id, _ := h.Post(p, "")
+	if _, err := Wait(h, id); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkHostBandwidth moves 64 MiB per operation through the host
 // backend (validate, group, copy, time each batch) in descriptors of one
 // page, against two baselines in the same run: one plain copy of 64 MiB,
@@ -45,14 +57,7 @@ func BenchmarkHostBandwidth(b *testing.B) {
 		b.Run(name+"/host", func(b *testing.B) {
 			b.SetBytes(total)
 			for b.Loop() {
-				p, err := h.Prepare(x)
-				if err != nil {
-					b.Fatal(err)
-				}
-				id, _ := h.Post(p, "")
-				if _, err := Wait(h, id); err != nil {
-					b.Fatal(err)
-				}
+				move(b, h, x)
 			}
 		})
 		src, dst := h.buf(xfer.P, 0, 0), h.buf(xfer.D, 0, 0)
@@ -81,14 +86,7 @@ func BenchmarkHostSmallDescriptors(b *testing.B) {
 	h, x := synthetic(b, page, n)
 	b.Run("host", func(b *testing.B) {
 		for b.Loop() {
-			p, err := h.Prepare(x)
-			if err != nil {
-				b.Fatal(err)
-			}
-			id, _ := h.Post(p, "")
-			if _, err := Wait(h, id); err != nil {
-				b.Fatal(err)
-			}
+			move(b, h, x)
 		}
 		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "descs/s")
 	})

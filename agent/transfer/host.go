@@ -179,7 +179,7 @@ func (h *Host) prepare(x *xfer.Transfer, src func(rank int, q xfer.Pair) ([]byte
 	defer h.mu.Unlock()
 	p := &Prepared{x: x}
 	for _, rp := range x.RankPairs {
-		batches, bytes, err := group(rp.Pairs, h.kindOf, func(q xfer.Pair) (copyOp, error) {
+		_, err := p.addRankPair(rp, h.kindOf, func(q xfer.Pair) (copyOp, error) {
 			s, err := src(rp.P, q)
 			if err != nil {
 				return copyOp{}, err
@@ -193,11 +193,6 @@ func (h *Host) prepare(x *xfer.Transfer, src func(rank int, q xfer.Pair) ([]byte
 		if err != nil {
 			return nil, err
 		}
-		merged := xfer.MergedCount(rp.Pairs)
-		p.ranks = append(p.ranks, rankOps{p: rp.P, d: rp.D, batches: batches, merged: merged})
-		p.descs += len(rp.Pairs)
-		p.merged += merged
-		p.bytes += bytes
 	}
 	p.prepUS = float64(h.clock().Sub(start).Nanoseconds()) / 1e3
 	return p, nil

@@ -331,7 +331,7 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 		return nil, err
 	}
 	for _, rp := range x.RankPairs {
-		batches, bytes, err := group(rp.Pairs, n.kindOf, func(q xfer.Pair) (copyOp, error) {
+		batches, err := p.addRankPair(rp, n.kindOf, func(q xfer.Pair) (copyOp, error) {
 			src, err := n.slice(xfer.P, rp.P, q.Src, q.Len)
 			if err != nil {
 				return copyOp{}, err
@@ -345,11 +345,6 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 		if err != nil {
 			return fail(err)
 		}
-		merged := xfer.MergedCount(rp.Pairs)
-		p.ranks = append(p.ranks, rankOps{p: rp.P, d: rp.D, batches: batches, merged: merged})
-		p.descs += len(rp.Pairs)
-		p.merged += merged
-		p.bytes += bytes
 		if len(rp.Pairs) == 0 {
 			continue
 		}

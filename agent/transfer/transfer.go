@@ -109,6 +109,21 @@ type Prepared struct {
 	bytes  int64
 }
 
+// addRankPair validates and groups one rank pair's descriptors (op checks
+// and resolves each) and adds them to the prepared transfer.
+func (p *Prepared) addRankPair(rp xfer.RankPair, kindOf func(string) string, op func(xfer.Pair) (copyOp, error)) ([]batch, error) {
+	batches, bytes, err := group(rp.Pairs, kindOf, op)
+	if err != nil {
+		return nil, err
+	}
+	merged := xfer.MergedCount(rp.Pairs)
+	p.ranks = append(p.ranks, rankOps{p: rp.P, d: rp.D, batches: batches, merged: merged})
+	p.descs += len(rp.Pairs)
+	p.merged += merged
+	p.bytes += bytes
+	return batches, nil
+}
+
 // regionBytes returns a region of a rank, or an error naming what is out
 // of range.
 func regionOf(regs []*xfer.Registration, side xfer.Side, rank, region int) (*xfer.Registration, xfer.Region, error) {
