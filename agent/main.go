@@ -56,6 +56,10 @@ type options struct {
 	config      runner.Config
 	scenario    string
 	model       string
+	draft       string
+	connector   string
+	pTP, dTP    int
+	kvMiB       int64
 	rate        float64
 	requests    int
 	duration    float64
@@ -80,6 +84,11 @@ func parse(args []string) (*options, error) {
 	fs.Float64Var(&c.KVFromGPU, "kv-from-gpu", 0, "size each engine's KV cache as this fraction of the smallest GPU's memory (0: the scenario's)")
 	fs.StringVar(&o.scenario, "scenario", "", "scenario JSON file (default: the built-in default scenario)")
 	fs.StringVar(&o.model, "model", "", "override the scenario's model (a bundled model name)")
+	fs.StringVar(&o.draft, "draft", "", "override the scenario's draft: a bundled model or mtp")
+	fs.StringVar(&o.connector, "connector", "", "override the scenario's connector: nixl (D pulls) or nixl-push (P pushes)")
+	fs.IntVar(&o.pTP, "p-tensor-parallel-size", 0, "override P's tensor-parallel size")
+	fs.IntVar(&o.dTP, "d-tensor-parallel-size", 0, "override D's tensor-parallel size")
+	fs.Int64Var(&o.kvMiB, "kv-cache-memory-mib", 0, "override both engines' KV cache memory per rank, MiB (host memory with --backend host)")
 	fs.Float64Var(&o.rate, "rate", 0, "override the scenario's requests per second (0: as fast as the backend goes)")
 	fs.IntVar(&o.requests, "requests", 0, "override the scenario's request count (0: unlimited)")
 	fs.Float64Var(&o.duration, "duration", 0, "override the scenario's duration in seconds (0: until stopped)")
@@ -103,6 +112,24 @@ func parse(args []string) (*options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["model"] {
 		s.Model = o.model
+	}
+	if set["draft"] {
+		s.Draft = o.draft
+	}
+	if set["connector"] {
+		s.Connector = o.connector
+	}
+	if set["p-tensor-parallel-size"] {
+		s.P.TensorParallelSize = o.pTP
+	}
+	if set["d-tensor-parallel-size"] {
+		s.D.TensorParallelSize = o.dTP
+	}
+	if set["kv-cache-memory-mib"] {
+		if o.kvMiB <= 0 || o.kvMiB > 1<<30 {
+			return nil, fmt.Errorf("--kv-cache-memory-mib %d: must be positive", o.kvMiB)
+		}
+		s.P.KVCacheMemoryBytes, s.D.KVCacheMemoryBytes = o.kvMiB<<20, o.kvMiB<<20
 	}
 	if set["rate"] {
 		s.Rate = o.rate

@@ -14,6 +14,10 @@ func TestParseFlags(t *testing.T) {
 	if c.ServerURL != "ws://10.0.0.5:8080/ws/agent" || c.Scenario.Model != "Qwen/Qwen3-0.6B" || c.Scenario.Rate != 0 || c.Scenario.Requests != 3 {
 		t.Fatalf("parsed %+v", c)
 	}
+	o, err = parse([]string{"--connector", "nixl-push", "--p-tensor-parallel-size", "4", "--d-tensor-parallel-size", "2", "--draft", "mtp"})
+	if err != nil || o.config.Scenario.Connector != "nixl-push" || o.config.Scenario.P.TensorParallelSize != 4 || o.config.Scenario.D.TensorParallelSize != 2 || o.config.Scenario.Draft != "mtp" {
+		t.Fatalf("engine overrides: %+v, %v", o, err)
+	}
 	if o, _ := parse([]string{"--server", "https://kv.example/ws/agent"}); o.config.ServerURL != "wss://kv.example/ws/agent" {
 		t.Fatalf("https server: %q", o.config.ServerURL)
 	}
@@ -28,6 +32,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--host-memory-mib", "0"}, "--host-memory-mib 0"},
 		{[]string{"--scenario", "/nonexistent.json"}, "no such file"},
 		{[]string{"stray"}, `unexpected argument "stray"`},
+		{[]string{"--connector", "rdma"}, "connector = rdma"},
 	} {
 		if _, err := parse(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parse(%q) = %v, want an error containing %q", c.args, err, c.want)

@@ -157,8 +157,8 @@ func Start(ctx context.Context, c Config) error {
 	return err
 }
 
-// logSink is where events go when no server is given: transfers and
-// errors are logged one line each.
+// logSink is where events go when no server is given: each transfer is
+// logged in one line (the runner logs errors itself).
 type logSink struct {
 	mu   sync.Mutex
 	logf func(format string, args ...any)
@@ -176,8 +176,6 @@ func (l *logSink) Publish(e event.Event) {
 	case event.TransferDone:
 		d := e.Done
 		l.logf("%s: %d bytes, %d descriptors (%d merged), %.0f µs (%s), %.2f GB/s, %s", d.Request, d.Bytes, d.Descs, d.Merged, d.TransferUS, d.Timing, d.GBps, d.Verified)
-	case event.Error:
-		l.logf("%s: %s: %s", e.Error.Request, e.Error.Status, e.Error.Message)
 	}
 }
 
