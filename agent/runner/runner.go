@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kvscope/kvscope/agent/metrics"
 	"github.com/kvscope/kvscope/agent/scenario"
@@ -138,7 +139,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		verify := s.VerifyEvery > 0 && (i-1)%s.VerifyEvery == 0
 		if err := r.serve(pd, fmt.Sprintf("req-%d", i), req, verify); err != nil {
-			r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Request: fmt.Sprintf("req-%d", i), Status: statusOf(err), Message: err.Error()}})
+			r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Request: fmt.Sprintf("req-%d", i), Status: statusOf(err), Message: clip(err.Error(), maxMessage)}})
 			if r.Metrics != nil {
 				r.Metrics.Add("agent_errors_total", "Transfers that failed, by status.", 1, "status", statusOf(err))
 			}
@@ -190,6 +191,21 @@ func (r *Runner) registered(reg *xfer.Registration) {
 	}
 	r.emit(event.Event{Kind: event.Registration, Registration: &event.RegistrationData{Side: string(reg.Side), Rank: reg.Rank,
 		Regions: len(reg.Regions), Bytes: bytes, Memory: r.Backend.MemoryKind()}})
+}
+
+// maxMessage bounds an error event's message.
+const maxMessage = 2048
+
+// clip shortens s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // statusError carries a NIXL-like status name.

@@ -175,9 +175,13 @@ func (s *Streamer) session(ctx context.Context) error {
 	for {
 		batch := s.pending(sent)
 		if len(batch) > 0 {
-			frame, err := event.EncodeFrame(batch)
+			frame, err := s.frame(&batch)
 			if err != nil {
 				return err
+			}
+			if frame == nil { // one event too large for any frame: dropped
+				sent = batch[0].Seq
+				continue
 			}
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err = conn.Write(wctx, websocket.MessageText, frame)
@@ -199,6 +203,36 @@ func (s *Streamer) session(ctx context.Context) error {
 		case <-tick.C:
 		case <-s.wake:
 		}
+	}
+}
+
+// frame encodes as many of the batch's events as fit the server's frame
+// limit, shortening the batch to them. An event too large to send alone
+// is removed from the queue and counted as dropped; frame is then nil.
+func (s *Streamer) frame(batch *[]event.Event) ([]byte, error) {
+	for {
+		frame, err := event.EncodeFrame(*batch)
+		if err != nil || len(frame) <= event.MaxFrameBytes {
+			return frame, err
+		}
+		if len(*batch) > 1 {
+			*batch = (*batch)[:len(*batch)/2]
+			continue
+		}
+		seq := (*batch)[0].Seq
+		s.mu.Lock()
+		for i, e := range s.queue {
+			if e.Seq == seq {
+				s.queue = append(s.queue[:i], s.queue[i+1:]...)
+				s.dropped++
+				break
+			}
+		}
+		s.mu.Unlock()
+		if s.Logf != nil {
+			s.Logf("stream: event %d is larger than a frame (%d bytes); dropped", seq, len(frame))
+		}
+		return nil, nil
 	}
 }
 
