@@ -138,7 +138,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			req = reqs.Next()
 		}
 		verify := s.VerifyEvery > 0 && (i-1)%s.VerifyEvery == 0
-		if err := r.serve(pd, fmt.Sprintf("req-%d", i), req, verify); err != nil {
+		if err := r.serve(pd, fmt.Sprintf("req-%d", i), req, verify); err != nil && ctx.Err() == nil {
 			r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Request: fmt.Sprintf("req-%d", i), Status: statusOf(err), Message: clip(err.Error(), maxMessage)}})
 			if r.Metrics != nil {
 				r.Metrics.Add("agent_errors_total", "Transfers that failed, by status.", 1, "status", statusOf(err))
@@ -265,6 +265,7 @@ func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) er
 		return err
 	}
 	st, err := transfer.Wait(r.Backend, h)
+	r.Backend.Notifications() // the completion notification; nothing else reads them
 	if err != nil {
 		return err
 	}

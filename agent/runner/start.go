@@ -130,6 +130,10 @@ func Start(ctx context.Context, c Config) error {
 		return fmt.Errorf("agent: --role %q: want both, p or d", c.Role)
 	}
 	defer r.Backend.Close()
+	if rm, ok := r.Backend.(*transfer.Remote); ok {
+		// A P agent that stops answering must not hold D past its stop.
+		defer context.AfterFunc(ctx, func() { rm.Close() })()
+	}
 	var wg sync.WaitGroup
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()

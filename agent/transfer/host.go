@@ -211,6 +211,9 @@ func (h *Host) Post(p *Prepared, notif string) (Handle, error) {
 	})
 }
 
+// maxNotifs bounds the notifications kept until read.
+const maxNotifs = 1024
+
 // parallelCopyBytes is the smallest batch worth splitting over workers.
 const parallelCopyBytes = 1 << 20
 
@@ -279,6 +282,9 @@ func (h *Host) post(p *Prepared, notif string, run func(ro rankOps, start time.T
 		}
 		h.mu.Lock()
 		if notif != "" && x.err == nil {
+			if len(h.notifs) >= maxNotifs { // nobody reads them: keep the newest
+				h.notifs = h.notifs[1:]
+			}
 			h.notifs = append(h.notifs, notif)
 		}
 		h.mu.Unlock()

@@ -3,8 +3,10 @@ package transfer
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,10 +49,13 @@ const (
 	msgData    = 'B'
 	msgError   = 'E'
 
-	maxControlBytes = 4 << 20  // a hello, metadata, prefill or read message
+	maxHelloBytes   = 1 << 20  // a hello, read before the token is checked
+	maxControlBytes = 4 << 20  // metadata, prefill or read messages
 	maxReadBytes    = 16 << 20 // the bytes one read may ask for
 	readDescBytes   = 24
-	peerTimeout     = 10 * time.Second
+	peerTimeout     = 10 * time.Second // dialling and the handshake
+	opTimeout       = 60 * time.Second // one prefill or one read
+	maxHandshakes   = 8                // connections between accept and a checked token
 )
 
 // PeerError is a failure the peer reported or a protocol violation.
@@ -63,9 +68,10 @@ func (e *PeerError) Error() string { return fmt.Sprintf("peer %s: %v", e.Op, e.E
 func (e *PeerError) Unwrap() error { return e.Err }
 
 type peerHello struct {
-	Token string          `json:"token"`
-	Conn  int             `json:"conn"` // 0 is D's control connection
-	D     []xfer.Metadata `json:"d"`
+	Token   string          `json:"token"`
+	Session string          `json:"session"` // one D agent's connections share it
+	Conn    int             `json:"conn"`    // 0 is D's control connection
+	D       []xfer.Metadata `json:"d"`
 }
 
 // PrefillRequest asks P to plan a request and fill its blocks.
@@ -134,8 +140,53 @@ type PeerServer struct {
 	OnHandshake func(remote string, d []xfer.Metadata)
 	Logf        func(format string, args ...any)
 
-	served atomic.Int64
-	mu     sync.Mutex // one prefill at a time
+	served     atomic.Int64
+	mu         sync.Mutex // one prefill at a time
+	handshakes chan struct{}
+
+	smu     sync.Mutex
+	session string                // the D agent being served ("" for none)
+	ctrl    net.Conn              // its control connection
+	conns   map[net.Conn]struct{} // its connections
+}
+
+// join admits a connection to the D session it names: the control
+// connection opens a session when none is open; data connections join the
+// open one. A P agent serves one D agent at a time, since a prefill
+// rewrites the blocks another D could be reading.
+func (s *PeerServer) join(c net.Conn, h peerHello) error {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	switch {
+	case h.Session == "":
+		return errors.New("hello names no session")
+	case h.Conn == 0 && s.session != "" && s.session != h.Session:
+		return errors.New("P already serves another D agent")
+	case h.Conn != 0 && s.session != h.Session:
+		return errors.New("no open session for this data connection: connect the control connection first")
+	}
+	if h.Conn == 0 {
+		s.session, s.ctrl = h.Session, c
+	}
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return nil
+}
+
+// leave removes a connection; the control connection's leaving ends its
+// session and closes the session's other connections.
+func (s *PeerServer) leave(c net.Conn) {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	delete(s.conns, c)
+	if c == s.ctrl {
+		s.session, s.ctrl = "", nil
+		for other := range s.conns {
+			other.Close()
+		}
+	}
 }
 
 // Served is the bytes served to D agents so far.
@@ -143,6 +194,7 @@ func (s *PeerServer) Served() int64 { return s.served.Load() }
 
 // Serve accepts D agents until ctx ends.
 func (s *PeerServer) Serve(ctx context.Context, ln net.Listener) error {
+	s.handshakes = make(chan struct{}, maxHandshakes)
 	go func() {
 		<-ctx.Done()
 		ln.Close()
@@ -169,6 +221,34 @@ func (s *PeerServer) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
+// hello reads and checks a connection's hello. Until the token is
+// checked, a connection may hold at most maxHelloBytes, and at most
+// maxHandshakes connections are read at once.
+func (s *PeerServer) hello(c net.Conn, r *bufio.Reader, fail func(string, error) error) (peerHello, error) {
+	var hello peerHello
+	select {
+	case s.handshakes <- struct{}{}:
+		defer func() { <-s.handshakes }()
+	default:
+		return hello, fail("hello", errors.New("too many connections in their handshake; retry"))
+	}
+	c.SetReadDeadline(time.Now().Add(peerTimeout))
+	typ, body, err := readMsg(r, maxHelloBytes)
+	if err != nil {
+		return hello, &PeerError{"hello", err}
+	}
+	if typ != msgHello {
+		return hello, fail("hello", fmt.Errorf("the first message is %q, want a hello", typ))
+	}
+	if err := json.Unmarshal(body, &hello); err != nil {
+		return hello, fail("hello", fmt.Errorf("hello is not JSON: %v", err))
+	}
+	if s.Token != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(s.Token)) != 1 {
+		return hello, fail("hello", errors.New("wrong token"))
+	}
+	return hello, nil
+}
+
 func (s *PeerServer) handle(c net.Conn) error {
 	defer c.Close()
 	r, w := bufio.NewReaderSize(c, 64<<10), bufio.NewWriterSize(c, 256<<10)
@@ -177,21 +257,14 @@ func (s *PeerServer) handle(c net.Conn) error {
 		writeMsg(w, msgError, []byte(err.Error()))
 		return &PeerError{op, err}
 	}
-	c.SetReadDeadline(time.Now().Add(peerTimeout))
-	typ, body, err := readMsg(r, maxControlBytes)
+	hello, err := s.hello(c, r, fail)
 	if err != nil {
-		return &PeerError{"hello", err}
+		return err
 	}
-	var hello peerHello
-	if typ != msgHello {
-		return fail("hello", fmt.Errorf("the first message is %q, want a hello", typ))
+	if err := s.join(c, hello); err != nil {
+		return fail("hello", err)
 	}
-	if err := json.Unmarshal(body, &hello); err != nil {
-		return fail("hello", fmt.Errorf("hello is not JSON: %v", err))
-	}
-	if s.Token != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(s.Token)) != 1 {
-		return fail("hello", errors.New("wrong token"))
-	}
+	defer s.leave(c)
 	md, err := json.Marshal(s.Host.sideMetadata(xfer.P))
 	if err != nil {
 		return err
@@ -229,11 +302,21 @@ func (s *PeerServer) handle(c net.Conn) error {
 				return err
 			}
 		case msgRead:
+			// Serve the read under the prefill lock, so no prefill rewrites
+			// the bytes while they are sent.
+			s.mu.Lock()
 			bufs, total, err := s.resolve(body)
-			if err != nil {
-				return fail("read", err)
+			if err == nil {
+				c.SetWriteDeadline(time.Now().Add(opTimeout))
+				err = writeMsg(w, msgData, bufs...)
+				if err != nil {
+					err = &PeerError{"read", err}
+				}
+			} else {
+				err = fail("read", err)
 			}
-			if err := writeMsg(w, msgData, bufs...); err != nil {
+			s.mu.Unlock()
+			if err != nil {
 				return err
 			}
 			s.served.Add(total)
@@ -308,8 +391,11 @@ type Remote struct {
 	conns       int
 	pRegs       []*xfer.Registration
 	dMD         []xfer.Metadata
+	session     string
+	cmu         sync.Mutex // guards ctrl's pointer
 	ctrl        *peerConn
 	pool        chan *peerConn
+	closed      atomic.Bool
 }
 
 type peerConn struct {
@@ -321,7 +407,9 @@ type peerConn struct {
 // NewRemote makes D's backend, reading from the P agent at addr over conns
 // parallel connections once Register is called.
 func NewRemote(addr, token string, conns int, limit int64, kindOf func(string) string) *Remote {
-	return &Remote{Host: NewHost(limit, kindOf), addr: addr, token: token, conns: max(1, conns)}
+	var id [8]byte
+	rand.Read(id[:])
+	return &Remote{Host: NewHost(limit, kindOf), addr: addr, token: token, conns: max(1, conns), session: hex.EncodeToString(id[:])}
 }
 
 // Name implements Backend.
@@ -344,17 +432,15 @@ func (r *Remote) Register(regs []*xfer.Registration) error {
 	r.dMD = r.Host.sideMetadata(xfer.D)
 	r.pool = make(chan *peerConn, r.conns)
 	for i := 0; i <= r.conns; i++ {
-		pc, pMD, err := r.dial(i)
+		pc, err := r.dial(i)
 		if err != nil {
 			r.closeConns()
 			return err
 		}
 		if i == 0 {
-			if err := checkPeerMetadata(r.pRegs, pMD); err != nil {
-				pc.c.Close()
-				return err
-			}
+			r.cmu.Lock()
 			r.ctrl = pc
+			r.cmu.Unlock()
 			continue
 		}
 		r.pool <- pc
@@ -362,33 +448,42 @@ func (r *Remote) Register(regs []*xfer.Registration) error {
 	return nil
 }
 
-func (r *Remote) dial(conn int) (*peerConn, []xfer.Metadata, error) {
+// dial opens a connection of D's session (0 is the control connection),
+// and checks P's metadata against what D planned for P.
+func (r *Remote) dial(conn int) (*peerConn, error) {
+	if r.closed.Load() {
+		return nil, &PeerError{"dial", errors.New("the backend is closed")}
+	}
 	c, err := net.DialTimeout("tcp", r.addr, peerTimeout)
 	if err != nil {
-		return nil, nil, &PeerError{"dial", err}
+		return nil, &PeerError{"dial", err}
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
 	pc := &peerConn{c: c, r: bufio.NewReaderSize(c, 256<<10), w: bufio.NewWriterSize(c, 64<<10)}
-	hello, _ := json.Marshal(peerHello{Token: r.token, Conn: conn, D: r.dMD})
+	hello, _ := json.Marshal(peerHello{Token: r.token, Session: r.session, Conn: conn, D: r.dMD})
 	c.SetDeadline(time.Now().Add(peerTimeout))
 	if err := writeMsg(pc.w, msgHello, hello); err != nil {
 		c.Close()
-		return nil, nil, &PeerError{"hello", err}
+		return nil, &PeerError{"hello", err}
 	}
 	body, err := pc.expect(msgMeta, maxControlBytes)
 	if err != nil {
 		c.Close()
-		return nil, nil, &PeerError{"hello", err}
+		return nil, &PeerError{"hello", err}
 	}
 	c.SetDeadline(time.Time{})
 	var md []xfer.Metadata
 	if err := json.Unmarshal(body, &md); err != nil {
 		c.Close()
-		return nil, nil, &PeerError{"hello", fmt.Errorf("P's metadata is not JSON: %v", err)}
+		return nil, &PeerError{"hello", fmt.Errorf("P's metadata is not JSON: %v", err)}
 	}
-	return pc, md, nil
+	if err := checkPeerMetadata(r.pRegs, md); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return pc, nil
 }
 
 // expect reads one message of the given type; an error message from P
@@ -436,16 +531,42 @@ func checkPeerMetadata(want []*xfer.Registration, got []xfer.Metadata) error {
 	return nil
 }
 
-// Prefill asks P to plan the request and write its blocks.
+// Prefill asks P to plan the request and write its blocks. When the
+// control connection has failed (P restarted, the network dropped), it
+// connects again (the handshake included) and retries once.
 func (r *Remote) Prefill(req PrefillRequest) error {
-	if r.ctrl == nil {
+	r.cmu.Lock()
+	ctrl := r.ctrl
+	r.cmu.Unlock()
+	if ctrl == nil {
 		return &PeerError{"prefill", errors.New("not connected: Register first")}
 	}
 	body, _ := json.Marshal(req)
-	if err := writeMsg(r.ctrl.w, msgPrefill, body); err != nil {
+	err := ctrl.prefill(body)
+	if err == nil || r.closed.Load() {
+		return err
+	}
+	ctrl.c.Close()
+	pc, derr := r.dial(0)
+	if derr != nil {
+		return fmt.Errorf("%w; reconnecting: %v", err, derr)
+	}
+	r.cmu.Lock()
+	r.ctrl = pc
+	r.cmu.Unlock()
+	if r.closed.Load() { // Close ran meanwhile
+		pc.c.Close()
+	}
+	return pc.prefill(body)
+}
+
+func (pc *peerConn) prefill(body []byte) error {
+	pc.c.SetDeadline(time.Now().Add(opTimeout))
+	defer pc.c.SetDeadline(time.Time{})
+	if err := writeMsg(pc.w, msgPrefill, body); err != nil {
 		return &PeerError{"prefill", err}
 	}
-	if _, err := r.ctrl.expect(msgReady, maxControlBytes); err != nil {
+	if _, err := pc.expect(msgReady, maxControlBytes); err != nil {
 		return &PeerError{"prefill", err}
 	}
 	return nil
@@ -472,7 +593,7 @@ func (r *Remote) Post(p *Prepared, notif string) (Handle, error) {
 		if err != nil {
 			// The connection may be mid-message: replace it.
 			pc.c.Close()
-			if fresh, _, derr := r.dial(1); derr == nil {
+			if fresh, derr := r.dial(1); derr == nil {
 				pc = fresh
 			}
 		}
@@ -489,7 +610,9 @@ type Prefiller interface {
 
 // read fetches ops in chunks of at most maxReadBytes.
 func (pc *peerConn) read(rank int, ops []copyOp) error {
+	defer pc.c.SetDeadline(time.Time{})
 	for len(ops) > 0 {
+		pc.c.SetDeadline(time.Now().Add(opTimeout))
 		n, bytes := 0, int64(0)
 		for n < len(ops) && (n == 0 || bytes+int64(len(ops[n].dst)) <= maxReadBytes) {
 			bytes += int64(len(ops[n].dst))
@@ -526,10 +649,11 @@ func (pc *peerConn) read(rank int, ops []copyOp) error {
 }
 
 func (r *Remote) closeConns() {
+	r.cmu.Lock()
 	if r.ctrl != nil {
 		r.ctrl.c.Close()
-		r.ctrl = nil
 	}
+	r.cmu.Unlock()
 	for {
 		select {
 		case pc := <-r.pool:
@@ -540,8 +664,9 @@ func (r *Remote) closeConns() {
 	}
 }
 
-// Close drops the connections and D's buffers.
+// Close drops the connections and D's buffers; a transfer in flight fails.
 func (r *Remote) Close() error {
+	r.closed.Store(true)
 	r.closeConns()
 	return r.Host.Close()
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/oracle"
@@ -147,7 +148,7 @@ func TestPeerRefusesBadReads(t *testing.T) {
 			}
 			defer conn.Close()
 			r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
-			hello, _ := json.Marshal(peerHello{})
+			hello, _ := json.Marshal(peerHello{Session: "raw"})
 			if err := writeMsg(w, msgHello, hello); err != nil {
 				t.Fatal(err)
 			}
@@ -215,4 +216,101 @@ func within(region, b []byte) bool {
 		}
 	}
 	return false
+}
+
+// TestPeerServesOneDAtATime: a second D agent is refused while one is
+// connected (a prefill of one would rewrite blocks the other reads), and
+// admitted once the first leaves.
+func TestPeerServesOneDAtATime(t *testing.T) {
+	m, pd, x := prepare(t, deployments[0])
+	addr := startP(t, m, pd, x, "")
+	first := NewRemote(addr, "", 1, 1<<30, nil)
+	if err := first.Register(allRegs(x)); err != nil {
+		t.Fatal(err)
+	}
+	second := NewRemote(addr, "", 1, 1<<30, nil)
+	if err := second.Register(allRegs(x)); err == nil || !strings.Contains(err.Error(), "already serves another D agent") {
+		t.Fatalf("a second D agent: %v", err)
+	}
+	second.Close()
+	first.Close()
+	var err error
+	for range 50 { // P notices the first agent's leaving
+		third := NewRemote(addr, "", 1, 1<<30, nil)
+		if err = third.Register(allRegs(x)); err == nil {
+			third.Close()
+			return
+		}
+		third.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("after the first D agent left: %v", err)
+}
+
+// TestPeerHelloIsBounded: before the token is checked, a hello larger
+// than its limit is refused without being read.
+func TestPeerHelloIsBounded(t *testing.T) {
+	m, pd, x := prepare(t, deployments[0])
+	addr := startP(t, m, pd, x, "tok")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hdr := []byte{msgHello, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(hdr[1:], maxHelloBytes+1)
+	conn.Write(hdr)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("an oversized hello was answered (%d bytes)", n)
+	}
+}
+
+// TestRemoteReconnectsAfterPRestarts: when the P agent restarts, the next
+// prefill connects again (checking P's metadata) and D goes on.
+func TestRemoteReconnectsAfterPRestarts(t *testing.T) {
+	m, pd, x := prepare(t, deployments[0])
+	h := NewHost(1<<30, nil)
+	if err := h.Register(x.PRegs); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	serve := func(ln net.Listener) (stop func()) {
+		srv := &PeerServer{Host: h, Prefill: func(q PrefillRequest) error {
+			px, err := pd.Compute(xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens}, true)
+			if err != nil {
+				return err
+			}
+			return oracle.FillP(m, px, h)
+		}}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			srv.Serve(ctx, ln)
+		}()
+		return func() { cancel(); <-done }
+	}
+	stop := serve(ln)
+	r := NewRemote(addr, "", 1, 1<<30, nil)
+	defer r.Close()
+	if err := r.Register(allRegs(x)); err != nil {
+		t.Fatal(err)
+	}
+	req := PrefillRequest{ID: "r", PromptTokens: deployments[0].req.PromptTokens, PrefixHitTokens: deployments[0].req.PrefixHitTokens}
+	if err := r.Prefill(req); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	defer serve(ln)()
+	if err := r.Prefill(req); err != nil {
+		t.Fatalf("after P restarted: %v", err)
+	}
 }
