@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sort"
@@ -24,18 +25,21 @@ import (
 // seen as a sequence gap in the browser), never stalling an agent or the
 // other browsers. It is safe for concurrent use.
 type hub struct {
-	mu       sync.Mutex
-	subs     map[*subscriber]struct{}
-	lastSeq  map[string]uint64        // per agent: the last sequence stored
-	lastTS   map[string]int64         // per agent: that event's timestamp
-	recent   *event.Ring              // replayed to a new subscriber
-	state    map[string][]event.Event // per agent: its hello, latest handshakes and registrations
-	record   io.Writer                // --record: one event per line
-	metrics  *metrics.Registry
-	subQueue int // frames buffered per subscriber
-	logf     func(format string, args ...any)
-	stopped  context.Context // done once the hub closes
-	stop     context.CancelFunc
+	mu            sync.Mutex
+	subs          map[*subscriber]struct{}
+	lastSeq       map[string]uint64          // per agent: the last sequence stored
+	lastTS        map[string]int64           // per agent: that event's timestamp
+	recent        *event.Ring                // replayed to a new subscriber
+	state         map[string][]event.Event   // per agent: its hello, latest handshakes and registrations
+	conns         map[string]*websocket.Conn // per agent: its live connection
+	seen          map[string]time.Time       // per agent: when it last connected or disconnected
+	record        io.Writer                  // --record: one event per line
+	recordFailing bool
+	metrics       *metrics.Registry
+	subQueue      int // frames buffered per subscriber
+	logf          func(format string, args ...any)
+	stopped       context.Context // done once the hub closes
+	stop          context.CancelFunc
 }
 
 type subscriber struct {
@@ -49,6 +53,7 @@ func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) 
 	}
 	stopped, stop := context.WithCancel(context.Background())
 	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, lastTS: map[string]int64{}, recent: event.NewRing(2048), state: map[string][]event.Event{},
+		conns: map[string]*websocket.Conn{}, seen: map[string]time.Time{},
 		record: record, metrics: reg, subQueue: 64, logf: logf, stopped: stopped, stop: stop}
 }
 
@@ -87,11 +92,7 @@ func (h *hub) publish(events []event.Event) uint64 {
 		h.recent.Add(e)
 		h.remember(e)
 		h.count(e)
-		if h.record != nil {
-			if line, err := json.Marshal(e); err == nil {
-				h.record.Write(append(line, '\n'))
-			}
-		}
+		h.write(e)
 	}
 	if len(fresh) == 0 {
 		return last
@@ -138,6 +139,25 @@ func (h *hub) count(e event.Event) {
 	case event.Sample:
 		h.metrics.Set("kvscope_agent_dropped_events", "Events an agent's queue dropped so far.", float64(e.Sample.DroppedEvents), "agent", e.Agent)
 	}
+}
+
+// write appends an event to the recording; a failed write is logged
+// (once until writes work again) and counted.
+func (h *hub) write(e event.Event) {
+	if h.record == nil {
+		return
+	}
+	line, err := json.Marshal(e)
+	if err == nil {
+		_, err = h.record.Write(append(line, '\n'))
+	}
+	if err != nil {
+		h.metrics.Add("kvscope_hub_record_errors_total", "Events the recording could not take.", 1)
+		if !h.recordFailing {
+			h.logf("recording: %v (events are not recorded until writes work again)", err)
+		}
+	}
+	h.recordFailing = err != nil
 }
 
 // maxState bounds the state events kept per agent.
@@ -233,8 +253,14 @@ func (h *hub) agentHandler(token string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", "token")
+			h.reject("token")
 			http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		name := r.URL.Query().Get("agent")
+		if name == "" || len(name) > maxAgentName {
+			h.reject("agent_name")
+			http.Error(w, fmt.Sprintf("name the agent (1 to %d characters): /ws/agent?agent=NAME", maxAgentName), http.StatusBadRequest)
 			return
 		}
 		conn, err := websocket.Accept(w, r, nil)
@@ -245,31 +271,103 @@ func (h *hub) agentHandler(token string) http.Handler {
 		defer h.closeOnStop(conn)()
 		conn.SetReadLimit(event.MaxFrameBytes)
 		ctx := r.Context()
+		welcome := h.connect(name, conn, r.RemoteAddr)
+		defer h.disconnect(name, conn)
+		if err := h.ack(ctx, conn, welcome); err != nil {
+			return
+		}
 		for {
 			_, data, err := conn.Read(ctx)
 			if err != nil {
 				if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
-					h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", "too_big")
+					h.reject("too_big")
 				}
 				return
 			}
 			events, err := event.DecodeFrame(data)
+			if err == nil {
+				err = sameAgent(events, name)
+			}
 			if err != nil {
-				h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", "malformed")
-				h.logf("agent frame rejected: %v", err)
+				h.reject("malformed")
+				h.logf("agent %s: frame rejected: %v", name, err)
 				conn.Close(websocket.StatusUnsupportedData, truncate(err.Error(), 120))
 				return
 			}
-			last := h.publish(events)
-			ack, _ := json.Marshal(map[string]uint64{"ack": last})
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err = conn.Write(wctx, websocket.MessageText, ack)
-			cancel()
-			if err != nil {
+			if err := h.ack(ctx, conn, h.publish(events)); err != nil {
 				return
 			}
 		}
 	})
+}
+
+// maxAgentName matches the schema's limit on an agent's name.
+const maxAgentName = 128
+
+func (h *hub) reject(reason string) {
+	h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", reason)
+}
+
+// ack tells an agent the last sequence number stored for it.
+func (h *hub) ack(ctx context.Context, conn *websocket.Conn, last uint64) error {
+	msg, _ := json.Marshal(map[string]uint64{"ack": last})
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return conn.Write(wctx, websocket.MessageText, msg)
+}
+
+// sameAgent checks that a connection carries only its own agent's events.
+func sameAgent(events []event.Event, name string) error {
+	for i, e := range events {
+		if e.Agent != name {
+			return &event.FrameError{Index: i, Field: "agent", Reason: fmt.Sprintf("%q on the connection of agent %q", e.Agent, name)}
+		}
+	}
+	return nil
+}
+
+// connect ties a connection to an agent's name, closing an older
+// connection of the same name (an agent reconnecting before the server
+// noticed its old connection drop), and returns the last sequence number
+// stored for the agent: the agent resumes after it.
+func (h *hub) connect(name string, conn *websocket.Conn, addr string) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old, ok := h.conns[name]; ok {
+		h.logf("agent %s connected again from %s; closing its older connection", name, addr)
+		go old.Close(websocket.StatusPolicyViolation, "replaced by a newer connection of this agent")
+	}
+	h.conns[name] = conn
+	h.seen[name] = time.Now()
+	h.prune(time.Now())
+	return h.lastSeq[name]
+}
+
+func (h *hub) disconnect(name string, conn *websocket.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conns[name] == conn {
+		delete(h.conns, name)
+	}
+	h.seen[name] = time.Now()
+}
+
+// forgetAfter is how long the hub remembers an agent with no connection.
+const forgetAfter = time.Hour
+
+// prune forgets agents that have had no connection for forgetAfter, so a
+// long-running server's memory stays bounded; such an agent that comes
+// back is told it has nothing stored and sends its state again. h.mu is
+// held.
+func (h *hub) prune(now time.Time) {
+	for name, at := range h.seen {
+		if _, live := h.conns[name]; !live && now.Sub(at) > forgetAfter {
+			delete(h.seen, name)
+			delete(h.lastSeq, name)
+			delete(h.lastTS, name)
+			delete(h.state, name)
+		}
+	}
 }
 
 // liveHandler is /ws/live: a browser from this server's origin subscribes
@@ -279,7 +377,7 @@ func (h *hub) liveHandler() http.Handler {
 		// Accept refuses a cross-origin browser (Origin must match Host).
 		conn, err := websocket.Accept(w, r, nil)
 		if err != nil {
-			h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", "origin")
+			h.reject("origin")
 			return
 		}
 		defer conn.CloseNow()

@@ -218,6 +218,14 @@ func TestLivePipeline(t *testing.T) {
 		_, hi := seqs(ev, "test-agent")
 		return hi > before+80
 	})
+	// The restarted server lost the agent's hello with its memory; the
+	// agent, told so by the welcome, sent it again.
+	sub.waitFor(t, "the agent to introduce itself to the restarted server", 10*time.Second, func([]event.Event) bool {
+		b.srv.hub.mu.Lock()
+		defer b.srv.hub.mu.Unlock()
+		st := b.srv.hub.state["test-agent"]
+		return len(st) > 0 && st[0].Kind == event.Hello && st[0].Seq > before
+	})
 	stopAgent()
 	cancel()
 
@@ -337,16 +345,20 @@ func TestBadFramesCloseOnlyTheirConnection(t *testing.T) {
 		{"unknown field", []byte(`[{"v":1,"agent":"x","seq":1,"kind":"sample","sample":{},"addr":"0xdead"}]`), websocket.StatusUnsupportedData},
 		{"kind without payload", []byte(`[{"v":1,"agent":"x","seq":1,"kind":"desc_batch"}]`), websocket.StatusUnsupportedData},
 		{"oversized", big, websocket.StatusMessageTooBig},
+		{"another agent's events", []byte(`[{"v":1,"agent":"test-agent","seq":99999,"kind":"sample","sample":{}}]`), websocket.StatusUnsupportedData},
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {
 			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 			defer dcancel()
-			conn, _, err := websocket.Dial(dctx, "ws://"+l.addr+"/ws/agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+			conn, _, err := websocket.Dial(dctx, "ws://"+l.addr+"/ws/agent?agent=x", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer conn.CloseNow()
+			if _, msg, err := conn.Read(dctx); err != nil || string(msg) != `{"ack":0}` {
+				t.Fatalf("welcome %q, %v", msg, err)
+			}
 			if err := conn.Write(dctx, websocket.MessageText, c.frame); err != nil && c.want != websocket.StatusMessageTooBig {
 				t.Fatal(err)
 			}
@@ -356,6 +368,33 @@ func TestBadFramesCloseOnlyTheirConnection(t *testing.T) {
 			}
 		})
 	}
+	// An agent must name itself; a second connection of a name replaces
+	// the first.
+	req, _ := http.NewRequest("GET", "http://"+l.addr+"/ws/agent", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("no agent name: %v %v, want 400", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	dial := func() *websocket.Conn {
+		conn, _, err := websocket.Dial(ctx, "ws://"+l.addr+"/ws/agent?agent=twin", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, msg, err := conn.Read(ctx); err != nil || string(msg) != `{"ack":0}` {
+			t.Fatalf("welcome %q, %v; want {\"ack\":0}", msg, err)
+		}
+		return conn
+	}
+	first := dial()
+	defer first.CloseNow()
+	second := dial()
+	defer second.CloseNow()
+	if _, _, err := first.Read(ctx); websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+		t.Errorf("the older connection of a name: %v, want closed with 1008", err)
+	}
+
 	// The good agent and the subscriber carried on.
 	n := countExact(sub.snapshot())
 	sub.waitFor(t, "more verified transfers after the bad frames", 20*time.Second, func(ev []event.Event) bool { return countExact(ev) > n+2 })
@@ -574,5 +613,26 @@ func TestHubHistory(t *testing.T) {
 	st, _ := h.history()
 	if len(st) != 1 || st[0].Hello == nil || st[0].Hello.Host != "h2" {
 		t.Fatalf("state after the restart: %+v, want only the new hello", st)
+	}
+}
+
+// TestHubForgetsIdleAgents: an agent with no connection for an hour is
+// forgotten, so a long-running server's memory stays bounded; one still
+// connected is kept however long it is quiet.
+func TestHubForgetsIdleAgents(t *testing.T) {
+	h := newHub(metrics.New(), nil, nil)
+	for _, name := range []string{"gone", "quiet"} {
+		h.publish([]event.Event{{V: 1, Agent: name, Seq: 1, TS: 1, Kind: event.Hello, Hello: &event.HelloData{}}})
+		h.seen[name] = time.Now().Add(-2 * forgetAfter)
+	}
+	h.conns["quiet"] = nil // connected
+	h.mu.Lock()
+	h.prune(time.Now())
+	h.mu.Unlock()
+	if _, ok := h.lastSeq["gone"]; ok || h.state["gone"] != nil {
+		t.Error("an agent gone for two hours is still remembered")
+	}
+	if h.lastSeq["quiet"] != 1 || len(h.state["quiet"]) != 1 {
+		t.Error("a connected agent was forgotten")
 	}
 }

@@ -48,6 +48,9 @@ type Config struct {
 func Start(ctx context.Context, c Config) error {
 	if c.Name == "" {
 		c.Name, _ = os.Hostname()
+		if c.Role == "p" || c.Role == "d" { // both agents of a pair may share a host
+			c.Name += "/" + c.Role
+		}
 	}
 	if c.HostLimit == 0 {
 		c.HostLimit = 1 << 30

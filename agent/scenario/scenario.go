@@ -92,6 +92,13 @@ func (s Scenario) Validate() error {
 		return bad("prefix_hit_fraction", s.HitFraction, "must be in [0, 1)")
 	case s.DurationS < 0 || s.Requests < 0 || s.VerifyEvery < 0:
 		return bad("duration_s/requests/verify_every", fmt.Sprintf("%v/%d/%d", s.DurationS, s.Requests, s.VerifyEvery), "must not be negative")
+	case s.DurationS > 1e9:
+		return bad("duration_s", s.DurationS, "must be at most 1e9 seconds (0 runs until stopped)")
+	}
+	switch xfer.PlanChoice(s.Plans) {
+	case "", xfer.AutoPlans, xfer.IndependentPlans, xfer.InvariantPlans:
+	default:
+		return bad("plans", s.Plans, "want auto, independent or invariant")
 	}
 	if _, err := xfer.ParseConnector(s.Connector); err != nil {
 		return bad("connector", s.Connector, err.Error())

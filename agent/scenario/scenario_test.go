@@ -36,6 +36,8 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{`{"modle": "x"}`, `unknown field "modle"`},
 		{`{"requests": 2} {}`, "trailing data"},
 		{`{"requests": "two"}`, "requests"},
+		{`{"duration_s": 1e10}`, "duration_s = 1e+10"},
+		{`{"plans": "best"}`, "plans = best"},
 	} {
 		_, err := Parse([]byte(c.json))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -38,7 +39,14 @@ type Streamer struct {
 	dropped uint64
 	wake    chan struct{}
 	once    sync.Once
+	// state is the agent's hello and its latest handshakes and
+	// registrations: sent again when a server has lost them (restarted).
+	state       []event.Event
+	sessionAcks int
 }
+
+// maxState bounds the state events kept.
+const maxState = 64
 
 func (s *Streamer) init() {
 	s.once.Do(func() {
@@ -66,15 +74,33 @@ func (s *Streamer) Publish(e event.Event) {
 	if e.TS == 0 {
 		e.TS = time.Now().UnixNano()
 	}
-	if len(s.queue) >= s.QueueSize {
-		s.queue = s.queue[1:]
-		s.dropped++
-	}
-	s.queue = append(s.queue, e)
+	s.enqueue(e)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
 	default:
+	}
+}
+
+// enqueue queues a stamped event and remembers the agent's state events;
+// s.mu is held.
+func (s *Streamer) enqueue(e event.Event) {
+	if len(s.queue) >= s.QueueSize {
+		// The oldest unacknowledged event goes. It may have reached the
+		// server already; it counts as dropped all the same, so the count
+		// bounds the gaps a subscriber can see.
+		s.queue = s.queue[1:]
+		s.dropped++
+	}
+	s.queue = append(s.queue, e)
+	switch e.Kind {
+	case event.Hello:
+		s.state = []event.Event{e}
+	case event.Handshake, event.Registration:
+		if len(s.state) >= maxState {
+			s.state = append(s.state[:1], s.state[2:]...)
+		}
+		s.state = append(s.state, e)
 	}
 }
 
@@ -128,9 +154,18 @@ func (s *Streamer) Run(ctx context.Context) error {
 	s.init()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		s.mu.Lock()
+		s.sessionAcks = 0
+		s.mu.Unlock()
 		err := s.session(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		s.mu.Lock()
+		worked := s.sessionAcks > 0
+		s.mu.Unlock()
+		if worked { // the connection carried events: start the backoff again
+			backoff = 100 * time.Millisecond
 		}
 		if s.Logf != nil {
 			s.Logf("stream: %v; reconnecting in %v", err, backoff)
@@ -141,18 +176,32 @@ func (s *Streamer) Run(ctx context.Context) error {
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 5*time.Second)
-		if err == nil {
-			backoff = 100 * time.Millisecond
-		}
 	}
 	return nil
+}
+
+// endpoint is the URL with the agent's name, which the server ties the
+// connection to.
+func (s *Streamer) endpoint() (string, error) {
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return "", fmt.Errorf("stream: server URL %q: %w", s.URL, err)
+	}
+	q := u.Query()
+	q.Set("agent", s.Agent)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // session is one connection: send every unacknowledged event, then new
 // ones as they come, reading acknowledgements meanwhile.
 func (s *Streamer) session(ctx context.Context) error {
+	endpoint, err := s.endpoint()
+	if err != nil {
+		return err
+	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	conn, resp, err := websocket.Dial(dctx, s.URL, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + s.Token}}})
+	conn, resp, err := websocket.Dial(dctx, endpoint, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + s.Token}}})
 	cancel()
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
@@ -264,6 +313,18 @@ func (s *Streamer) readAcks(ctx context.Context, conn *websocket.Conn) error {
 			return fmt.Errorf("stream: bad acknowledgement %q", data)
 		}
 		s.mu.Lock()
+		s.sessionAcks++
+		if a.Ack < s.acked {
+			// The server has lost events it once stored (it restarted):
+			// send who this agent is again, under new sequence numbers.
+			state := append([]event.Event(nil), s.state...)
+			for _, e := range state {
+				s.seq++
+				e.Seq = s.seq
+				s.enqueue(e)
+			}
+			s.acked = a.Ack // it no longer holds the rest either
+		}
 		if a.Ack > s.acked && a.Ack <= s.seq {
 			s.acked = a.Ack
 			i := 0

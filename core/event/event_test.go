@@ -145,6 +145,7 @@ func TestReadJSONL(t *testing.T) {
 		{`{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{}},{"v":1,"agent":"a","seq":2,"kind":"sample","sample":{}}`, "line 1: 2 events"},
 		{`{"v":1,"agent":"a","seq":0,"kind":"sample","sample":{}}`, "line 1: event: event 0: seq"},
 		{`{"v":1,"agent":"a","seq":1,"kind":"sample"`, "line 1"},
+		{"{\"v\":1,\"agent\":\"a\",\"seq\":1,\"kind\":\"sample\",\"sample\":{}}\n" + strings.Repeat(" ", MaxFrameBytes+1), "line 2: longer than"},
 	} {
 		_, err := ReadJSONL(strings.NewReader(c.in))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -14,7 +14,8 @@ func ReadJSONL(r io.Reader) ([]Event, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxFrameBytes)
 	var out []Event
-	for line := 1; sc.Scan(); line++ {
+	line := 1
+	for ; sc.Scan(); line++ {
 		text := bytes.TrimSpace(sc.Bytes())
 		if len(text) == 0 {
 			continue
@@ -32,7 +33,10 @@ func ReadJSONL(r io.Reader) ([]Event, error) {
 		out = append(out, evs[0])
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("event: reading the recording: %w", err)
+		if err == bufio.ErrTooLong {
+			return nil, fmt.Errorf("event: line %d: longer than %d bytes", line, MaxFrameBytes)
+		}
+		return nil, fmt.Errorf("event: reading the recording at line %d: %w", line, err)
 	}
 	return out, nil
 }
