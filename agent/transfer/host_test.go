@@ -1,30 +1,16 @@
 package transfer
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
 )
-
-func loadModel(t testing.TB, file string) *model.Model {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", file+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 // deployment is a P/D setup small enough for host memory.
 type deployment struct {
@@ -45,7 +31,7 @@ var deployments = []deployment{
 
 func prepare(t testing.TB, d deployment) (*model.Model, *xfer.PD, *xfer.Transfer) {
 	t.Helper()
-	m := loadModel(t, d.model)
+	m := modeltest.Load(t, d.model)
 	c, err := xfer.ParseConnector(d.connector)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ package transfer_test
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/kvscope/kvscope/agent/transfer"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
@@ -24,14 +24,7 @@ import (
 // engines, with every descriptor pair kept.
 func nixlTransfer(t *testing.T, pTP, dTP int, connector string) (*model.Model, *xfer.Transfer) {
 	t.Helper()
-	data, err := os.ReadFile("../../testdata/models/openai__gpt-oss-20b.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := modeltest.Load(t, "openai__gpt-oss-20b")
 	conn, err := xfer.ParseConnector(connector)
 	if err != nil {
 		t.Fatal(err)

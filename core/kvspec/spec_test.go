@@ -3,31 +3,17 @@ package kvspec
 import (
 	"errors"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 )
-
-func loadModel(t *testing.T, name string) *model.Model {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 func TestQwen3NextAlignment(t *testing.T) {
 	// reference/planning.md §3.1: conv (3, 8192/TP) and SSM (32/TP, 128, 128)
 	// in bf16; attention 2 KV heads of 256 (replicated past TP 2).
-	m := loadModel(t, "Qwen__Qwen3-Next-80B-A3B-Instruct")
+	m := modeltest.Load(t, "Qwen__Qwen3-Next-80B-A3B-Instruct")
 	tests := []struct {
 		tp                int
 		attn1, state      int64
@@ -90,7 +76,7 @@ func TestStateShapes(t *testing.T) {
 
 func TestPages(t *testing.T) {
 	t.Run("MLA stores the latent once: DeepSeek-V3 bf16 block 64 is 73,728 B", func(t *testing.T) {
-		r, err := ForRank(loadModel(t, "deepseek-ai__DeepSeek-V3"), Options{TensorParallelSize: 8, BlockSize: 64})
+		r, err := ForRank(modeltest.Load(t, "deepseek-ai__DeepSeek-V3"), Options{TensorParallelSize: 8, BlockSize: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +85,7 @@ func TestPages(t *testing.T) {
 		}
 	})
 	t.Run("FlashMLA forces block 64", func(t *testing.T) {
-		r, err := ForRank(loadModel(t, "deepseek-ai__DeepSeek-V2-Lite"), Options{AttentionBackend: "FLASHMLA"})
+		r, err := ForRank(modeltest.Load(t, "deepseek-ai__DeepSeek-V2-Lite"), Options{AttentionBackend: "FLASHMLA"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +94,7 @@ func TestPages(t *testing.T) {
 		}
 	})
 	t.Run("fp8 halves a bf16 page", func(t *testing.T) {
-		m := loadModel(t, "openai__gpt-oss-20b")
+		m := modeltest.Load(t, "openai__gpt-oss-20b")
 		bf, _ := ForRank(m, Options{})
 		f8, _ := ForRank(m, Options{KVCacheDType: "fp8"})
 		if bf.Layers[0].Spec.PageBytes() != 32768 || f8.Layers[0].Spec.PageBytes() != 16384 {
@@ -116,7 +102,7 @@ func TestPages(t *testing.T) {
 		}
 	})
 	t.Run("Nemotron-H Mamba2 state at TP1", func(t *testing.T) {
-		r, err := ForRank(loadModel(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Options{})
+		r, err := ForRank(modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +145,7 @@ func TestMaxBlocks(t *testing.T) {
 }
 
 func TestOptionErrorsNameTheFlag(t *testing.T) {
-	m := loadModel(t, "Qwen__Qwen3.6-35B-A3B")
+	m := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B")
 	tests := []struct {
 		o    Options
 		flag string

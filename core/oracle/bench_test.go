@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"bytes"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/plan"
@@ -13,7 +14,7 @@ import (
 // SetBytes is the bytes moved, so MB/s is bytes verified per second. The
 // baseline copies and compares the same bytes once: memory bandwidth.
 func BenchmarkCheck(b *testing.B) {
-	m := loadModel(b, "openai__gpt-oss-20b")
+	m := modeltest.Load(b, "openai__gpt-oss-20b")
 	var moved int64
 	for _, tc := range []struct {
 		name string

@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -12,8 +13,8 @@ import (
 // move one descriptor by one head, by one token, or onto another layer, and
 // expect "wrong" at the D rank, layer, head and token that descriptor fills.
 func TestMutationsAreCaught(t *testing.T) {
-	gpt := loadModel(t, "openai__gpt-oss-20b")
-	seed, err := loadModel(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(loadModel(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
+	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
+	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func pickAttentionPair(t *testing.T, x *xfer.Transfer) (int, int) {
 }
 
 func TestRejectedIsAVerdict(t *testing.T) {
-	m := loadModel(t, "deepseek-ai__DeepSeek-V2-Lite")
+	m := modeltest.Load(t, "deepseek-ai__DeepSeek-V2-Lite")
 	x := transfer(t, m, plan.Engine{BlockSize: 16}, plan.Engine{BlockSize: 32}, xfer.Request{PromptTokens: 100}, "nixl")
 	res, err := Check(m, x)
 	if err != nil {

@@ -1,27 +1,13 @@
 package oracle
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
 )
-
-func loadModel(t testing.TB, name string) *model.Model {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 func transfer(t testing.TB, m *model.Model, pe, de plan.Engine, req xfer.Request, conn string) *xfer.Transfer {
 	t.Helper()
@@ -45,7 +31,7 @@ func transfer(t testing.TB, m *model.Model, pe, de plan.Engine, req xfer.Request
 }
 
 func TestExactCases(t *testing.T) {
-	seed, err := loadModel(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(loadModel(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
+	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +42,14 @@ func TestExactCases(t *testing.T) {
 		req  xfer.Request
 		path xfer.Path
 	}{
-		{"gpt-oss-20b TP2 to TP4 matched", loadModel(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}, xfer.VLLMPath},
-		{"gpt-oss-20b TP4 to TP2 with a prefix hit", loadModel(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 4}, plan.Engine{TensorParallelSize: 2}, xfer.Request{PromptTokens: 300, PrefixHitTokens: 64}, xfer.VLLMPath},
-		{"gpt-oss-20b block 16 to 32", loadModel(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, xfer.Request{PromptTokens: 300}, xfer.GroupPairPath},
-		{"gpt-oss-20b block 16 to 48 (no divide)", loadModel(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301, PrefixHitTokens: 96}, xfer.GroupPairPath},
+		{"gpt-oss-20b TP2 to TP4 matched", modeltest.Load(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}, xfer.VLLMPath},
+		{"gpt-oss-20b TP4 to TP2 with a prefix hit", modeltest.Load(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 4}, plan.Engine{TensorParallelSize: 2}, xfer.Request{PromptTokens: 300, PrefixHitTokens: 64}, xfer.VLLMPath},
+		{"gpt-oss-20b block 16 to 32", modeltest.Load(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, xfer.Request{PromptTokens: 300}, xfer.GroupPairPath},
+		{"gpt-oss-20b block 16 to 48 (no divide)", modeltest.Load(t, "openai__gpt-oss-20b"), plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301, PrefixHitTokens: 96}, xfer.GroupPairPath},
 		{"seed P TP2 to D TP4 independent", seed, plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 8192}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 8192}, xfer.Request{PromptTokens: 1500}, xfer.GroupPairPath},
-		{"Nemotron TP1 to TP2", loadModel(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, xfer.Request{PromptTokens: 900}, ""},
-		{"DeepSeek-V2-Lite TP2 to TP1", loadModel(t, "deepseek-ai__DeepSeek-V2-Lite"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, xfer.Request{PromptTokens: 200}, xfer.VLLMPath},
-		{"Llama-4 chunked TP2 to TP4", loadModel(t, "meta-llama__Llama-4-Scout-17B-16E"), plan.Engine{TensorParallelSize: 2, MaxModelLen: 32768}, plan.Engine{TensorParallelSize: 4, MaxModelLen: 32768}, xfer.Request{PromptTokens: 9000}, xfer.GroupPairPath},
+		{"Nemotron TP1 to TP2", modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, xfer.Request{PromptTokens: 900}, ""},
+		{"DeepSeek-V2-Lite TP2 to TP1", modeltest.Load(t, "deepseek-ai__DeepSeek-V2-Lite"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, xfer.Request{PromptTokens: 200}, xfer.VLLMPath},
+		{"Llama-4 chunked TP2 to TP4", modeltest.Load(t, "meta-llama__Llama-4-Scout-17B-16E"), plan.Engine{TensorParallelSize: 2, MaxModelLen: 32768}, plan.Engine{TensorParallelSize: 4, MaxModelLen: 32768}, xfer.Request{PromptTokens: 9000}, xfer.GroupPairPath},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"testing"
 )
 
@@ -22,7 +23,7 @@ func BenchmarkPlan(b *testing.B) {
 			}
 		})
 	}
-	gpt := loadModel(b, "openai__gpt-oss-20b")
+	gpt := modeltest.Load(b, "openai__gpt-oss-20b")
 	b.Run("gpt-oss-20b/tp1", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

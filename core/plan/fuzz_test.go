@@ -2,6 +2,7 @@ package plan
 
 import (
 	"errors"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/kvspec"
@@ -16,7 +17,7 @@ func FuzzPlan(f *testing.F) {
 		"deepseek-ai__DeepSeek-V2-Lite", "meta-llama__Llama-4-Scout-17B-16E", "google__gemma-4-E2B"}
 	var loaded []*model.Model
 	for _, name := range models {
-		loaded = append(loaded, loadModel(f, name))
+		loaded = append(loaded, modeltest.Load(f, name))
 	}
 	f.Add(uint8(0), 2, 1, 0, 262144, 8192, 7, 3, 0, uint8(0), uint8(0), false, false)
 	f.Add(uint8(1), 8, 2, 32, 131072, 2048, 0, 1, 4, uint8(1), uint8(2), true, true)

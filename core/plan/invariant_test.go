@@ -2,6 +2,7 @@ package plan
 
 import (
 	"errors"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -48,7 +49,7 @@ func TestInvariantPlanForTheSeedDeployment(t *testing.T) {
 }
 
 func TestInvariantPlanOfAUniformModelIsItsOwnPlan(t *testing.T) {
-	m := loadModel(t, "Qwen__Qwen3-0.6B")
+	m := modeltest.Load(t, "Qwen__Qwen3-0.6B")
 	inv, err := NewInvariant(m, Engine{TensorParallelSize: 1}, Engine{TensorParallelSize: 8})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +60,7 @@ func TestInvariantPlanOfAUniformModelIsItsOwnPlan(t *testing.T) {
 }
 
 func TestCompareReportsBlockSizeChanges(t *testing.T) {
-	m := loadModel(t, "Qwen__Qwen3-Next-80B-A3B-Instruct")
+	m := modeltest.Load(t, "Qwen__Qwen3-Next-80B-A3B-Instruct")
 	a := mustPlan(t, m, Engine{TensorParallelSize: 1, Selector: Classic})
 	b := mustPlan(t, m, Engine{TensorParallelSize: 4, Selector: Classic})
 	d := Compare(a, b)
@@ -79,7 +80,7 @@ func TestEveryBundledModelPlans(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "models", "*.json"))
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
-		m := loadModel(t, name)
+		m := modeltest.Load(t, name)
 		for _, tp := range []int{1, 2, 4, 8} {
 			for _, sel := range []Selector{Classic, Balanced, PaddingBytes} {
 				p, err := New(m, Engine{TensorParallelSize: tp, Selector: sel})

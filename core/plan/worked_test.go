@@ -1,30 +1,16 @@
 package plan
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 )
-
-func loadModel(t testing.TB, name string) *model.Model {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 func withDraft(t testing.TB, target, draft string) *model.Model {
 	t.Helper()
-	m, err := loadModel(t, target).WithDraft(loadModel(t, draft))
+	m, err := modeltest.Load(t, target).WithDraft(modeltest.Load(t, draft))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +57,7 @@ func TestWorkedExamples(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := mustPlan(t, loadModel(t, tt.model), tt.engine)
+			p := mustPlan(t, modeltest.Load(t, tt.model), tt.engine)
 			if p.BlockSize != tt.blockSize || p.PageBytes != tt.page {
 				t.Errorf("block %d page %d; want %d, %d", p.BlockSize, p.PageBytes, tt.blockSize, tt.page)
 			}
@@ -92,7 +78,7 @@ func withMode(e Engine, mode string) Engine {
 }
 
 func TestGemma3Of27BGroupsAndWarning(t *testing.T) {
-	p := mustPlan(t, loadModel(t, "google__gemma-3-27b-it"), Engine{MaxModelLen: 131072, NoAsyncScheduling: true, Selector: Classic})
+	p := mustPlan(t, modeltest.Load(t, "google__gemma-3-27b-it"), Engine{MaxModelLen: 131072, NoAsyncScheduling: true, Selector: Classic})
 	sizes := []int{}
 	for _, g := range p.Groups {
 		sizes = append(sizes, len(g.Layers))
@@ -123,7 +109,7 @@ func TestPageTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for tp, want := range tt.pages {
-			p := mustPlan(t, loadModel(t, tt.model), Engine{TensorParallelSize: tp})
+			p := mustPlan(t, modeltest.Load(t, tt.model), Engine{TensorParallelSize: tp})
 			if p.PageBytes != want {
 				t.Errorf("%s TP%d page = %d, want %d", tt.model, tp, p.PageBytes, want)
 			}
@@ -131,7 +117,7 @@ func TestPageTable(t *testing.T) {
 	}
 	// Qwen3-Next full layers: 2 KV heads of 256, replicated past TP 2.
 	for tp, want := range map[int]int64{1: 2048, 2: 1024, 4: 1024, 8: 1024} {
-		p := mustPlan(t, loadModel(t, "Qwen__Qwen3-Next-80B-A3B-Instruct"), Engine{TensorParallelSize: tp})
+		p := mustPlan(t, modeltest.Load(t, "Qwen__Qwen3-Next-80B-A3B-Instruct"), Engine{TensorParallelSize: tp})
 		if p.Alignment == nil || p.Alignment.AttnBytesPerToken != want {
 			t.Errorf("Qwen3-Next TP%d attention bytes per token = %+v, want %d", tp, p.Alignment, want)
 		}
@@ -147,10 +133,10 @@ func TestHybridBlockSizes(t *testing.T) {
 		block  int
 	}{
 		// planning.md §3.1: fp32 SSM state, 30 GDN + 10 full.
-		{"Qwen3.5-35B-A3B fp32 SSM TP1", loadModel(t, "Qwen__Qwen3.5-35B-A3B"), Engine{TensorParallelSize: 1, MambaSSMCacheDType: "float32"}, 1056},
-		{"Qwen3.5-35B-A3B fp32 SSM TP2", loadModel(t, "Qwen__Qwen3.5-35B-A3B"), Engine{TensorParallelSize: 2, MambaSSMCacheDType: "float32"}, 1056},
-		{"Qwen3.5-35B-A3B fp32 SSM TP4", loadModel(t, "Qwen__Qwen3.5-35B-A3B"), Engine{TensorParallelSize: 4, MambaSSMCacheDType: "float32"}, 528},
-		{"Qwen3.5-35B-A3B fp32 SSM TP8", loadModel(t, "Qwen__Qwen3.5-35B-A3B"), Engine{TensorParallelSize: 8, MambaSSMCacheDType: "float32"}, 272},
+		{"Qwen3.5-35B-A3B fp32 SSM TP1", modeltest.Load(t, "Qwen__Qwen3.5-35B-A3B"), Engine{TensorParallelSize: 1, MambaSSMCacheDType: "float32"}, 1056},
+		{"Qwen3.5-35B-A3B fp32 SSM TP2", modeltest.Load(t, "Qwen__Qwen3.5-35B-A3B"), Engine{TensorParallelSize: 2, MambaSSMCacheDType: "float32"}, 1056},
+		{"Qwen3.5-35B-A3B fp32 SSM TP4", modeltest.Load(t, "Qwen__Qwen3.5-35B-A3B"), Engine{TensorParallelSize: 4, MambaSSMCacheDType: "float32"}, 528},
+		{"Qwen3.5-35B-A3B fp32 SSM TP8", modeltest.Load(t, "Qwen__Qwen3.5-35B-A3B"), Engine{TensorParallelSize: 8, MambaSSMCacheDType: "float32"}, 272},
 		// padding-bytes-selector.md §2: the seed deployment, 7 speculative
 		// tokens, bf16 SSM: 592 at TP2 and 304 at TP4; fp32 would give
 		// 1104/560; no speculative rows 544/272.
@@ -217,7 +203,7 @@ func TestEagleDrafterPadsSlidingWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := loadModel(t, "openai__gpt-oss-20b").WithDraft(eagle)
+	m, err := modeltest.Load(t, "openai__gpt-oss-20b").WithDraft(eagle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +232,7 @@ func TestPipelineStagesProjectTheGroups(t *testing.T) {
 	// (5 * 131,072) = 65,536. PP2 puts 2 batches in flight: a sliding group
 	// holds ceil((1023+16384)/16)+1 = 1,089 blocks; per request 8,192 + 6 *
 	// 1,089 = 14,726; KV tokens int(65,536/14,726 * 131,072) = 583,317.
-	p := mustPlan(t, loadModel(t, "google__gemma-3-27b-it"), Engine{PipelineParallelSize: 2, MaxModelLen: 131072, Selector: Classic})
+	p := mustPlan(t, modeltest.Load(t, "google__gemma-3-27b-it"), Engine{PipelineParallelSize: 2, MaxModelLen: 131072, Selector: Classic})
 	if len(p.Stages) != 2 || p.Stages[0].Layers != 31 || p.Stages[1].Layers != 31 {
 		t.Fatalf("stages = %+v", p.Stages)
 	}
@@ -258,7 +244,7 @@ func TestPipelineStagesProjectTheGroups(t *testing.T) {
 	}
 	// vLLM's get_pp_indices gives the remainder to the stages before the
 	// last: 62 layers at PP4 are 15, 16, 16, 15.
-	p4 := mustPlan(t, loadModel(t, "google__gemma-3-27b-it"), Engine{PipelineParallelSize: 4, Selector: Classic})
+	p4 := mustPlan(t, modeltest.Load(t, "google__gemma-3-27b-it"), Engine{PipelineParallelSize: 4, Selector: Classic})
 	for i, want := range []int{15, 16, 16, 15} {
 		if p4.Stages[i].Layers != want {
 			t.Errorf("PP4 stage %d has %d layers, want %d", i, p4.Stages[i].Layers, want)
@@ -269,7 +255,7 @@ func TestPipelineStagesProjectTheGroups(t *testing.T) {
 func TestFixedGroupSizeOverridesTheSelector(t *testing.T) {
 	// Gemma-3-27B with --kv-cache-group-size 13: 52 SW layers split into
 	// 4 groups of 13, the 10 full layers into 1 group padded by 3.
-	p := mustPlan(t, loadModel(t, "google__gemma-3-27b-it"), Engine{GroupSize: 13})
+	p := mustPlan(t, modeltest.Load(t, "google__gemma-3-27b-it"), Engine{GroupSize: 13})
 	if p.GroupSize != 13 || p.NumGroups != 5 || p.Slots != 13 || p.PaddingSlots != 3 {
 		t.Errorf("g %d, groups %d, slots %d, padding %d; want 13, 5, 13, 3", p.GroupSize, p.NumGroups, p.Slots, p.PaddingSlots)
 	}
@@ -323,7 +309,7 @@ func TestReviewedVLLMBehaviours(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := loadModel(t, "deepseek-ai__DeepSeek-V2-Lite").WithDraft(eagle)
+		m, err := modeltest.Load(t, "deepseek-ai__DeepSeek-V2-Lite").WithDraft(eagle)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,17 +320,17 @@ func TestReviewedVLLMBehaviours(t *testing.T) {
 		}
 	})
 	t.Run("mamba_cache_mode all", func(t *testing.T) {
-		qn := mustPlan(t, loadModel(t, "Qwen__Qwen3-Next-80B-A3B-Instruct"), Engine{MambaCacheMode: "all", MaxModelLen: 262144})
+		qn := mustPlan(t, modeltest.Load(t, "Qwen__Qwen3-Next-80B-A3B-Instruct"), Engine{MambaCacheMode: "all", MaxModelLen: 262144})
 		if qn.BlockSize != 544 || !contains(qn.Logs, "using align") {
 			t.Errorf("Qwen3-Next downgrades all to align: block %d, logs %q", qn.BlockSize, qn.Logs)
 		}
-		if _, err := New(loadModel(t, "Qwen__Qwen3.5-35B-A3B"), Engine{MambaCacheMode: "all"}); err == nil {
+		if _, err := New(modeltest.Load(t, "Qwen__Qwen3.5-35B-A3B"), Engine{MambaCacheMode: "all"}); err == nil {
 			t.Error("Qwen3.5 rejects mamba_cache_mode all")
 		}
 		// NemotronH: state page 2,695,168 B, attention 4,096 B per token;
 		// chunk lcm(128, 16) = 128: 128 * ceil(ceil(2,695,168/4,096)/128) =
 		// 128 * ceil(658/128) = 768; a state group holds ceil(M/768) blocks.
-		nh := mustPlan(t, loadModel(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Engine{MambaCacheMode: "all", MaxModelLen: 131072})
+		nh := mustPlan(t, modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Engine{MambaCacheMode: "all", MaxModelLen: 131072})
 		if nh.BlockSize != 768 {
 			t.Errorf("NemotronH block %d, want 768", nh.BlockSize)
 		}
@@ -355,13 +341,13 @@ func TestReviewedVLLMBehaviours(t *testing.T) {
 		}
 	})
 	t.Run("the auto SSM dtype note names vLLM main's choice", func(t *testing.T) {
-		p := mustPlan(t, loadModel(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Engine{})
+		p := mustPlan(t, modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Engine{})
 		if !contains(p.Notes, "picks float32") {
 			t.Errorf("notes %q", p.Notes)
 		}
 	})
 	t.Run("a fixed layout taken from a uniform plan plans again", func(t *testing.T) {
-		m := loadModel(t, "Qwen__Qwen3-0.6B")
+		m := modeltest.Load(t, "Qwen__Qwen3-0.6B")
 		p := mustPlan(t, m, Engine{})
 		q, err := WithLayout(m, Engine{}, p.Layout())
 		if err != nil || q.KVCacheTokens != p.KVCacheTokens {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -256,7 +257,7 @@ func matchedPath(m *model.Model, pRegs, dRegs []*Registration, diff plan.Diff) (
 				if err != nil {
 					return false, err.Error(), nil
 				}
-				if !samePieces(vllmPieces(mp, ds), want) {
+				if !slices.Equal(vllmPieces(mp, ds), want) {
 					return false, fmt.Sprintf("vLLM's model-wide head mapping (%d KV heads) does not fit layer %s (%d KV heads) on D rank %d", kv, dl.Name, headsOf(dl), j), nil
 				}
 			}

@@ -174,15 +174,3 @@ func modelKVHeads(m *model.Model) (int, bool) {
 	}
 	return l.KVHeads, true
 }
-
-func samePieces(a, b []piece) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

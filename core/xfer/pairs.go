@@ -71,23 +71,7 @@ func (t *Transfer) groupPairPath(opt Options) error {
 		}
 	}
 
-	op := "READ"
-	initiatorTP := len(t.DRegs)
-	if t.Mode == Push {
-		op, initiatorTP = "WRITE", len(t.PRegs)
-	}
-	rps := map[[2]int]*RankPair{}
-	var order [][2]int
-	get := func(pr, dr int) *RankPair {
-		k := [2]int{pr, dr}
-		if rp, ok := rps[k]; ok {
-			return rp
-		}
-		rp := &RankPair{P: pr, D: dr, Op: op, Notif: fmt.Sprintf("req-0:%d", initiatorTP)}
-		rps[k] = rp
-		order = append(order, k)
-		return rp
-	}
+	rps := t.newRankPairs()
 	pTP, dTP := len(t.PRegs), len(t.DRegs)
 	for j, dReg := range t.DRegs {
 		for _, it := range items {
@@ -102,7 +86,7 @@ func (t *Transfer) groupPairPath(opt Options) error {
 					return fmt.Errorf("xfer: layer %s %s on D rank %d: %w", it.name, ds.Name, j, err)
 				}
 				for _, run := range runs {
-					rp := get(run.Rank, j)
+					rp := rps.get(run.Rank, j)
 					pl, _ := t.PRegs[run.Rank].Layer(it.name)
 					if ds.IsAttention() {
 						rp.Pairs = t.attnRuns(rp.Pairs, it.name, pl, dl, t.PRegs[run.Rank], dReg, si, run, it.pg, it.dg)
@@ -113,9 +97,7 @@ func (t *Transfer) groupPairPath(opt Options) error {
 			}
 		}
 	}
-	for _, k := range order {
-		t.RankPairs = append(t.RankPairs, *rps[k])
-	}
+	rps.store()
 	return nil
 }
 

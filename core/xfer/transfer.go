@@ -67,6 +67,43 @@ type RankPair struct {
 	Merged int    `json:"descs_merged"` // after NIXL merges contiguous runs
 }
 
+// rankPairs collects a transfer's rank pairs in the order they are first
+// used.
+type rankPairs struct {
+	t     *Transfer
+	byKey map[[2]int]*RankPair
+	order [][2]int
+}
+
+func (t *Transfer) newRankPairs() *rankPairs {
+	return &rankPairs{t: t, byKey: map[[2]int]*RankPair{}}
+}
+
+// get is the rank pair P pr -> D dr, made on first use: a READ posted by
+// D (pull) or a WRITE posted by P (push), its notification naming the
+// initiator's TP size as vLLM's does.
+func (r *rankPairs) get(pr, dr int) *RankPair {
+	k := [2]int{pr, dr}
+	if rp, ok := r.byKey[k]; ok {
+		return rp
+	}
+	op, initiatorTP := "READ", len(r.t.DRegs)
+	if r.t.Mode == Push {
+		op, initiatorTP = "WRITE", len(r.t.PRegs)
+	}
+	rp := &RankPair{P: pr, D: dr, Op: op, Notif: fmt.Sprintf("req-0:%d", initiatorTP)}
+	r.byKey[k] = rp
+	r.order = append(r.order, k)
+	return rp
+}
+
+// store appends the rank pairs to the transfer, in order.
+func (r *rankPairs) store() {
+	for _, k := range r.order {
+		r.t.RankPairs = append(r.t.RankPairs, *r.byKey[k])
+	}
+}
+
 // GroupPair totals the descriptors between one P group and one D group.
 type GroupPair struct {
 	PGroup int    `json:"p_group"`

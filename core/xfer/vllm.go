@@ -2,6 +2,7 @@ package xfer
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvscope/kvscope/core/model"
 )
@@ -146,26 +147,7 @@ func (t *Transfer) vllmPath(opt Options) error {
 	pTP, dTP := len(t.PRegs), len(t.DRegs)
 	kv, _ := modelKVHeads(t.model)
 	mla := t.model.HasKind(model.MLA)
-	op := "READ"
-	if t.Mode == Push {
-		op = "WRITE"
-	}
-	rps := map[[2]int]*RankPair{}
-	var order [][2]int
-	get := func(pr, dr int) *RankPair {
-		k := [2]int{pr, dr}
-		if rp, ok := rps[k]; ok {
-			return rp
-		}
-		initiatorTP := dTP
-		if t.Mode == Push {
-			initiatorTP = pTP
-		}
-		rp := &RankPair{P: pr, D: dr, Op: op, Notif: fmt.Sprintf("req-0:%d", initiatorTP)}
-		rps[k] = rp
-		order = append(order, k)
-		return rp
-	}
+	rps := t.newRankPairs()
 	for j, dReg := range t.DRegs {
 		amp := newVLLMMapping(kv, pTP, dTP, j, mla)
 		smp := stateMapping(pTP, dTP, j)
@@ -181,10 +163,10 @@ func (t *Transfer) vllmPath(opt Options) error {
 			sources = smp.Ranks
 		}
 		for _, src := range sources {
-			rp := get(src, j)
+			rp := rps.get(src, j)
 			pReg := t.PRegs[src]
 			emitAttn := func(group int) {
-				slotA := indexOf(amp.Ranks, src)
+				slotA := slices.Index(amp.Ranks, src)
 				if slotA < 0 {
 					return
 				}
@@ -197,7 +179,7 @@ func (t *Transfer) vllmPath(opt Options) error {
 				}
 			}
 			emitState := func(group int) {
-				slotS := indexOf(smp.Ranks, src)
+				slotS := slices.Index(smp.Ranks, src)
 				if slotS < 0 {
 					return
 				}
@@ -210,7 +192,7 @@ func (t *Transfer) vllmPath(opt Options) error {
 			hasState := len(ds) > 0
 			if !hasState {
 				// All attention: flatten the groups' ids, broadcast over regions.
-				slotA := indexOf(amp.Ranks, src)
+				slotA := slices.Index(amp.Ranks, src)
 				if slotA < 0 {
 					continue
 				}
@@ -234,19 +216,8 @@ func (t *Transfer) vllmPath(opt Options) error {
 			}
 		}
 	}
-	for _, k := range order {
-		t.RankPairs = append(t.RankPairs, *rps[k])
-	}
+	rps.store()
 	return nil
-}
-
-func indexOf(xs []int, x int) int {
-	for i, v := range xs {
-		if v == x {
-			return i
-		}
-	}
-	return -1
 }
 
 // attnPair is one attention descriptor pair on vLLM's path: D's local

@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -69,7 +70,7 @@ func TestWorkedExampleRegions(t *testing.T) {
 	wantD := []uint64{0x30000000, 0x30FA0000, 0x40000000, 0x40FA0000}
 	for r := range x.PRegs {
 		md := x.Handshake.P[r]
-		if !equalU64(md.BaseAddrs, wantP) || md.NumBlocks != 1000 || md.BlockSize != 16 {
+		if !slices.Equal(md.BaseAddrs, wantP) || md.NumBlocks != 1000 || md.BlockSize != 16 {
 			t.Errorf("P rank %d advertises %#x, %d blocks, block %d", r, md.BaseAddrs, md.NumBlocks, md.BlockSize)
 		}
 		for _, bl := range md.BlockLens {
@@ -80,7 +81,7 @@ func TestWorkedExampleRegions(t *testing.T) {
 	}
 	for r := range x.DRegs {
 		md := x.Handshake.D[r]
-		if !equalU64(md.BaseAddrs, wantD) || md.NumBlocks != 2000 || md.BlockLens[0] != 8192 {
+		if !slices.Equal(md.BaseAddrs, wantD) || md.NumBlocks != 2000 || md.BlockLens[0] != 8192 {
 			t.Errorf("D rank %d advertises %#x, %d blocks, block_len %d", r, md.BaseAddrs, md.NumBlocks, md.BlockLens[0])
 		}
 	}
@@ -196,16 +197,4 @@ func findRankPair(t *testing.T, x *Transfer, p, d int) RankPair {
 	}
 	t.Fatalf("no rank pair P%d -> D%d", p, d)
 	return RankPair{}
-}
-
-func equalU64(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

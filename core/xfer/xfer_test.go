@@ -1,32 +1,17 @@
 package xfer
 
 import (
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/plan"
 )
 
-func loadModel(t testing.TB, name string) *model.Model {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Name = name
-	return m
-}
-
 func seedModel(t testing.TB) *model.Model {
-	m, err := loadModel(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(loadModel(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
+	m, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +63,7 @@ func TestTPMapping(t *testing.T) {
 }
 
 func TestConnectorRule(t *testing.T) {
-	gqa, mla := loadModel(t, "openai__gpt-oss-20b"), loadModel(t, "deepseek-ai__DeepSeek-V2-Lite")
+	gqa, mla := modeltest.Load(t, "openai__gpt-oss-20b"), modeltest.Load(t, "deepseek-ai__DeepSeek-V2-Lite")
 	tests := []struct {
 		conn     string
 		gqa, mla bool
@@ -116,7 +101,7 @@ func TestConnectorRule(t *testing.T) {
 }
 
 func TestBlockSizeAdvice(t *testing.T) {
-	gpt := loadModel(t, "openai__gpt-oss-20b")
+	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
 	tests := []struct {
 		name    string
 		m       *model.Model
@@ -153,8 +138,8 @@ func TestBlockSizeAdvice(t *testing.T) {
 }
 
 func TestRejections(t *testing.T) {
-	gpt := loadModel(t, "openai__gpt-oss-20b")
-	ds := loadModel(t, "deepseek-ai__DeepSeek-V2-Lite")
+	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
+	ds := modeltest.Load(t, "deepseek-ai__DeepSeek-V2-Lite")
 	tests := []struct {
 		name   string
 		m      *model.Model
@@ -165,11 +150,11 @@ func TestRejections(t *testing.T) {
 		rule   string
 	}{
 		{"different KV cache dtypes", gpt, plan.Engine{}, plan.Engine{KVCacheDType: "fp8"}, "nixl", "", 100, "compatibility-hash"},
-		{"TP 2 to TP 1 is accepted", loadModel(t, "Qwen__Qwen3-0.6B"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, "nixl", "", 100, ""},
+		{"TP 2 to TP 1 is accepted", modeltest.Load(t, "Qwen__Qwen3-0.6B"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, "nixl", "", 100, ""},
 		{"MLA with another block size", ds, plan.Engine{BlockSize: 16}, plan.Engine{BlockSize: 32}, "nixl", IndependentPlans, 100, "mla-plan"},
 		{"push between different plans", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl-push", IndependentPlans, 100, "matching-groups"},
 		{"a pipeline-parallel push producer with another plan", gpt, plan.Engine{PipelineParallelSize: 2}, plan.Engine{BlockSize: 32}, "nixl-push", IndependentPlans, 100, "pp-push-plan"},
-		{"other speculative conv rows", loadModel(t, "Qwen__Qwen3.5-0.8B"), plan.Engine{NumSpeculativeTokens: 2}, plan.Engine{}, "nixl", "", 100, "layer-shapes"},
+		{"other speculative conv rows", modeltest.Load(t, "Qwen__Qwen3.5-0.8B"), plan.Engine{NumSpeculativeTokens: 2}, plan.Engine{}, "nixl", "", 100, "layer-shapes"},
 		{"D needs tokens P's sliding window freed", gpt, plan.Engine{}, plan.Engine{DisableHybrid: true}, "nixl", "", 1000, "window-missing"},
 	}
 	for _, tt := range tests {
@@ -206,7 +191,7 @@ func TestRejections(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	gpt := loadModel(t, "openai__gpt-oss-20b")
+	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
 	c, _ := ParseConnector("nixl")
 	for _, req := range []Request{{PromptTokens: 1}, {PromptTokens: 100, PrefixHitTokens: -1}, {PromptTokens: 1 << 30}} {
 		if _, err := Run(Setup{Model: gpt, Connector: c, Request: req}); err == nil {

@@ -1,0 +1,35 @@
+// Package modeltest loads the repository's real model configs
+// (testdata/models) for tests in any package.
+package modeltest
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/kvscope/kvscope/core/model"
+)
+
+// Dir is testdata/models, found from this file's place in the source
+// tree, so a test in any package can use it.
+func Dir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "models")
+}
+
+// Load parses testdata/models/<file>.json (e.g. "openai__gpt-oss-20b"),
+// failing the test on any error. The model is named after the file.
+func Load(t testing.TB, file string) *model.Model {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(Dir(), file+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Parse(data)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	m.Name = file
+	return m
+}
