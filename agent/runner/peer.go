@@ -34,14 +34,8 @@ func (r *Runner) ServeP(ctx context.Context, host *transfer.Host, ln net.Listene
 	srv := &transfer.PeerServer{
 		Host: host, Token: token, Logf: r.Logf,
 		Prefill: func(q transfer.PrefillRequest) error {
-			x, err := pd.Compute(xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens}, true)
+			x, err := compute(pd, xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens})
 			if err != nil {
-				return fmt.Errorf("request %s: %w", q.ID, err)
-			}
-			if x.Rejection != nil {
-				return fmt.Errorf("request %s: %v", q.ID, x.Rejection)
-			}
-			if err := fits(x); err != nil {
 				return fmt.Errorf("request %s: %w", q.ID, err)
 			}
 			prefills.Add(1)

@@ -225,15 +225,9 @@ func statusOf(err error) string {
 
 // serve performs one request.
 func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) error {
-	x, err := pd.Compute(req, true)
+	x, err := compute(pd, req)
 	if err != nil {
-		return &statusError{"ERR_INVALID_PARAM", err}
-	}
-	if x.Rejection != nil {
-		return &statusError{"ERR_NOT_ALLOWED", x.Rejection}
-	}
-	if err := fits(x); err != nil {
-		return &statusError{"ERR_INVALID_PARAM", err}
+		return err
 	}
 	// Tag P's blocks as a prefill would (here, or in the P agent) and fill
 	// D's with the sentinel.
@@ -299,6 +293,22 @@ func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) er
 func (r *Runner) doneData(id string, st *transfer.Stats, verdict string) *event.DoneData {
 	return &event.DoneData{Request: id, Bytes: st.Bytes, Descs: st.Descs, Merged: st.Merged, PrepUS: st.PrepUS, PostUS: st.PostUS,
 		TransferUS: st.TransferUS, GBps: st.GBps(), Timing: st.Timing, Verified: verdict}
+}
+
+// compute is a request's transfer with its pairs, refused with a status
+// when the engines reject it or its blocks do not fit the pools.
+func compute(pd *xfer.PD, req xfer.Request) (*xfer.Transfer, error) {
+	x, err := pd.Compute(req, true)
+	if err != nil {
+		return nil, &statusError{"ERR_INVALID_PARAM", err}
+	}
+	if x.Rejection != nil {
+		return nil, &statusError{"ERR_NOT_ALLOWED", x.Rejection}
+	}
+	if err := fits(x); err != nil {
+		return nil, &statusError{"ERR_INVALID_PARAM", err}
+	}
+	return x, nil
 }
 
 // fits checks that the request's block ids lie inside both pools.

@@ -102,23 +102,14 @@ func (h *Host) Register(regs []*xfer.Registration) error {
 
 // Metadata is the version-15 metadata of every registered rank, as JSON.
 func (h *Host) Metadata() ([]byte, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	type sideMD struct {
 		Side  xfer.Side       `json:"side"`
 		Ranks []xfer.Metadata `json:"ranks"`
 	}
 	var out []sideMD
 	for _, side := range []xfer.Side{xfer.P, xfer.D} {
-		var md sideMD
-		md.Side = side
-		for _, r := range h.regs[sideIndex(side)] {
-			if r != nil {
-				md.Ranks = append(md.Ranks, xfer.MetadataOf(r))
-			}
-		}
-		if len(md.Ranks) > 0 {
-			out = append(out, md)
+		if ranks := h.sideMetadata(side); len(ranks) > 0 {
+			out = append(out, sideMD{side, ranks})
 		}
 	}
 	return json.Marshal(out)

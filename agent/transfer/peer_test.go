@@ -26,6 +26,13 @@ func startP(t *testing.T, m *model.Model, pd *xfer.PD, x *xfer.Transfer, token s
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(serveP(t, m, pd, h, ln, token))
+	return ln.Addr().String()
+}
+
+// serveP serves P's registered host on ln, filling P's blocks for each
+// prefill as the P agent does, until the returned stop is called.
+func serveP(t *testing.T, m *model.Model, pd *xfer.PD, h *Host, ln net.Listener, token string) (stop func()) {
 	srv := &PeerServer{Host: h, Token: token, Logf: t.Logf, Prefill: func(q PrefillRequest) error {
 		px, err := pd.Compute(xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens}, true)
 		if err != nil {
@@ -39,11 +46,10 @@ func startP(t *testing.T, m *model.Model, pd *xfer.PD, x *xfer.Transfer, token s
 		defer close(done)
 		srv.Serve(ctx, ln)
 	}()
-	t.Cleanup(func() {
+	return func() {
 		cancel()
 		<-done
-	})
-	return ln.Addr().String()
+	}
 }
 
 // TestTwoAgentsOverTCP: D reads P's bytes over loopback TCP after the
@@ -279,23 +285,7 @@ func TestRemoteReconnectsAfterPRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	serve := func(ln net.Listener) (stop func()) {
-		srv := &PeerServer{Host: h, Prefill: func(q PrefillRequest) error {
-			px, err := pd.Compute(xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens}, true)
-			if err != nil {
-				return err
-			}
-			return oracle.FillP(m, px, h)
-		}}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			srv.Serve(ctx, ln)
-		}()
-		return func() { cancel(); <-done }
-	}
-	stop := serve(ln)
+	stop := serveP(t, m, pd, h, ln, "")
 	r := NewRemote(addr, "", 1, 1<<30, nil)
 	defer r.Close()
 	if err := r.Register(allRegs(x)); err != nil {
@@ -309,7 +299,7 @@ func TestRemoteReconnectsAfterPRestarts(t *testing.T) {
 	if ln, err = net.Listen("tcp", addr); err != nil {
 		t.Skipf("the port was taken meanwhile: %v", err)
 	}
-	defer serve(ln)()
+	defer serveP(t, m, pd, h, ln, "")()
 	if err := r.Prefill(req); err != nil {
 		t.Fatalf("after P restarted: %v", err)
 	}
