@@ -115,6 +115,19 @@ func (h *Host) Metadata() ([]byte, error) {
 	return json.Marshal(out)
 }
 
+// sideMetadata is the version-15 metadata of one side's registered ranks.
+func (h *Host) sideMetadata(side xfer.Side) []xfer.Metadata {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []xfer.Metadata
+	for _, r := range h.regs[sideIndex(side)] {
+		if r != nil {
+			out = append(out, xfer.MetadataOf(r))
+		}
+	}
+	return out
+}
+
 // LoadRemote keeps the peer's metadata (a host backend holding both sides
 // in one process has no peer).
 func (h *Host) LoadRemote(md []byte) error {

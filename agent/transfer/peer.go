@@ -369,19 +369,6 @@ func decodeDesc(b []byte) readDesc {
 		offset: binary.BigEndian.Uint64(b[8:]), n: binary.BigEndian.Uint64(b[16:])}
 }
 
-// sideMetadata is the version-15 metadata of one side's registered ranks.
-func (h *Host) sideMetadata(side xfer.Side) []xfer.Metadata {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []xfer.Metadata
-	for _, r := range h.regs[sideIndex(side)] {
-		if r != nil {
-			out = append(out, xfer.MetadataOf(r))
-		}
-	}
-	return out
-}
-
 // Remote is D's backend in two-agent mode: D's regions in local host
 // memory, P's read over TCP from a PeerServer. Register performs the
 // handshake: P's metadata must be what D planned for P.
