@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -258,9 +257,9 @@ func (h *hub) agentHandler(token string) http.Handler {
 			return
 		}
 		name := r.URL.Query().Get("agent")
-		if name == "" || len(name) > maxAgentName {
+		if name == "" || len(name) > event.MaxAgentName {
 			h.reject("agent_name")
-			http.Error(w, fmt.Sprintf("name the agent (1 to %d characters): /ws/agent?agent=NAME", maxAgentName), http.StatusBadRequest)
+			http.Error(w, fmt.Sprintf("name the agent (1 to %d characters): /ws/agent?agent=NAME", event.MaxAgentName), http.StatusBadRequest)
 			return
 		}
 		conn, err := websocket.Accept(w, r, nil)
@@ -291,7 +290,7 @@ func (h *hub) agentHandler(token string) http.Handler {
 			if err != nil {
 				h.reject("malformed")
 				h.logf("agent %s: frame rejected: %v", name, err)
-				conn.Close(websocket.StatusUnsupportedData, truncate(err.Error(), 120))
+				conn.Close(websocket.StatusUnsupportedData, event.Clip(err.Error(), 123))
 				return
 			}
 			if err := h.ack(ctx, conn, h.publish(events)); err != nil {
@@ -300,9 +299,6 @@ func (h *hub) agentHandler(token string) http.Handler {
 		}
 	})
 }
-
-// maxAgentName matches the schema's limit on an agent's name.
-const maxAgentName = 128
 
 func (h *hub) reject(reason string) {
 	h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", reason)
@@ -406,11 +402,4 @@ func (h *hub) metricsHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		h.metrics.Write(w)
 	})
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…" + strconv.Itoa(len(s)-n)
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/kvscope/kvscope/agent/metrics"
 	"github.com/kvscope/kvscope/agent/scenario"
@@ -139,7 +138,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		verify := s.VerifyEvery > 0 && (i-1)%s.VerifyEvery == 0
 		if err := r.serve(pd, fmt.Sprintf("req-%d", i), req, verify); err != nil && ctx.Err() == nil {
-			r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Request: fmt.Sprintf("req-%d", i), Status: statusOf(err), Message: clip(err.Error(), maxMessage)}})
+			r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Request: fmt.Sprintf("req-%d", i), Status: statusOf(err), Message: event.Clip(err.Error(), maxMessage)}})
 			if r.Metrics != nil {
 				r.Metrics.Add("agent_errors_total", "Transfers that failed, by status.", 1, "status", statusOf(err))
 			}
@@ -195,18 +194,6 @@ func (r *Runner) registered(reg *xfer.Registration) {
 
 // maxMessage bounds an error event's message.
 const maxMessage = 2048
-
-// clip shortens s to at most n bytes, on a rune boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
 
 // statusError carries a NIXL-like status name.
 type statusError struct {

@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Version is the schema version every event carries.
@@ -173,8 +174,22 @@ type SampleData struct {
 const (
 	MaxFrameBytes  = 1 << 20 // one websocket message
 	MaxFrameEvents = 4096
-	maxAgentName   = 128
+	MaxAgentName   = 128 // bytes of an agent's name
 )
+
+// Clip bounds free text (an error message, a close reason) to at most n
+// bytes, cutting on a rune boundary and ending a cut text with "…".
+func Clip(s string, n int) string {
+	const mark = "…"
+	if len(s) <= n {
+		return s
+	}
+	cut := max(0, n-len(mark))
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
 
 // FrameError reports a malformed frame: which event and what is wrong.
 type FrameError struct {
@@ -250,8 +265,8 @@ func (e *Event) Validate() error {
 	switch {
 	case e.V != Version:
 		return bad("v", fmt.Sprintf("version %d, want %d", e.V, Version))
-	case e.Agent == "" || len(e.Agent) > maxAgentName:
-		return bad("agent", fmt.Sprintf("must be 1 to %d characters", maxAgentName))
+	case e.Agent == "" || len(e.Agent) > MaxAgentName:
+		return bad("agent", fmt.Sprintf("must be 1 to %d characters", MaxAgentName))
 	case e.Seq == 0:
 		return bad("seq", "must be positive")
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func sample(seq uint64) Event {
@@ -279,5 +280,23 @@ func TestRecordedTrace(t *testing.T) {
 	}
 	if spans != batches+dones {
 		t.Fatalf("%d trace spans, want one per batch and transfer: %d", spans, batches+dones)
+	}
+}
+
+func TestClip(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"abcdefghijk", 10, "abcdefg…"},
+		{"ääääää", 8, "ää…"}, // never half a rune
+	} {
+		got := Clip(c.in, c.n)
+		if got != c.want || len(got) > c.n || !utf8.ValidString(got) {
+			t.Errorf("Clip(%q, %d) = %q, want %q (at most %d valid bytes)", c.in, c.n, got, c.want, c.n)
+		}
 	}
 }
