@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/vllm"
 )
 
 // Options are the engine settings that shape per-rank specs. The zero value
@@ -21,6 +22,9 @@ type Options struct {
 	// AttentionBackend is vLLM's attention backend name; "" picks the
 	// default (FLASH_ATTN, or FLASH_ATTN_MLA for MLA models).
 	AttentionBackend string
+	// Profile is the vLLM version whose rules apply; the zero value means
+	// the newest release.
+	Profile vllm.Profile
 }
 
 // LayerSpec is one layer with its spec on this rank.
@@ -104,21 +108,15 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 	if err != nil {
 		return nil, optErr("--kv-cache-dtype", o.KVCacheDType, "want auto, bfloat16, float16, fp8, fp8_e4m3 or fp8_e5m2")
 	}
-	convBytes, err := DTypeBytes(m.DType)
+	prof := o.Profile
+	if prof.Name == "" {
+		prof = vllm.For(vllm.Newest())
+	}
+	convBytes, ssmBytes, notes, err := stateDTypes(m, o, prof, kvBytes)
 	if err != nil {
-		return nil, fmt.Errorf("kvspec: model dtype: %w", err)
+		return nil, err
 	}
-	ssmBytes := convBytes
-	switch o.MambaSSMCacheDType {
-	case "", "auto":
-		if v := m.VLLMSSMDType; v != "" && v != m.DType && hasState(m) {
-			r.Notes = append(r.Notes, fmt.Sprintf("--mamba-ssm-cache-dtype auto keeps the model dtype %s for the SSM state, as the seed deployment's block sizes show; vLLM main's config hook for this model picks %s (pass --mamba-ssm-cache-dtype %s to plan that)", m.DType, v, v))
-		}
-	case "float32", "bfloat16", "float16":
-		ssmBytes, _ = DTypeBytes(o.MambaSSMCacheDType)
-	default:
-		return nil, optErr("--mamba-ssm-cache-dtype", o.MambaSSMCacheDType, "want auto, float32, bfloat16 or float16")
-	}
+	r.Notes = append(r.Notes, notes...)
 	mode := o.MambaCacheMode
 	switch mode {
 	case "":
@@ -149,6 +147,9 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 	}
 	r.Backend = backend
 	align := backend.minKernelBlock()
+	if prof.Align == vllm.Align16 {
+		align = 16
+	}
 	bs := o.BlockSize
 	if bs < 0 {
 		return nil, optErr("--block-size", bs, "must be positive")
@@ -176,16 +177,16 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 			s.HeadSize, s.HeadSizeV, s.DTypeBytes = l.HeadDim, l.HeadDimV, kvBytes
 			s.Window, s.Chunk = l.Window, l.Chunk
 		case l.Kind.IsState():
-			s.Shapes = StateShapes(l, tp, o.NumSpeculativeTokens)
+			s.Shapes = StateShapes(l, tp, specRows(prof, l.Kind, o.NumSpeculativeTokens))
 			s.StateDTypeBytes = []int{convBytes, ssmBytes}
 			s.MambaMode = mode
-			s.SpecBlocks = o.NumSpeculativeTokens
+			s.SpecBlocks = specBlocks(prof, mode, o.NumSpeculativeTokens)
 		}
 		r.Layers = append(r.Layers, LayerSpec{Layer: l, Spec: s})
 	}
 
 	if attn, ok := m.TargetAttention(); ok && hasState(m) {
-		a, err := alignHybrid(m, r, attn, tp, kvBytes, bs, align, mode)
+		a, err := alignHybrid(m, r, attn, tp, kvBytes, bs, align, mode, prof.Align == vllm.AlignBackendUser)
 		if err != nil {
 			return nil, err
 		}
@@ -225,6 +226,66 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 	return r, nil
 }
 
+// stateDTypes resolves the element sizes of the conv and SSM states: the
+// KV cache dtype for both in versions with one state dtype; otherwise the
+// model dtype for conv, and for SSM --mamba-ssm-cache-dtype, whose auto is
+// the model dtype unless the version's config hook for the model family
+// says otherwise.
+func stateDTypes(m *model.Model, o Options, prof vllm.Profile, kvBytes int) (conv, ssm int, notes []string, err error) {
+	if prof.SingleStateDType {
+		switch o.MambaSSMCacheDType {
+		case "", "auto":
+		default:
+			return 0, 0, nil, optErr("--mamba-ssm-cache-dtype", o.MambaSSMCacheDType, "vLLM %s has no such flag: its Mamba state takes the KV cache dtype", prof.Name)
+		}
+		return kvBytes, kvBytes, nil, nil
+	}
+	conv, err = DTypeBytes(m.DType)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("kvspec: model dtype: %w", err)
+	}
+	ssm = conv
+	switch o.MambaSSMCacheDType {
+	case "", "auto":
+		if !hasState(m) {
+			break
+		}
+		name, note := prof.SSMDType(m.ModelType, m.MambaSSMDType, m.DType)
+		if ssm, err = DTypeBytes(name); err != nil {
+			return 0, 0, nil, fmt.Errorf("kvspec: SSM dtype: %w", err)
+		}
+		if note != "" {
+			notes = append(notes, note)
+		} else if m.MambaSSMDType != "" && m.MambaSSMDType != m.DType {
+			notes = append(notes, fmt.Sprintf("--mamba-ssm-cache-dtype auto keeps the model dtype %s for the SSM state in %s, although the checkpoint declares %s (pass --mamba-ssm-cache-dtype %s to plan that)", m.DType, prof.Label, m.MambaSSMDType, m.MambaSSMDType))
+		}
+	case "float32", "bfloat16", "float16":
+		ssm, _ = DTypeBytes(o.MambaSSMCacheDType)
+	default:
+		return 0, 0, nil, optErr("--mamba-ssm-cache-dtype", o.MambaSSMCacheDType, "want auto, float32, bfloat16 or float16")
+	}
+	return conv, ssm, notes, nil
+}
+
+// specRows is how many conv rows speculative tokens add to a state layer
+// of this kind in this version.
+func specRows(prof vllm.Profile, k model.Kind, spec int) int {
+	switch {
+	case k == model.GatedDeltaNet && prof.GDNSpecRows, k == model.Mamba2 && prof.Mamba2SpecRows:
+		return spec
+	}
+	return 0
+}
+
+// specBlocks is how many blocks speculative tokens add to a state layer's
+// worst case per request in this version and mode.
+func specBlocks(prof vllm.Profile, mode string, spec int) int {
+	if mode == "all" && prof.AllSpecBlocks || mode != "all" && prof.StateSpecBlocks {
+		return spec
+	}
+	return 0
+}
+
 func hasState(m *model.Model) bool {
 	for _, l := range m.Layers {
 		if l.Kind.IsState() {
@@ -236,7 +297,11 @@ func hasState(m *model.Model) bool {
 
 // alignHybrid is vLLM's Platform._align_hybrid_block_size: the smallest
 // block size, a multiple of align, whose attention page holds a state page.
-func alignHybrid(m *model.Model, r *Rank, attn model.Layer, tp, kvBytes, bs, align int, mode string) (*Alignment, error) {
+//
+// From vLLM 0.19 the alignment is the larger of the backend's smallest
+// kernel block and --block-size (userAligns); before, the kernel block
+// alone.
+func alignHybrid(m *model.Model, r *Rank, attn model.Layer, tp, kvBytes, bs, align int, mode string, userAligns bool) (*Alignment, error) {
 	one := Spec{Kind: attn.Kind, BlockSize: 1, KVHeads: max(1, attn.KVHeads/tp), HeadSize: attn.HeadDim, HeadSizeV: attn.HeadDimV, DTypeBytes: kvBytes}
 	if attn.Kind == model.MLA {
 		one.KVHeads = 1
@@ -249,7 +314,10 @@ func alignHybrid(m *model.Model, r *Rank, attn model.Layer, tp, kvBytes, bs, ali
 			break
 		}
 	}
-	a := &Alignment{AttnBytesPerToken: attn1, StatePageBytes: statePage, Align: max(align, bs)}
+	a := &Alignment{AttnBytesPerToken: attn1, StatePageBytes: statePage, Align: align}
+	if userAligns {
+		a.Align = max(align, bs)
+	}
 	if statePage == 0 || attn1 == 0 {
 		a.AttnBlockSize = bs
 		return a, nil

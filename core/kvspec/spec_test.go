@@ -102,7 +102,8 @@ func TestPages(t *testing.T) {
 		}
 	})
 	t.Run("Nemotron-H Mamba2 state at TP1", func(t *testing.T) {
-		r, err := ForRank(modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Options{})
+		m := modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2")
+		r, err := ForRank(m, Options{MambaSSMCacheDType: "bfloat16"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,6 +115,16 @@ func TestPages(t *testing.T) {
 		// ceil(2,695,168 / 65,536) = 672.
 		if r.BlockSize != 672 {
 			t.Errorf("block %d, want 672", r.BlockSize)
+		}
+		// The newest release's NemotronH hook picks float32 for auto: SSM
+		// 2,621,440*2 = 5,242,880, state 5,316,608; 16 * ceil(5,316,608 /
+		// 65,536) = 16 * 82 = 1,312.
+		f32, err := ForRank(m, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f32.Alignment.StatePageBytes != 73728+5242880 || f32.BlockSize != 1312 {
+			t.Errorf("float32 SSM: state page %d, block %d; want 5,316,608 and 1,312", f32.Alignment.StatePageBytes, f32.BlockSize)
 		}
 	})
 }

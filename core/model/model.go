@@ -111,16 +111,16 @@ type StateDims struct {
 // Model is a parsed config: the layers that plan a KV cache, in order, and
 // the model-wide facts the planner needs.
 type Model struct {
-	Name          string // a display name (architecture or file name)
-	ModelType     string // text model_type
-	Architecture  string
-	DType         string // model dtype as vLLM resolves "auto": bfloat16, float16 or float32
-	MambaSSMDType string // the checkpoint's mamba_ssm_dtype, "" when it declares none
-	// VLLMSSMDType is the SSM cache dtype vLLM main's model config hook
-	// picks for --mamba-ssm-cache-dtype auto ("" when it keeps the model
-	// dtype): the checkpoint's mamba_ssm_dtype for Qwen3.5/3.6, the
-	// config's mamba_ssm_cache_dtype or float32 for NemotronH.
-	VLLMSSMDType string
+	Name         string // a display name (architecture or file name)
+	ModelType    string // text model_type
+	Architecture string
+	DType        string // model dtype as vLLM resolves "auto": bfloat16, float16 or float32
+	// MambaSSMDType is the SSM state dtype the checkpoint declares where a
+	// vLLM config hook may read it for --mamba-ssm-cache-dtype auto:
+	// text_config.mamba_ssm_dtype (Qwen3.5/3.6), mamba_ssm_cache_dtype
+	// (NemotronH); "" when it declares none. Whether a version reads it is
+	// the profile's business (vllm.Profile.SSMDType).
+	MambaSSMDType string
 	// MambaAll says what vLLM does with --mamba-cache-mode all for this
 	// model: "supported" (Mamba prefix caching), "align" (downgraded to
 	// align, Qwen3-Next) or "reject" (Qwen3.5/3.6 raise an error).

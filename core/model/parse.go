@@ -74,6 +74,7 @@ func (p *parser) parse() error {
 	family := modelType
 	if family == "" && p.text.has("hybrid_override_pattern") {
 		family = "nemotron_h"
+		p.m.ModelType = family
 		p.note("model_type missing: hybrid_override_pattern makes it a NemotronH config")
 	} else if family == "" {
 		p.note("model_type missing: reading the config as a Llama-style decoder (transformers LlamaConfig defaults)")
@@ -494,7 +495,6 @@ func (p *parser) qwenGDN() error {
 	if err := p.checkSSMDType(); err != nil {
 		return err
 	}
-	p.m.VLLMSSMDType = p.m.MambaSSMDType
 	p.m.MambaAll = "reject"
 	if p.m.ModelType == "qwen3_next" {
 		p.m.MambaAll = "align"
@@ -725,11 +725,16 @@ func (p *parser) nemotronH() error {
 	if err := p.checkSSMDType(); err != nil {
 		return err
 	}
-	p.m.VLLMSSMDType = "float32"
 	if s, ok, err := p.text.str("mamba_ssm_cache_dtype"); err != nil {
 		return err
 	} else if ok {
-		p.m.VLLMSSMDType = strings.TrimPrefix(s, "torch.")
+		switch d := strings.TrimPrefix(s, "torch."); d {
+		case "float32", "bfloat16", "float16":
+			p.m.MambaSSMDType = d
+		case "auto":
+		default:
+			return p.text.errf("mamba_ssm_cache_dtype", "unknown dtype (want float32, bfloat16, float16 or auto)")
+		}
 	}
 	p.m.MambaAll = "supported"
 	if p.m.MambaChunkSize, err = p.intOr("chunk_size"); err != nil {

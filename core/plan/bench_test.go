@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"github.com/kvscope/kvscope/core/model/modeltest"
+	"github.com/kvscope/kvscope/core/vllm"
 	"testing"
 )
 
@@ -14,7 +15,7 @@ func BenchmarkPlan(b *testing.B) {
 	seed := withDraft(b, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
 	for _, tp := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("qwen3.6-35b-a3b+dflash/tp%d", tp), func(b *testing.B) {
-			e := Engine{TensorParallelSize: tp, MaxModelLen: 262144, NumSpeculativeTokens: 7}
+			e := Engine{VLLMVersion: vllm.Branch, TensorParallelSize: tp, MaxModelLen: 262144, NumSpeculativeTokens: 7}
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := New(seed, e); err != nil {
@@ -38,7 +39,7 @@ func BenchmarkPlan(b *testing.B) {
 // layout (four plans and a selector pass).
 func BenchmarkInvariant(b *testing.B) {
 	seed := withDraft(b, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
-	p := Engine{TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
+	p := Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
 	d := p
 	d.TensorParallelSize = 4
 	b.ReportAllocs()

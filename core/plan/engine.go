@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvscope/kvscope/core/kvspec"
+	"github.com/kvscope/kvscope/core/vllm"
 )
 
 // Selector names a group-size selector.
@@ -11,13 +12,17 @@ type Selector string
 
 // The group-size selectors.
 const (
-	// Classic is vLLM main's rule: g = the smallest bucket, or the largest
-	// when the largest is under 1.5x the smallest.
+	// Classic is the released rule of the engine's vLLM version: g = the
+	// smallest bucket, or the largest when the largest is under 1.25x
+	// (0.12-0.17) or 1.5x (0.18 on, and main) the smallest; before 0.12,
+	// always the smallest. In the branch profile it is main's rule.
 	Classic Selector = "classic"
+	// Min is g = the smallest bucket, the rule of vLLM 0.10 and 0.11.
+	Min Selector = "min"
 	// Balanced minimises padding layers + lambda * groups (vLLM PR #49472).
 	Balanced Selector = "balanced"
 	// PaddingBytes minimises the worst-case padding bytes per request, then
-	// the group count (vLLM PR #58207); the default.
+	// the group count (vLLM PR #58207); the branch profile's default.
 	PaddingBytes Selector = "padding-bytes"
 )
 
@@ -26,7 +31,8 @@ type BucketMerge string
 
 // The bucket merge rules.
 const (
-	// MergeAuto is Loose with the padding-bytes selector, Strict otherwise.
+	// MergeAuto is Loose with padding-bytes in the branch profile, Strict
+	// otherwise.
 	MergeAuto BucketMerge = "auto"
 	// Strict buckets layers whose specs are equal (vLLM main's merge).
 	Strict BucketMerge = "strict"
@@ -44,9 +50,12 @@ const DefaultKVCacheMemoryBytes = 40 << 30
 const DefaultMaxNumBatchedTokens = 8192
 
 // Engine is one vLLM engine's settings, named after vLLM's flags. The zero
-// value of every field means vLLM's default, so Engine{} is a TP1 engine
-// with default flags.
+// value of every field means the default of the engine's vLLM version, so
+// Engine{} is a TP1 engine of the newest release with default flags.
 type Engine struct {
+	// VLLMVersion picks the profile whose rules and defaults apply:
+	// a release ("0.11.0"), "main" or "pr58207"; "" is the newest release.
+	VLLMVersion          string      `json:"vllm_version"`
 	TensorParallelSize   int         `json:"tensor_parallel_size"`   // --tensor-parallel-size (1)
 	PipelineParallelSize int         `json:"pipeline_parallel_size"` // --pipeline-parallel-size (1)
 	BlockSize            int         `json:"block_size"`             // --block-size (16, or the backend's)
@@ -55,17 +64,21 @@ type Engine struct {
 	KVCacheDType         string      `json:"kv_cache_dtype"`         // --kv-cache-dtype (auto)
 	KVCacheMemoryBytes   int64       `json:"kv_cache_memory_bytes"`  // --kv-cache-memory-bytes (40 GiB) per rank
 	NumSpeculativeTokens int         `json:"num_speculative_tokens"` // --num-speculative-tokens (0)
-	Selector             Selector    `json:"selector"`               // --selector (padding-bytes)
+	Selector             Selector    `json:"selector"`               // --selector (the version's rule)
 	MinGroupLayers       int         `json:"min_kv_cache_group_layers"`
 	GroupSize            int         `json:"kv_cache_group_size"` // --kv-cache-group-size: fixed g
 	BalancedLambda       float64     `json:"balanced_lambda"`     // padding_per_group of the balanced selector (1.0)
 	BucketMerge          BucketMerge `json:"bucket_merge"`        // --kv-cache-bucket-merge (auto)
 	DisableHybrid        bool        `json:"disable_hybrid_kv_cache_manager"`
-	MambaCacheMode       string      `json:"mamba_cache_mode"`      // --mamba-cache-mode (none)
+	MambaCacheMode       string      `json:"mamba_cache_mode"`      // --mamba-cache-mode (none, or what prefix caching implies)
 	MambaSSMCacheDType   string      `json:"mamba_ssm_cache_dtype"` // --mamba-ssm-cache-dtype (auto)
-	NoAsyncScheduling    bool        `json:"no_async_scheduling"`   // --no-async-scheduling
-	AttentionBackend     string      `json:"attention_backend"`     // --attention-backend
-	NumGPUBlocksOverride int         `json:"num_gpu_blocks_override"`
+	// PrefixCaching is --enable-prefix-caching ("on") or
+	// --no-enable-prefix-caching ("off"); "" is the version's default.
+	PrefixCaching        string `json:"enable_prefix_caching"`
+	AsyncScheduling      bool   `json:"async_scheduling"`    // --async-scheduling
+	NoAsyncScheduling    bool   `json:"no_async_scheduling"` // --no-async-scheduling
+	AttentionBackend     string `json:"attention_backend"`   // --attention-backend
+	NumGPUBlocksOverride int    `json:"num_gpu_blocks_override"`
 }
 
 // FlagError reports an engine setting that is out of range.
@@ -83,8 +96,26 @@ func flagErr(flag string, v any, reason string) error {
 	return &FlagError{Flag: flag, Value: fmt.Sprint(v), Reason: reason}
 }
 
-// resolved fills in vLLM's defaults and checks ranges.
-func (e Engine) resolved(modelMaxLen int) (Engine, error) {
+// Profile returns the engine's vLLM version profile.
+func (e Engine) Profile() (vllm.Profile, error) {
+	p, err := vllm.Lookup(e.VLLMVersion)
+	if err != nil {
+		return vllm.Profile{}, flagErr("--vllm-version", e.VLLMVersion, err.(*vllm.VersionError).Reason)
+	}
+	return p, nil
+}
+
+// resolved fills in the defaults of the engine's vLLM version and checks
+// ranges. hybrid says whether the model has attention and state layers
+// (prefix caching and the mamba cache mode depend on it), mambaAll whether
+// it supports Mamba prefix caching (mode all).
+func (e Engine) resolved(modelMaxLen int, hybrid, mambaAll bool) (Engine, vllm.Profile, []string, error) {
+	prof, err := e.Profile()
+	if err != nil {
+		return e, prof, nil, err
+	}
+	e.VLLMVersion = prof.Name
+	var notes []string
 	if e.TensorParallelSize == 0 {
 		e.TensorParallelSize = 1
 	}
@@ -93,7 +124,7 @@ func (e Engine) resolved(modelMaxLen int) (Engine, error) {
 	}
 	if e.MaxModelLen == 0 {
 		if modelMaxLen > 1<<26 {
-			return e, flagErr("--max-model-len", "unset", fmt.Sprintf("the config's derived maximum of %d tokens exceeds 67108864; pass --max-model-len", modelMaxLen))
+			return e, prof, nil, flagErr("--max-model-len", "unset", fmt.Sprintf("the config's derived maximum of %d tokens exceeds 67108864; pass --max-model-len", modelMaxLen))
 		}
 		e.MaxModelLen = modelMaxLen
 	}
@@ -107,7 +138,13 @@ func (e Engine) resolved(modelMaxLen int) (Engine, error) {
 		e.KVCacheMemoryBytes = DefaultKVCacheMemoryBytes
 	}
 	if e.Selector == "" {
-		e.Selector = PaddingBytes
+		e.Selector = Classic
+		switch prof.Selector {
+		case vllm.SelectorPaddingBytes:
+			e.Selector = PaddingBytes
+		case vllm.SelectorMin:
+			e.Selector = Min
+		}
 	}
 	if e.MinGroupLayers == 0 {
 		e.MinGroupLayers = 3
@@ -118,9 +155,17 @@ func (e Engine) resolved(modelMaxLen int) (Engine, error) {
 	if e.BucketMerge == "" {
 		e.BucketMerge = MergeAuto
 	}
-	if e.MambaCacheMode == "" {
-		e.MambaCacheMode = "none"
+	if e.AsyncScheduling && e.NoAsyncScheduling {
+		return e, prof, nil, flagErr("--async-scheduling", true, "contradicts --no-async-scheduling")
 	}
+	async := e.AsyncScheduling || !e.NoAsyncScheduling && prof.AsyncScheduling(e.PipelineParallelSize)
+	e.AsyncScheduling, e.NoAsyncScheduling = async, !async
+	mode, pc, modeNotes, err := mambaMode(e, prof, hybrid, mambaAll)
+	if err != nil {
+		return e, prof, nil, err
+	}
+	e.MambaCacheMode, e.PrefixCaching = mode, pc
+	notes = append(notes, modeNotes...)
 	if e.MambaSSMCacheDType == "" {
 		e.MambaSSMCacheDType = "auto"
 	}
@@ -144,26 +189,94 @@ func (e Engine) resolved(modelMaxLen int) (Engine, error) {
 	}
 	for _, c := range checks {
 		if !c.ok {
-			return e, flagErr(c.flag, c.v, c.why)
+			return e, prof, nil, flagErr(c.flag, c.v, c.why)
 		}
 	}
 	switch e.Selector {
-	case Classic, Balanced, PaddingBytes:
+	case Classic, Min, Balanced, PaddingBytes:
 	default:
-		return e, flagErr("--selector", e.Selector, "want classic, balanced or padding-bytes")
+		return e, prof, nil, flagErr("--selector", e.Selector, "want classic, min, balanced or padding-bytes")
 	}
 	switch e.BucketMerge {
 	case MergeAuto, Strict, Loose:
 	default:
-		return e, flagErr("--kv-cache-bucket-merge", e.BucketMerge, "want auto, strict or loose")
+		return e, prof, nil, flagErr("--kv-cache-bucket-merge", e.BucketMerge, "want auto, strict or loose")
 	}
-	return e, nil
+	return e, prof, notes, nil
 }
 
-// merge is the bucket merge rule in effect.
-func (e Engine) merge() BucketMerge {
+// mambaMode resolves the state cache mode and prefix caching: an explicit
+// --mamba-cache-mode wins (where the version has the flag); otherwise
+// prefix caching, on or off by the version's default for hybrids or by
+// the flag, implies none or the version's mode for it.
+func mambaMode(e Engine, prof vllm.Profile, hybrid, mambaAll bool) (mode, pc string, notes []string, err error) {
+	switch e.PrefixCaching {
+	case "", "on", "off":
+	default:
+		return "", "", nil, flagErr("--enable-prefix-caching", e.PrefixCaching, "want on or off")
+	}
+	switch e.MambaCacheMode {
+	case "", "none", "align", "all":
+	default:
+		return "", "", nil, flagErr("--mamba-cache-mode", e.MambaCacheMode, "want none, align or all")
+	}
+	if e.MambaCacheMode != "" && !prof.MambaModeFlag && hybrid {
+		return "", "", nil, flagErr("--mamba-cache-mode", e.MambaCacheMode, fmt.Sprintf("vLLM %s has no --mamba-cache-mode (it came with 0.15, #30877); use --enable-prefix-caching", prof.Name))
+	}
+	pc = e.PrefixCaching
+	if !hybrid {
+		if pc == "" {
+			pc = "on"
+		}
+		return orNone(e.MambaCacheMode), pc, nil, nil
+	}
+	switch {
+	case prof.HybridPrefixCaching == "forced-off" && pc == "on":
+		notes = append(notes, fmt.Sprintf("vLLM %s disables prefix caching for hybrid models (\"Hybrid or mamba-based model detected: disabling prefix caching since it is not yet supported.\")", prof.Name))
+		pc = "off"
+	case pc == "" && prof.HybridPrefixCaching == "on":
+		pc = "on"
+	case pc == "":
+		pc = "off"
+	}
+	if e.MambaCacheMode != "" {
+		if e.MambaCacheMode != "none" && pc == "off" && e.PrefixCaching == "" {
+			pc = "on"
+		}
+		return e.MambaCacheMode, pc, notes, nil
+	}
+	if pc == "off" {
+		return "none", pc, notes, nil
+	}
+	switch prof.PrefixMambaMode {
+	case "align":
+		return "align", pc, notes, nil
+	case "per-block":
+		if !mambaAll {
+			notes = append(notes, fmt.Sprintf("vLLM %s supports prefix caching only for Mamba1/Mamba2 hybrids: prefix caching stays off for this model (inferred)", prof.Name))
+			return "none", "off", notes, nil
+		}
+		return "all", pc, notes, nil
+	}
+	if mambaAll && !(prof.SpecAlignsAll && e.NumSpeculativeTokens > 0) {
+		return "all", pc, notes, nil
+	}
+	return "align", pc, notes, nil
+}
+
+func orNone(mode string) string {
+	if mode == "" {
+		return "none"
+	}
+	return mode
+}
+
+// merge is the bucket merge rule in effect: auto is loose with the
+// padding-bytes selector in the profiles that merge loosely (the branch),
+// strict otherwise (the classic selector keeps vLLM main's strict merge).
+func (e Engine) merge(prof vllm.Profile) BucketMerge {
 	if e.BucketMerge == MergeAuto || e.BucketMerge == "" {
-		if e.Selector == PaddingBytes || e.Selector == "" {
+		if prof.LooseMerge && e.Selector == PaddingBytes {
 			return Loose
 		}
 		return Strict
@@ -172,31 +285,39 @@ func (e Engine) merge() BucketMerge {
 }
 
 // MaxConcurrentBatches is how many batches can be in flight at once: 2 with
-// async scheduling and no pipeline parallelism, else the PP size.
+// async scheduling and no pipeline parallelism, else the PP size. It reads
+// the resolved async setting (a plan's Engine).
 func (e Engine) MaxConcurrentBatches() int {
-	pp := max(1, e.PipelineParallelSize)
-	if !e.NoAsyncScheduling && pp == 1 {
-		return 2
-	}
-	return pp
+	return vllm.ConcurrentBatches(!e.NoAsyncScheduling, e.PipelineParallelSize)
 }
 
-// InFlightTokens is vLLM's max_in_flight_tokens: max concurrent batches
-// times --max-num-batched-tokens.
+// InFlightTokens is what a sliding window or chunk reserves beyond itself
+// on a resolved engine: --max-num-batched-tokens, times the batches in
+// flight in the versions that count them (vLLM's max_in_flight_tokens).
 func (e Engine) InFlightTokens() int {
+	prof, err := e.Profile()
+	if err != nil {
+		prof = vllm.For(vllm.Newest())
+	}
+	return e.inFlight(prof)
+}
+
+func (e Engine) inFlight(prof vllm.Profile) int {
 	mnbt := e.MaxNumBatchedTokens
 	if mnbt == 0 {
 		mnbt = DefaultMaxNumBatchedTokens
 	}
-	return e.MaxConcurrentBatches() * mnbt
+	async := e.AsyncScheduling || !e.NoAsyncScheduling && prof.AsyncScheduling(e.PipelineParallelSize)
+	return prof.InFlightTokens(mnbt, async, e.PipelineParallelSize)
 }
 
-func (e Engine) limits() kvspec.Limits {
-	return kvspec.Limits{MaxModelLen: e.MaxModelLen, InFlightTokens: e.InFlightTokens()}
+func (e Engine) limits(prof vllm.Profile) kvspec.Limits {
+	return kvspec.Limits{MaxModelLen: e.MaxModelLen, InFlightTokens: e.inFlight(prof)}
 }
 
-func (e Engine) specOptions() kvspec.Options {
+func (e Engine) specOptions(prof vllm.Profile) kvspec.Options {
 	return kvspec.Options{
+		Profile:              prof,
 		TensorParallelSize:   e.TensorParallelSize,
 		BlockSize:            e.BlockSize,
 		KVCacheDType:         e.KVCacheDType,

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"github.com/kvscope/kvscope/core/vllm"
 	"reflect"
 	"testing"
 
@@ -100,7 +101,7 @@ func TestOneWorkerGoldenVectors(t *testing.T) {
 		// case (2 blocks) exceeds a full layer's (1 block) at max_model_len
 		// 16, so 3F+7S pads to 4 full + 8 sliding: g=4, num_blocks
 		// 3*32*P / (4P) = 24.
-		{"T6 under padding-bytes pads full attention to 4", cat(repeat(3, full), repeat(7, sw)), Engine{MaxModelLen: 16}, 3 * 32 * pageP, 24,
+		{"T6 under padding-bytes pads full attention to 4", cat(repeat(3, full), repeat(7, sw)), Engine{VLLMVersion: vllm.Branch, MaxModelLen: 16}, 3 * 32 * pageP, 24,
 			[][]string{{"l1", "l2", "l3"}, {"l4", "l6", "l8", "l10"}, {"l5", "l7", "l9"}}, nil, pageP},
 	}
 	for _, tt := range tests {
@@ -173,7 +174,7 @@ func TestPaddingBytesSelectorVectors(t *testing.T) {
 		name := fmt.Sprintf("%d full %d sw %d draft sw min %d gives %d", tt.full, tt.sw, tt.draftSW, tt.minLayers, tt.want)
 		t.Run(name, func(t *testing.T) {
 			specs := cat(repeat(tt.full, full), repeat(tt.sw, sw), repeat(tt.draftSW, draftSW))
-			e := Engine{MaxModelLen: 32768, MaxNumBatchedTokens: 256, NoAsyncScheduling: true, MinGroupLayers: tt.minLayers}
+			e := Engine{VLLMVersion: vllm.Branch, MaxModelLen: 32768, MaxNumBatchedTokens: 256, NoAsyncScheduling: true, MinGroupLayers: tt.minLayers}
 			p, err := FromSpecs(layers(specs...), e)
 			if err != nil {
 				t.Fatal(err)
@@ -216,7 +217,7 @@ func TestMiMoCrossCheck(t *testing.T) {
 	} {
 		t.Run(string(tt.selector), func(t *testing.T) {
 			avail := tt.numBlocks * int64(tt.slots) * page
-			e := Engine{MaxModelLen: 1048576, MaxNumBatchedTokens: 8192, Selector: tt.selector, KVCacheMemoryBytes: avail}
+			e := Engine{VLLMVersion: vllm.Branch, MaxModelLen: 1048576, MaxNumBatchedTokens: 8192, Selector: tt.selector, KVCacheMemoryBytes: avail}
 			p, err := FromSpecs(layers(specs...), e)
 			if err != nil {
 				t.Fatal(err)
@@ -254,7 +255,7 @@ func TestSelectorsOnBucketVectors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if g := classicGroupSize(tt.sizes); g != tt.classic {
+			if g := classicGroupSize(tt.sizes, mainThreshold); g != tt.classic {
 				t.Errorf("classic g = %d, want %d", g, tt.classic)
 			}
 			if g := balancedGroupSize(tt.sizes, 1); g != tt.balanced {

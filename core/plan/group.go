@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvscope/kvscope/core/kvspec"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/vllm"
 )
 
 // This file is vLLM's get_kv_cache_groups: the dispatch between one uniform
@@ -145,7 +146,10 @@ func uniformType(specs []kvspec.LayerSpec) bool {
 // page divides the largest gets a proportionally larger block size, and
 // other attention pages are padded. MLA pages that do not divide are an
 // error, as in vLLM.
-func unifyPages(specs []kvspec.LayerSpec) ([]string, error) {
+//
+// Versions before vLLM 0.12 (pad false) raise NotImplementedError for any
+// page that does not divide the largest.
+func unifyPages(specs []kvspec.LayerSpec, pad bool) ([]string, error) {
 	var largest int64
 	for _, s := range specs {
 		largest = max(largest, s.Spec.PageBytes())
@@ -166,11 +170,11 @@ func unifyPages(specs []kvspec.LayerSpec) ([]string, error) {
 			ratio := int(largest / page)
 			*s = s.WithBlockSize(s.BlockSize * ratio)
 			line = fmt.Sprintf("%s page of %d B: block size x%d to %d tokens", s.Kind, page, ratio, s.BlockSize)
-		case s.Kind != model.MLA:
+		case s.Kind != model.MLA && pad:
 			s.PagePadded = largest
 			line = fmt.Sprintf("%s page of %d B padded to %d B", s.Kind, page, largest)
 		default:
-			return nil, fmt.Errorf("plan: layer %s: MLA page of %d B does not divide the largest page of %d B (vLLM: NotImplementedError)", specs[i].Layer.Name, page, largest)
+			return nil, fmt.Errorf("plan: layer %s: %s page of %d B does not divide the largest page of %d B (vLLM: NotImplementedError)", specs[i].Layer.Name, s.Kind, page, largest)
 		}
 		if counts[line] == 0 {
 			logs = append(logs, line)
@@ -236,7 +240,7 @@ func splitBuckets(buckets []bucket, g int) ([]draftGroup, []string) {
 }
 
 // groupLayers runs vLLM's dispatch on one rank's specs.
-func groupLayers(specs []kvspec.LayerSpec, e Engine, fixed *Layout) (*grouping, error) {
+func groupLayers(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *Layout) (*grouping, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("plan: the model has no layer with a KV cache")
 	}
@@ -266,34 +270,41 @@ func groupLayers(specs []kvspec.LayerSpec, e Engine, fixed *Layout) (*grouping, 
 			return r, nil
 		}
 	}
-	logs, err := unifyPages(specs)
+	logs, err := unifyPages(specs, prof.PadPages)
 	if err != nil {
 		return nil, err
 	}
 	r.logs = logs
-	lim := e.limits()
+	lim := e.limits(prof)
 	if fixed != nil {
 		return r, r.applyLayout(fixed, lim)
 	}
 	r.dispatch = "hybrid"
-	r.buckets = makeBuckets(specs, e.merge(), lim)
+	r.buckets = makeBuckets(specs, e.merge(prof), lim)
 	sizes := make([]int, len(r.buckets))
 	bytes := make([]int64, len(r.buckets))
 	for j, b := range r.buckets {
 		sizes[j], bytes[j] = len(b.layers), b.bytes
 	}
-	r.groupSize = chooseGroupSize(e, sizes, bytes)
+	r.groupSize = chooseGroupSize(e, prof, sizes, bytes)
 	r.groups, r.warnings = splitBuckets(r.buckets, r.groupSize)
 	return r, nil
 }
 
 // chooseGroupSize applies the fixed override or the engine's selector.
-func chooseGroupSize(e Engine, sizes []int, bytes []int64) int {
+// Classic is the version's released rule (main's in the branch profile).
+func chooseGroupSize(e Engine, prof vllm.Profile, sizes []int, bytes []int64) int {
 	switch {
 	case e.GroupSize > 0:
 		return e.GroupSize
+	case e.Selector == Min:
+		return classicGroupSize(sizes, 0)
 	case e.Selector == Classic:
-		return classicGroupSize(sizes)
+		threshold := prof.Threshold
+		if prof.Selector == vllm.SelectorPaddingBytes {
+			threshold = mainThreshold
+		}
+		return classicGroupSize(sizes, threshold)
 	case e.Selector == Balanced:
 		return balancedGroupSize(sizes, e.BalancedLambda)
 	default:

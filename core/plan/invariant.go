@@ -40,8 +40,12 @@ type Invariant struct {
 func SuggestedBlockSize(m *model.Model, p, d Engine) (int, error) {
 	best := 0
 	for _, e := range []Engine{p, d} {
+		e, prof, _, err := e.resolved(m.MaxModelLen, hasState(m), m.MambaAll == "supported")
+		if err != nil {
+			return 0, err
+		}
 		for _, tp := range []int{1, e.TensorParallelSize} {
-			o := e.specOptions()
+			o := e.specOptions(prof)
 			o.TensorParallelSize = max(tp, 1)
 			r, err := kvspec.ForRank(m, o)
 			if err != nil {
@@ -103,7 +107,7 @@ func NewInvariant(m *model.Model, p, d Engine) (*Invariant, error) {
 		DIndependent:  di,
 		Inferred:      true,
 	}
-	layout, notes, err := invariantLayout(m, pi.Engine, di.Engine, bs)
+	layout, notes, err := invariantLayout(m, pi, di, bs)
 	if err != nil {
 		return nil, err
 	}
@@ -126,13 +130,14 @@ func NewInvariant(m *model.Model, p, d Engine) (*Invariant, error) {
 // invariantLayout buckets layers by identity and selects g with costs in
 // worst-case blocks at block size bs, taking the larger of P's and D's
 // limits.
-func invariantLayout(m *model.Model, p, d Engine, bs int) (*Layout, []string, error) {
+func invariantLayout(m *model.Model, pp, dp *Plan, bs int) (*Layout, []string, error) {
 	var notes []string
+	p, d := pp.Engine, dp.Engine
 	lim := kvspec.Limits{
 		MaxModelLen:    max(p.MaxModelLen, d.MaxModelLen),
-		InFlightTokens: max(p.InFlightTokens(), d.InFlightTokens()),
+		InFlightTokens: max(p.inFlight(pp.Profile), d.inFlight(dp.Profile)),
 	}
-	o := p.specOptions()
+	o := p.specOptions(pp.Profile)
 	o.TensorParallelSize = 1
 	o.BlockSize = bs
 	o.NumSpeculativeTokens = max(p.NumSpeculativeTokens, d.NumSpeculativeTokens)
@@ -176,7 +181,7 @@ func invariantLayout(m *model.Model, p, d Engine, bs int) (*Layout, []string, er
 	if p.Selector != d.Selector || p.GroupSize != d.GroupSize || p.MinGroupLayers != d.MinGroupLayers {
 		notes = append(notes, "P and D select group sizes differently; the invariant plan uses P's selector settings")
 	}
-	g := chooseGroupSize(p, sizes, costs)
+	g := chooseGroupSize(p, pp.Profile, sizes, costs)
 	l := &Layout{GroupSize: g}
 	for bi, b := range buckets {
 		n := (len(b.names) + g - 1) / g

@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"github.com/kvscope/kvscope/core/model/modeltest"
+	"github.com/kvscope/kvscope/core/vllm"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -13,7 +14,7 @@ import (
 
 func TestInvariantPlanForTheSeedDeployment(t *testing.T) {
 	seed := withDraft(t, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
-	p := Engine{TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
+	p := Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
 	d := p
 	d.TensorParallelSize = 4
 	inv, err := NewInvariant(seed, p, d)
@@ -61,8 +62,8 @@ func TestInvariantPlanOfAUniformModelIsItsOwnPlan(t *testing.T) {
 
 func TestCompareReportsBlockSizeChanges(t *testing.T) {
 	m := modeltest.Load(t, "Qwen__Qwen3-Next-80B-A3B-Instruct")
-	a := mustPlan(t, m, Engine{TensorParallelSize: 1, Selector: Classic})
-	b := mustPlan(t, m, Engine{TensorParallelSize: 4, Selector: Classic})
+	a := mustPlan(t, m, Engine{TensorParallelSize: 1, Selector: Classic, MambaCacheMode: "none"})
+	b := mustPlan(t, m, Engine{TensorParallelSize: 4, Selector: Classic, MambaCacheMode: "none"})
 	d := Compare(a, b)
 	// Only the 12 full-attention layers change: a GDN layer's block in
 	// mamba_cache_mode none is the whole request on both sides.

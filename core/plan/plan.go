@@ -6,12 +6,17 @@ import (
 
 	"github.com/kvscope/kvscope/core/kvspec"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/vllm"
 )
 
 // Plan is one engine's KV cache group plan and what it costs, per rank.
 type Plan struct {
 	Model  string `json:"model"`
 	Engine Engine `json:"engine"` // with defaults filled in
+	// VLLMVersion is the profile the plan follows, VLLMProfile its label.
+	VLLMVersion string       `json:"vllm_version"`
+	VLLMProfile string       `json:"vllm_profile"`
+	Profile     vllm.Profile `json:"-"`
 
 	BlockSize     int   `json:"block_size"`      // cache block size in tokens (attention, after alignment)
 	PageBytes     int64 `json:"page_size_bytes"` // bytes of one layer's block per rank (the unified page)
@@ -29,7 +34,13 @@ type Plan struct {
 	NumBlocks        int64   `json:"num_blocks"`
 	BlocksPerRequest int64   `json:"blocks_per_request"`
 	MaxConcurrency   float64 `json:"max_concurrency"`
-	KVCacheTokens    int64   `json:"kv_cache_tokens"`
+	// KVCacheTokens is the "GPU KV cache size" the version logs:
+	// int(max_concurrency * max_model_len) from vLLM 0.21, num_blocks //
+	// groups * the smallest block size before (KVCacheTokensRule says
+	// which); CapacityTokens is the first figure in every version.
+	KVCacheTokens     int64  `json:"kv_cache_tokens"`
+	KVCacheTokensRule string `json:"kv_cache_tokens_rule"`
+	CapacityTokens    int64  `json:"capacity_tokens"`
 
 	Selector Selector    `json:"selector"`
 	Merge    BucketMerge `json:"bucket_merge"`
@@ -102,23 +113,24 @@ func WithLayout(m *model.Model, e Engine, l *Layout) (*Plan, error) {
 }
 
 func newPlan(m *model.Model, e Engine, fixed *Layout) (*Plan, error) {
-	e, err := e.resolved(m.MaxModelLen)
+	hybrid := hasState(m)
+	e, prof, engineNotes, err := e.resolved(m.MaxModelLen, hybrid, m.MambaAll == "supported")
 	if err != nil {
 		return nil, err
 	}
-	rank, err := kvspec.ForRank(m, e.specOptions())
+	rank, err := kvspec.ForRank(m, e.specOptions(prof))
 	if err != nil {
 		return nil, err
 	}
 	specs := rank.Layers
-	if extra := extraRetained(m, e); extra > 0 {
+	if extra := extraRetained(m, e); extra > 0 && prof.ExtraRetained {
 		for i := range specs {
 			if specs[i].Spec.Kind == model.Sliding {
 				specs[i].Spec.ExtraRetained = extra
 			}
 		}
 	}
-	p, err := fromSpecs(specs, e, fixed, stagesOf(m, e.PipelineParallelSize))
+	p, err := fromSpecs(specs, e, prof, fixed, stagesOf(m, e.PipelineParallelSize))
 	if err != nil {
 		return nil, err
 	}
@@ -127,11 +139,14 @@ func newPlan(m *model.Model, e Engine, fixed *Layout) (*Plan, error) {
 	p.Alignment = rank.Alignment
 	p.Backend = rank.Backend.Name
 	p.Logs = append(append([]string(nil), rank.Logs...), p.Logs...)
-	p.Notes = append(append(append([]string{}, m.Notes...), rank.Notes...), p.Notes...)
+	p.Notes = append(append(append(append([]string{}, m.Notes...), engineNotes...), rank.Notes...), p.Notes...)
 	if e.PipelineParallelSize > 1 && hasRole(m, model.Draft, model.MTP) {
 		p.addInferred("draft and MTP layers are placed on the last pipeline stage")
 	}
 	p.finish()
+	if err := p.startupCheck(); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
@@ -139,14 +154,18 @@ func newPlan(m *model.Model, e Engine, fixed *Layout) (*Plan, error) {
 // pipeline stage). It is the planner without the model and platform steps,
 // which is how vLLM's own unit tests drive get_kv_cache_configs.
 func FromSpecs(specs []kvspec.LayerSpec, e Engine) (*Plan, error) {
-	e, err := e.resolved(1)
+	hybrid := false
+	for _, s := range specs {
+		hybrid = hybrid || s.Spec.Kind.IsState()
+	}
+	e, prof, _, err := e.resolved(1, hybrid, true)
 	if err != nil {
 		return nil, err
 	}
 	if len(specs) > 0 {
 		e.BlockSize = specs[0].Spec.BlockSize
 	}
-	p, err := fromSpecs(specs, e, nil, nil)
+	p, err := fromSpecs(specs, e, prof, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +174,43 @@ func FromSpecs(specs []kvspec.LayerSpec, e Engine) (*Plan, error) {
 	}
 	p.finish()
 	return p, nil
+}
+
+func hasState(m *model.Model) bool {
+	for _, l := range m.Layers {
+		if l.Kind.IsState() {
+			return true
+		}
+	}
+	return false
+}
+
+// relevant reports whether an inferred rule of the profile touches this
+// plan: rules about layer kinds the plan does not have are left out.
+func relevant(rule string, specs []kvspec.LayerSpec, e Engine) bool {
+	kinds := map[string]bool{}
+	for _, s := range specs {
+		switch {
+		case s.Spec.Kind.IsState():
+			kinds["state"] = true
+		case s.Spec.Kind == model.Sliding || s.Spec.Kind == model.ChunkedLocal:
+			kinds["window"] = true
+		}
+	}
+	for _, k := range []struct {
+		behaviour string
+		need      bool
+	}{
+		{vllm.BStateDType, kinds["state"]}, {vllm.BSSMHook, kinds["state"]}, {vllm.BPrefix, kinds["state"]},
+		{vllm.BMambaMode, kinds["state"]}, {vllm.BStateSpec, kinds["state"]}, {vllm.BSpecRows, kinds["state"] && e.NumSpeculativeTokens > 0},
+		{vllm.BAlign, kinds["state"]}, {vllm.BInFlight, kinds["window"]}, {vllm.BAsync, kinds["window"]},
+		{vllm.BConnector, false}, {vllm.BRefusal, false}, {vllm.BRefusalWording, false},
+	} {
+		if strings.HasPrefix(rule, k.behaviour+" ") {
+			return k.need
+		}
+	}
+	return true
 }
 
 func hasRole(m *model.Model, roles ...model.Role) bool {
@@ -222,16 +278,19 @@ func stagesOf(m *model.Model, pp int) map[string]int {
 	return out
 }
 
-func fromSpecs(specs []kvspec.LayerSpec, e Engine, fixed *Layout, stages map[string]int) (*Plan, error) {
-	g, err := groupLayers(specs, e, fixed)
+func fromSpecs(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *Layout, stages map[string]int) (*Plan, error) {
+	g, err := groupLayers(specs, e, prof, fixed)
 	if err != nil {
 		return nil, err
 	}
-	lim := e.limits()
+	lim := e.limits(prof)
 	p := &Plan{
 		Engine:          e,
+		VLLMVersion:     prof.Name,
+		VLLMProfile:     prof.Label,
+		Profile:         prof,
 		Selector:        e.Selector,
-		Merge:           e.merge(),
+		Merge:           e.merge(prof),
 		Dispatch:        g.dispatch,
 		GroupSize:       g.groupSize,
 		Warnings:        append([]string{}, g.warnings...),
@@ -275,7 +334,7 @@ func fromSpecs(specs []kvspec.LayerSpec, e Engine, fixed *Layout, stages map[str
 		}
 	}
 	p.memory(e, stages)
-	if e.merge() == Loose && g.dispatch == "hybrid" {
+	if e.merge(prof) == Loose && g.dispatch == "hybrid" {
 		for _, b := range g.buckets {
 			set := newMergeSet(b.spec)
 			for _, li := range b.layers[1:] {
@@ -286,11 +345,16 @@ func fromSpecs(specs []kvspec.LayerSpec, e Engine, fixed *Layout, stages map[str
 			}
 		}
 	}
-	if p.Selector == PaddingBytes && e.GroupSize == 0 {
-		p.addInferred("selector padding-bytes follows vLLM PR #58207's diff, which vLLM main does not carry")
+	if p.Selector == PaddingBytes && e.GroupSize == 0 && prof.Selector != vllm.SelectorPaddingBytes {
+		p.addInferred(fmt.Sprintf("selector padding-bytes follows vLLM PR #58207's diff, which %s does not carry", prof.Label))
 	}
 	if p.Selector == Balanced && e.GroupSize == 0 {
 		p.addInferred("selector balanced follows vLLM PR #49472, which vLLM main does not carry")
+	}
+	for _, r := range prof.Inferred {
+		if relevant(r, specs, e) {
+			p.addInferred("profile " + prof.Name + ": " + r)
+		}
 	}
 	if e.MambaCacheMode == "all" {
 		for _, s := range specs {
@@ -357,7 +421,16 @@ func (p *Plan) memory(e Engine, stages map[string]int) {
 	}
 	if p.BlocksPerRequest > 0 {
 		p.MaxConcurrency = float64(p.NumBlocks) / float64(p.BlocksPerRequest)
-		p.KVCacheTokens = int64(p.MaxConcurrency * float64(e.MaxModelLen))
+		p.CapacityTokens = int64(p.MaxConcurrency * float64(e.MaxModelLen))
+	}
+	p.KVCacheTokens, p.KVCacheTokensRule = p.CapacityTokens, "int(max_concurrency * max_model_len)"
+	if p.Profile.KVSizeLine == vllm.SizePerGroup && len(p.Groups) > 0 {
+		smallest := p.Groups[0].BlockSize
+		for _, g := range p.Groups {
+			smallest = min(smallest, g.BlockSize)
+		}
+		p.KVCacheTokens = p.NumBlocks / int64(len(p.Groups)) * int64(smallest)
+		p.KVCacheTokensRule = "num_blocks // groups * smallest block size"
 	}
 }
 

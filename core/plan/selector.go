@@ -4,16 +4,21 @@ package plan
 // for padding-bytes, each bucket's worst-case bytes per layer b_j), each
 // returns the group size g that every bucket is split by.
 
-// classicGroupSize is vLLM main's rule (kv_cache_utils.py at commit
-// 002f10e0): g is the smallest bucket, unless the largest bucket is under
-// 1.5 times the smallest (a float comparison), in which case g is the
-// largest.
-func classicGroupSize(sizes []int) int {
+// mainThreshold is the classic rule's threshold in vLLM main
+// (kv_cache_utils.py at commit 002f10e0) and from release 0.18.
+const mainThreshold = 1.5
+
+// classicGroupSize is vLLM's released rule: g is the smallest bucket,
+// unless the largest bucket is under threshold times the smallest (a float
+// comparison), in which case g is the largest. threshold 0 is the rule of
+// vLLM 0.10 and 0.11 (always the smallest); the version profile says which
+// threshold holds (1.25 from 0.12, 1.5 from 0.18).
+func classicGroupSize(sizes []int, threshold float64) int {
 	mn, mx := sizes[0], sizes[0]
 	for _, l := range sizes {
 		mn, mx = min(mn, l), max(mx, l)
 	}
-	if float64(mx) < 1.5*float64(mn) {
+	if float64(mx) < threshold*float64(mn) {
 		return mx
 	}
 	return mn

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"github.com/kvscope/kvscope/core/vllm"
 	"strings"
 	"testing"
 
@@ -140,12 +141,12 @@ func TestHybridBlockSizes(t *testing.T) {
 		// padding-bytes-selector.md §2: the seed deployment, 7 speculative
 		// tokens, bf16 SSM: 592 at TP2 and 304 at TP4; fp32 would give
 		// 1104/560; no speculative rows 544/272.
-		{"seed TP2", seed, Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7}, 592},
-		{"seed TP4", seed, Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7}, 304},
-		{"seed TP2 fp32", seed, Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MambaSSMCacheDType: "float32"}, 1104},
-		{"seed TP4 fp32", seed, Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MambaSSMCacheDType: "float32"}, 560},
-		{"seed TP2 no speculation", seed, Engine{TensorParallelSize: 2}, 544},
-		{"seed TP4 no speculation", seed, Engine{TensorParallelSize: 4}, 272},
+		{"seed TP2", seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7}, 592},
+		{"seed TP4", seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7}, 304},
+		{"seed TP2 fp32", seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7, MambaSSMCacheDType: "float32"}, 1104},
+		{"seed TP4 fp32", seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7, MambaSSMCacheDType: "float32"}, 560},
+		{"seed TP2 no speculation", seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2}, 544},
+		{"seed TP4 no speculation", seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4}, 272},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,7 +164,7 @@ func TestDraftPageUnification(t *testing.T) {
 	// target 1,024: the target's full layers double their block size to
 	// 1184 and the GDN page (606,208 B) is padded to the drafter page
 	// 592 * 2,048 = 1,212,416 B (100 %).
-	p := mustPlan(t, seed, Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7})
+	p := mustPlan(t, seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7})
 	l3, _ := p.LayerByName("L3")
 	l0, _ := p.LayerByName("L0")
 	d5, _ := p.LayerByName("draft.L5")
@@ -172,13 +173,13 @@ func TestDraftPageUnification(t *testing.T) {
 	}
 	// At TP4 all attention kinds take 1,024 B per token; the loose merge
 	// puts the drafter's full layer in the target's full bucket.
-	p4 := mustPlan(t, seed, Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7})
+	p4 := mustPlan(t, seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7})
 	l3p4, _ := p4.LayerByName("L3")
 	d5p4, _ := p4.LayerByName("draft.L5")
 	if l3p4.Group != d5p4.Group || !p4.Inferred {
 		t.Errorf("TP4: draft.L5 in group %d, L3 in group %d, inferred %v; want one group, inferred", d5p4.Group, l3p4.Group, p4.Inferred)
 	}
-	strict := mustPlan(t, seed, Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, BucketMerge: Strict})
+	strict := mustPlan(t, seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7, BucketMerge: Strict})
 	l3s, _ := strict.LayerByName("L3")
 	d5s, _ := strict.LayerByName("draft.L5")
 	if l3s.Group == d5s.Group {
@@ -186,7 +187,7 @@ func TestDraftPageUnification(t *testing.T) {
 	}
 	// Classic on the same model splits every bucket by the 1-layer bucket:
 	// 46 groups of 1 (reference/planning.md §8.4).
-	c := mustPlan(t, seed, Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, Selector: Classic})
+	c := mustPlan(t, seed, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7, Selector: Classic})
 	if c.NumGroups != 46 || c.Slots != 1 {
 		t.Errorf("classic: %d groups of %d, want 46 of 1", c.NumGroups, c.Slots)
 	}
@@ -273,6 +274,12 @@ func TestInFlightTokens(t *testing.T) {
 		{Engine{NoAsyncScheduling: true}, 8192},
 		{Engine{PipelineParallelSize: 4}, 4 * 8192},
 		{Engine{PipelineParallelSize: 4, NoAsyncScheduling: true, MaxNumBatchedTokens: 2048}, 4 * 2048},
+		// Before vLLM 0.26 (#47728) the reserve is one batch, whatever runs.
+		{Engine{VLLMVersion: "0.25.1"}, 8192},
+		{Engine{VLLMVersion: "0.25.1", PipelineParallelSize: 4}, 8192},
+		// 0.26 with async scheduling (on by default since 0.14, with PP since 0.15).
+		{Engine{VLLMVersion: "0.26.0"}, 2 * 8192},
+		{Engine{VLLMVersion: "0.26.0", NoAsyncScheduling: true}, 8192},
 	}
 	for _, tt := range tests {
 		if got := tt.e.InFlightTokens(); got != tt.want {
@@ -327,10 +334,11 @@ func TestReviewedVLLMBehaviours(t *testing.T) {
 		if _, err := New(modeltest.Load(t, "Qwen__Qwen3.5-35B-A3B"), Engine{MambaCacheMode: "all"}); err == nil {
 			t.Error("Qwen3.5 rejects mamba_cache_mode all")
 		}
-		// NemotronH: state page 2,695,168 B, attention 4,096 B per token;
-		// chunk lcm(128, 16) = 128: 128 * ceil(ceil(2,695,168/4,096)/128) =
-		// 128 * ceil(658/128) = 768; a state group holds ceil(M/768) blocks.
-		nh := mustPlan(t, modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Engine{MambaCacheMode: "all", MaxModelLen: 131072})
+		// NemotronH in vLLM 0.19 (a float16 SSM state by its config hook):
+		// state page 2,695,168 B, attention 4,096 B per token; chunk
+		// lcm(128, 16) = 128: 128 * ceil(ceil(2,695,168/4,096)/128) = 128 *
+		// ceil(658/128) = 768; a state group holds ceil(M/768) blocks.
+		nh := mustPlan(t, modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Engine{VLLMVersion: "0.19.0", MambaCacheMode: "all", MaxModelLen: 131072})
 		if nh.BlockSize != 768 {
 			t.Errorf("NemotronH block %d, want 768", nh.BlockSize)
 		}
@@ -340,10 +348,28 @@ func TestReviewedVLLMBehaviours(t *testing.T) {
 			}
 		}
 	})
-	t.Run("the auto SSM dtype note names vLLM main's choice", func(t *testing.T) {
-		p := mustPlan(t, modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), Engine{})
-		if !contains(p.Notes, "picks float32") {
-			t.Errorf("notes %q", p.Notes)
+	t.Run("the NemotronH config hook decides the auto SSM dtype by version", func(t *testing.T) {
+		m := modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2")
+		// TP1 SSM state: 128 heads x 80 x 128 = 1,310,720 elements; conv
+		// (4-1) x (10,240 + 2*8*128) = 36,864 elements in bfloat16.
+		conv := int64(36864 * 2)
+		for _, tt := range []struct {
+			version string
+			ssm     int64
+			note    string
+		}{
+			{"0.12.0", 2, ""},
+			{"0.19.0", 2, "defaults the SSM cache dtype to float16"},
+			{"0.20.0", 4, "defaults the SSM cache dtype to float32"},
+			{vllm.Branch, 2, ""},
+		} {
+			p := mustPlan(t, m, Engine{VLLMVersion: tt.version})
+			if p.Alignment == nil || p.Alignment.StatePageBytes != conv+1310720*tt.ssm {
+				t.Errorf("%s: state page %+v, want %d", tt.version, p.Alignment, conv+1310720*tt.ssm)
+			}
+			if tt.note != "" && !contains(p.Notes, tt.note) {
+				t.Errorf("%s: notes %q", tt.version, p.Notes)
+			}
 		}
 	})
 	t.Run("a fixed layout taken from a uniform plan plans again", func(t *testing.T) {

@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"github.com/kvscope/kvscope/core/vllm"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/plan"
@@ -14,7 +15,7 @@ import (
 // floor of any generator.
 func BenchmarkPairs(b *testing.B) {
 	m := seedModel(b)
-	pe := plan.Engine{TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
+	pe := plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
 	de := pe
 	de.TensorParallelSize = 4
 	c, _ := ParseConnector("nixl")

@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"github.com/kvscope/kvscope/core/vllm"
 	"reflect"
 	"strings"
 	"testing"
@@ -114,7 +115,7 @@ func TestBlockSizeAdvice(t *testing.T) {
 		// P TP2 doubles the target's full block to 1184 next to the drafter;
 		// D TP4 plans 304. The block aligned at TP1, 592, makes P 1184 and
 		// D 592, which divide.
-		{"the seed deployment at TP2 and TP4: 592", seedModel(t), plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7}, false, 592},
+		{"the seed deployment at TP2 and TP4: 592", seedModel(t), plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7}, false, 592},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,276 @@
+package vllm
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Profile is what one vLLM version does wherever kvscope's numbers depend
+// on it. Build one with For; the zero value is not a profile.
+type Profile struct {
+	Version Version `json:"-"`
+	Name    string  `json:"name"`  // "0.28.0", "main" or "pr58207"
+	Label   string  `json:"label"` // one line for headers
+
+	// Selector is the group-size rule: SelectorMin (g = min L_j),
+	// SelectorMinOrMax (g = max L_j when max < Threshold * min, else min),
+	// or SelectorPaddingBytes (#58207).
+	Selector  string  `json:"selector"`
+	Threshold float64 `json:"selector_threshold,omitempty"`
+	// LooseMerge buckets attention layers that agree on kind, block size,
+	// page bytes and window whatever their head layout (inferred for the
+	// branch).
+	LooseMerge bool `json:"loose_bucket_merge"`
+
+	// InFlightBatches: the sliding-window and chunked-local worst case
+	// reserves max_num_batched_tokens times the batches in flight (#47728)
+	// instead of max_num_batched_tokens once.
+	InFlightBatches bool `json:"in_flight_batches"`
+	// AsyncDefault is whether async scheduling is on by default, and
+	// AsyncWithPP whether that default holds with pipeline parallelism.
+	AsyncDefault bool `json:"async_scheduling_default"`
+	AsyncWithPP  bool `json:"async_scheduling_with_pp"`
+
+	// SingleStateDType: the Mamba state takes the KV cache dtype, one
+	// dtype for conv and SSM (before --mamba-ssm-cache-dtype existed).
+	SingleStateDType bool `json:"single_state_dtype"`
+	// SSMHooks names the model families whose config hook resolves
+	// --mamba-ssm-cache-dtype auto, and how (see SSMDType).
+	SSMHooks map[string]string `json:"ssm_dtype_hooks"`
+
+	// HybridPrefixCaching is prefix caching for attention + state models:
+	// "forced-off", "opt-in" or "on" (the default).
+	HybridPrefixCaching string `json:"hybrid_prefix_caching"`
+	// PrefixMambaMode is the state cache mode prefix caching implies when
+	// the user names none: "per-block" (one state per block, before the
+	// mode flag existed), "all-or-align" (all for models that support Mamba
+	// prefix caching, align otherwise) or "align".
+	PrefixMambaMode string `json:"prefix_mamba_mode"`
+	// SpecAlignsAll: prefix caching with speculative decoding picks align
+	// even for models that support all (#40454, reverted by #41233).
+	SpecAlignsAll bool `json:"spec_decode_aligns_all"`
+	// MambaModeFlag is whether --mamba-cache-mode exists.
+	MambaModeFlag bool `json:"mamba_cache_mode_flag"`
+	// StateSpecBlocks: a state layer's worst case counts one block per
+	// speculative token in modes none and align; AllSpecBlocks in mode all.
+	StateSpecBlocks bool `json:"state_spec_blocks"`
+	AllSpecBlocks   bool `json:"all_spec_blocks"`
+	// GDNSpecRows and Mamba2SpecRows: speculative tokens add conv rows.
+	GDNSpecRows    bool `json:"gdn_spec_conv_rows"`
+	Mamba2SpecRows bool `json:"mamba2_spec_conv_rows"`
+
+	// Align is the hybrid attention block-size alignment: Align16 (16
+	// always), AlignBackend (the backend's kernel block: 16, 64 MLA, 128
+	// CUTLASS MLA) or AlignBackendUser (max of that and --block-size).
+	Align string `json:"hybrid_block_alignment"`
+	// PadPages: attention pages that do not divide the largest page are
+	// padded (otherwise vLLM raises NotImplementedError).
+	PadPages bool `json:"pad_non_dividing_pages"`
+	// ExtraRetained: multi-layer MTP keeps num_speculative_tokens-1 extra
+	// tokens in sliding windows.
+	ExtraRetained bool `json:"extra_retained_tokens"`
+
+	// KVSizeLine is how "GPU KV cache size: N tokens" is computed:
+	// SizePerGroup (num_blocks // groups * smallest block size) or
+	// SizeConcurrency (int(max concurrency * max_model_len)).
+	KVSizeLine string `json:"kv_cache_size_line"`
+	// Refusal is how the start-up check sizes one request of
+	// max_model_len: RefusalLayers (the sum over layers, no padding),
+	// RefusalGroup0 (the first group times the slots) or RefusalGroups
+	// (every group, padding included).
+	Refusal string `json:"refusal_needed"`
+	// RefusalDocs adds the conserving-memory link; RefusalModelsTypo keeps
+	// "models's" (fixed by #42479).
+	RefusalDocs       bool `json:"refusal_docs_link"`
+	RefusalModelsTypo bool `json:"refusal_models_typo"`
+
+	// GroupPairs: the NixlConnector and NixlPushConnector move layers per
+	// pair of P and D cache groups, so P and D may plan differently
+	// (except MLA, and pipeline-parallel push producers). Without it both
+	// connectors need the same plan on P and D.
+	GroupPairs bool `json:"group_pair_transfers"`
+	// TPInvariant: the branch plans P and D with one TP-invariant layout
+	// when the connector needs matching groups (inferred).
+	TPInvariant bool `json:"tp_invariant_plans"`
+
+	// Rules is the table row in force for each behaviour.
+	Rules []Change `json:"rules"`
+	// Inferred lists what this profile rests on that kvscope inferred
+	// rather than read in vLLM's code at that version.
+	Inferred []string `json:"inferred"`
+}
+
+// Selector rules.
+const (
+	SelectorMin          = "min"
+	SelectorMinOrMax     = "min-or-max"
+	SelectorPaddingBytes = "padding-bytes"
+)
+
+// Alignment rules.
+const (
+	Align16          = "16"
+	AlignBackend     = "backend"
+	AlignBackendUser = "backend-or-block-size"
+)
+
+// Capacity line rules.
+const (
+	SizePerGroup    = "blocks-per-group"
+	SizeConcurrency = "concurrency"
+)
+
+// Refusal rules.
+const (
+	RefusalLayers = "layers"
+	RefusalGroup0 = "first-group"
+	RefusalGroups = "all-groups"
+)
+
+// For builds the profile of a version: the base behaviour of 0.10.0 with
+// every change of the table up to v applied in order.
+func For(v Version) Profile {
+	p := Profile{
+		Version: v, Name: v.Name(),
+		SSMHooks:            map[string]string{},
+		HybridPrefixCaching: "forced-off",
+	}
+	for _, c := range Changes() {
+		if !c.holdsIn(v) {
+			continue
+		}
+		c.apply(&p)
+		// The newest row of a behaviour replaces older ones.
+		kept := p.Rules[:0]
+		for _, r := range p.Rules {
+			if r.Behaviour != c.Behaviour || r.Family != c.Family {
+				kept = append(kept, r)
+			}
+		}
+		p.Rules = append(kept, c)
+	}
+	for _, r := range p.Rules {
+		if r.Evidence == Inferred {
+			p.Inferred = append(p.Inferred, fmt.Sprintf("%s from %s (%s): inferred", r.What(), r.From, r.Source))
+		}
+	}
+	if p.Inferred == nil {
+		p.Inferred = []string{}
+	}
+	p.Label = label(v)
+	return p
+}
+
+// Lookup parses a version and builds its profile.
+func Lookup(s string) (Profile, error) {
+	v, err := ParseVersion(s)
+	if err != nil {
+		return Profile{}, err
+	}
+	return For(v), nil
+}
+
+func label(v Version) string {
+	switch {
+	case v.Line == Main:
+		return "vLLM main (as far as kvscope has read it)"
+	case v.Line == Branch:
+		return "vLLM PR #58207's planner with group-pair NixlConnector transfers (RFC #58638)"
+	case v.Dev:
+		return fmt.Sprintf("vLLM %s (development build %s, planned as that release)", v.Name(), v.Text)
+	}
+	return "vLLM " + v.Name()
+}
+
+// Rule returns the table row in force for a behaviour (and family), or
+// false when the base behaviour holds.
+func (p Profile) Rule(behaviour, family string) (Change, bool) {
+	for _, r := range p.Rules {
+		if r.Behaviour == behaviour && r.Family == family {
+			return r, true
+		}
+	}
+	return Change{}, false
+}
+
+// SSMDType resolves --mamba-ssm-cache-dtype auto for a model: the model
+// family's config hook where this version has one, else the model dtype.
+// modelType is the text config's model_type; hfDType is the dtype the
+// checkpoint declares for it ("" when none); modelDType is the model's
+// dtype. It returns the dtype and, when a hook decided, a note saying so.
+func (p Profile) SSMDType(modelType, hfDType, modelDType string) (string, string) {
+	family := FamilyOf(modelType)
+	hook, ok := p.SSMHooks[family]
+	if !ok {
+		return modelDType, ""
+	}
+	kind, def, _ := strings.Cut(hook, ":")
+	switch kind {
+	case "checkpoint":
+		if hfDType != "" {
+			return hfDType, fmt.Sprintf("vLLM %s's %s config hook takes the checkpoint's SSM dtype %s for --mamba-ssm-cache-dtype auto", p.Name, family, hfDType)
+		}
+		if def != "" {
+			return def, fmt.Sprintf("vLLM %s's %s config hook defaults the SSM cache dtype to %s for --mamba-ssm-cache-dtype auto", p.Name, family, def)
+		}
+	}
+	return modelDType, ""
+}
+
+// FamilyOf maps a text model_type to the family name the hooks use.
+func FamilyOf(modelType string) string {
+	switch modelType {
+	case "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text":
+		return "qwen3.5"
+	case "nemotron_h":
+		return "nemotron-h"
+	case "qwen3_next":
+		return "qwen3-next"
+	}
+	return modelType
+}
+
+// AsyncScheduling says whether async scheduling is on for an engine that
+// did not set it: the version's default, which pipeline parallelism turns
+// off in some versions.
+func (p Profile) AsyncScheduling(pp int) bool {
+	if !p.AsyncDefault {
+		return false
+	}
+	return pp <= 1 || p.AsyncWithPP
+}
+
+// ConcurrentBatches is how many scheduler batches are in flight: the PP
+// size, or 2 with async scheduling at PP 1.
+func ConcurrentBatches(async bool, pp int) int {
+	pp = max(1, pp)
+	if async && pp == 1 {
+		return 2
+	}
+	return pp
+}
+
+// InFlightTokens is the token count a sliding window or a chunk reserves
+// beyond itself: max_num_batched_tokens, times the batches in flight from
+// the versions that count them.
+func (p Profile) InFlightTokens(mnbt int, async bool, pp int) int {
+	if !p.InFlightBatches {
+		return mnbt
+	}
+	return ConcurrentBatches(async, pp) * mnbt
+}
+
+// RefusalMessage is vLLM's start-up error when one request of
+// max_model_len does not fit, worded as this version words it.
+func (p Profile) RefusalMessage(maxLen int, neededGiB, availGiB float64, estimate int) string {
+	models := "model's"
+	if p.RefusalModelsTypo {
+		models = "models's"
+	}
+	msg := fmt.Sprintf("To serve at least one request with the %s max seq len (%d), (%.2f GiB KV cache is needed, which is larger than the available KV cache memory (%.2f GiB). Based on the available memory, the estimated maximum model length is %d. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+		models, maxLen, neededGiB, availGiB, estimate)
+	if p.RefusalDocs {
+		msg += " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+	}
+	return msg
+}
