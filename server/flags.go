@@ -10,14 +10,16 @@ import (
 	"github.com/kvscope/kvscope/app/bundled"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/vllm"
 )
 
 // engineFlags registers vLLM's engine flags on a flag set, once plainly
 // (for both engines) and, when sides is set, once per side with a "p-" or
 // "d-" prefix that overrides the plain value for that side.
 type engineFlags struct {
-	fs    *flag.FlagSet
-	sides []string
+	fs      *flag.FlagSet
+	sides   []string
+	version *string
 	vals  map[string]map[string]*string // side ("" / "p" / "d") -> flag -> value
 	bools map[string]map[string]*bool
 }
@@ -45,12 +47,15 @@ var engineFlagNames = []struct{ name, help string }{
 
 var engineBoolNames = []struct{ name, help string }{
 	{"disable-hybrid-kv-cache-manager", "one KV cache group: sliding and chunked layers become full attention"},
-	{"async-scheduling", "async scheduling (the default): 2 batches in flight at PP 1"},
+	{"async-scheduling", "async scheduling (the default from vLLM 0.14): 2 batches in flight at PP 1"},
 	{"no-async-scheduling", "disable async scheduling: 1 batch in flight at PP 1"},
+	{"enable-prefix-caching", "prefix caching (hybrid models: off by default before vLLM 0.28)"},
+	{"no-enable-prefix-caching", "disable prefix caching"},
 }
 
 func newEngineFlags(fs *flag.FlagSet, sides ...string) *engineFlags {
 	ef := &engineFlags{fs: fs, sides: sides, vals: map[string]map[string]*string{}, bools: map[string]map[string]*bool{}}
+	ef.version = fs.String("vllm-version", "", "the vLLM version whose planner and connector rules apply: a release (0.11.0 ... "+vllm.Newest().Name()+"), main, or "+vllm.Branch+" (see kvscope versions; default the newest release, "+vllm.Newest().Name()+")")
 	for _, side := range append([]string{""}, sides...) {
 		prefix, note := "", ""
 		if side != "" {
@@ -89,6 +94,10 @@ func (ef *engineFlags) engine(side string) (plan.Engine, error) {
 		return *ef.bools[""][name]
 	}
 	var e plan.Engine
+	e.VLLMVersion = *ef.version
+	if _, err := vllm.ParseVersion(e.VLLMVersion); err != nil {
+		return e, err
+	}
 	ints := []struct {
 		name string
 		dst  *int
@@ -152,7 +161,16 @@ func (ef *engineFlags) engine(side string) (plan.Engine, error) {
 	if boolean("async-scheduling") && boolean("no-async-scheduling") {
 		return e, fmt.Errorf("--async-scheduling and --no-async-scheduling contradict each other")
 	}
+	e.AsyncScheduling = boolean("async-scheduling")
 	e.NoAsyncScheduling = boolean("no-async-scheduling")
+	switch {
+	case boolean("enable-prefix-caching") && boolean("no-enable-prefix-caching"):
+		return e, fmt.Errorf("--enable-prefix-caching and --no-enable-prefix-caching contradict each other")
+	case boolean("enable-prefix-caching"):
+		e.PrefixCaching = "on"
+	case boolean("no-enable-prefix-caching"):
+		e.PrefixCaching = "off"
+	}
 	return e, nil
 }
 

@@ -5,6 +5,8 @@
 //	kvscope plan   --model M.json [engine flags] [--json]
 //	kvscope pd     --model M.json --p-tensor-parallel-size N --d-tensor-parallel-size N [...] [--json]
 //	kvscope oracle [--sweep | the pd flags] [--json]
+//	kvscope check  LOG [--model M] [--draft D] [--vllm-version V] [--json]
+//	kvscope versions [--json]
 //	kvscope serve  [--addr A] [--token T] [--agent embedded|none] [--record FILE.jsonl]
 //	kvscope replay [--speed S] FILE.jsonl
 //	kvscope models
@@ -36,6 +38,8 @@ func commands() []command {
 		{"plan", "plan one engine's KV cache groups and what they cost", runPlan},
 		{"pd", "plan a prefill/decode pair and compute the descriptor geometry of a transfer", runPD},
 		{"oracle", "prove a transfer on bytes, or run the sweep (--sweep)", runOracle},
+		{"check", "hold a vLLM startup log against kvscope's plan, line by line (exit 3 when they differ)", runCheck},
+		{"versions", "list the vLLM version profiles and the table of behaviour changes", runVersions},
 		{"serve", "serve the browser app and the JSON API", runServe},
 		{"replay", "serve the app and play a recorded event file (serve --record) into its live view", runReplay},
 		{"site", "write the browser app as a static website (no server needed)", runSite},
@@ -44,7 +48,8 @@ func commands() []command {
 }
 
 // run dispatches a subcommand and returns the process exit code: 0 on
-// success, 1 on an error, 2 on a usage error.
+// success, 1 on an error, 2 on a usage error, 3 when kvscope check finds
+// that a log and the plan differ.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
@@ -63,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
+		case errors.As(err, new(differsError)):
+			return 3
 		case errors.As(err, new(*usageError)):
 			fmt.Fprintf(stderr, "kvscope %s: %v\n", c.name, err)
 			return 2

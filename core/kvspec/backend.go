@@ -24,9 +24,11 @@ func Backends() []Backend {
 	return []Backend{
 		{Name: "FLASH_ATTN", MultipleOf: 16},
 		{Name: "FLASHINFER", Sizes: []int{16, 32, 64}, BlocksFirst: true},
+		{Name: "TRITON_ATTN", MultipleOf: 16},
 		{Name: "FLASH_ATTN_MLA", MultipleOf: 16, MLA: true},
 		{Name: "FLASHMLA", Sizes: []int{64}, MLA: true},
 		{Name: "CUTLASS_MLA", Sizes: []int{128}, MLA: true},
+		{Name: "TRITON_MLA", MultipleOf: 16, MLA: true},
 	}
 }
 

@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"github.com/kvscope/kvscope/core/vllm"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -9,8 +10,16 @@ import (
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
+// transfer plans both engines and computes one request's transfer. Engines
+// that name no vLLM version run the group-pair profile, whose geometry
+// these tests prove.
 func transfer(t testing.TB, m *model.Model, pe, de plan.Engine, req xfer.Request, conn string) *xfer.Transfer {
 	t.Helper()
+	for _, e := range []*plan.Engine{&pe, &de} {
+		if e.VLLMVersion == "" {
+			e.VLLMVersion = vllm.Branch
+		}
+	}
 	pp, err := plan.New(m, pe)
 	if err != nil {
 		t.Fatal(err)

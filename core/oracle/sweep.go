@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/vllm"
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
@@ -31,6 +32,7 @@ type Case struct {
 	Model  string          `json:"model"`
 	PTP    int             `json:"p_tp"`
 	DTP    int             `json:"d_tp"`
+	PPP    int             `json:"p_pp"` // P's pipeline-parallel size (1 unless a PP producer case)
 	Plans  xfer.PlanChoice `json:"plans"`
 	Blocks string          `json:"blocks"` // default, suggested or no-divide
 	Hit    string          `json:"hit"`    // none, some, all-but-last
@@ -39,7 +41,11 @@ type Case struct {
 }
 
 func (c Case) String() string {
-	return fmt.Sprintf("%s P TP%d -> D TP%d, %s plans, %s blocks, hit %s, %s, %d tokens", c.Model, c.PTP, c.DTP, c.Plans, c.Blocks, c.Hit, c.Mode, c.Prompt)
+	pp := ""
+	if c.PPP > 1 {
+		pp = fmt.Sprintf(" PP%d", c.PPP)
+	}
+	return fmt.Sprintf("%s P TP%d%s -> D TP%d, %s plans, %s blocks, hit %s, %s, %d tokens", c.Model, c.PTP, pp, c.DTP, c.Plans, c.Blocks, c.Hit, c.Mode, c.Prompt)
 }
 
 // Counts tallies verdicts.
@@ -74,11 +80,13 @@ type SweepResult struct {
 	BytesMoved int64              `json:"bytes_moved"`
 }
 
-// Cases enumerates a sweep: every TP pair over {1, 2, 4, 8} the model
-// allows on both sides, independent and TP-invariant plans, each engine's
-// default block size, the suggested one and a pair that does not divide,
-// no, some and all-but-the-last-block prefix hits, pull and push, and each
-// prompt length.
+// Cases enumerates a sweep in the group-pair profile: every TP pair over
+// {1, 2, 4, 8} the model allows on both sides, independent and
+// TP-invariant plans, each engine's default block size, the suggested one
+// and a pair that does not divide, no, some and all-but-the-last-block
+// prefix hits, pull and push, and each prompt length; and, per TP pair, P
+// as a two-stage pipeline-parallel producer (pull and push, independent
+// and invariant plans, default and non-dividing blocks).
 func Cases(models []SweepModel) []Case {
 	var out []Case
 	for _, sm := range models {
@@ -88,7 +96,7 @@ func Cases(models []SweepModel) []Case {
 			candidates = []int{1, 2, 4, 8}
 		}
 		for _, tp := range candidates {
-			if _, err := plan.New(sm.Model, plan.Engine{TensorParallelSize: tp, NumSpeculativeTokens: sm.Spec}); err == nil {
+			if _, err := plan.New(sm.Model, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: tp, NumSpeculativeTokens: sm.Spec}); err == nil {
 				tps = append(tps, tp)
 			}
 		}
@@ -99,9 +107,18 @@ func Cases(models []SweepModel) []Case {
 						for _, hit := range []string{"none", "some", "all-but-last"} {
 							for _, mode := range []xfer.Mode{xfer.Pull, xfer.Push} {
 								for _, n := range sm.Prompts {
-									out = append(out, Case{sm.Family, sm.Name, ptp, dtp, plans, blocks, hit, mode, n})
+									out = append(out, Case{sm.Family, sm.Name, ptp, dtp, 1, plans, blocks, hit, mode, n})
 								}
 							}
+						}
+					}
+				}
+				// P as a two-stage pipeline-parallel producer: in push it
+				// routes layers by name, so only a plan equal to D's moves.
+				for _, plans := range []xfer.PlanChoice{xfer.IndependentPlans, xfer.InvariantPlans} {
+					for _, blocks := range []string{"default", "no-divide"} {
+						for _, mode := range []xfer.Mode{xfer.Pull, xfer.Push} {
+							out = append(out, Case{sm.Family, sm.Name, ptp, dtp, 2, plans, blocks, "none", mode, sm.Prompts[0]})
 						}
 					}
 				}
@@ -117,8 +134,8 @@ func (c Case) Setup(sm SweepModel) (xfer.Setup, error) {
 	for _, l := range sm.Model.Layers {
 		hasState = hasState || l.Kind.IsState()
 	}
-	pe := plan.Engine{TensorParallelSize: c.PTP, NumSpeculativeTokens: sm.Spec}
-	de := plan.Engine{TensorParallelSize: c.DTP, NumSpeculativeTokens: sm.Spec}
+	pe := plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: c.PTP, PipelineParallelSize: c.PPP, NumSpeculativeTokens: sm.Spec}
+	de := plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: c.DTP, NumSpeculativeTokens: sm.Spec}
 	if hasState && c.Hit != "none" {
 		// Prefix hits on a state model need Mamba prefix caching.
 		pe.MambaCacheMode, de.MambaCacheMode = "align", "align"
@@ -187,6 +204,7 @@ func runPrepared(sm SweepModel, r *xfer.PD, req xfer.Request) (*Result, error) {
 type deployment struct {
 	model      string
 	ptp, dtp   int
+	ppp        int
 	plans      xfer.PlanChoice
 	blocks     string
 	mode       xfer.Mode
@@ -206,7 +224,7 @@ func Sweep(models []SweepModel, cases []Case, workers int) *SweepResult {
 	groups := map[deployment][]Case{}
 	var order []deployment
 	for _, c := range cases {
-		d := deployment{c.Model, c.PTP, c.DTP, c.Plans, c.Blocks, c.Mode, c.Hit != "none" && hasState(byName[c.Model].Model)}
+		d := deployment{c.Model, c.PTP, c.DTP, c.PPP, c.Plans, c.Blocks, c.Mode, c.Hit != "none" && hasState(byName[c.Model].Model)}
 		if _, ok := groups[d]; !ok {
 			order = append(order, d)
 		}
@@ -290,6 +308,7 @@ func (s *SweepResult) tally(c Case, r *Result, err error) {
 		{s.ByVariant, "blocks=" + c.Blocks},
 		{s.ByVariant, "hit=" + c.Hit},
 		{s.ByVariant, "mode=" + string(c.Mode)},
+		{s.ByVariant, fmt.Sprintf("p-pp=%d", max(1, c.PPP))},
 	} {
 		if key.m[key.k] == nil {
 			key.m[key.k] = &Counts{}

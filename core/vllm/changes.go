@@ -161,9 +161,11 @@ func Changes() []Change {
 		{Behaviour: BMambaMode, From: "0.20.0", Rule: "prefix caching with speculative decoding picks align even where all is supported", Source: "#40454", Merged: "2026-04-21", Evidence: Inferred,
 			apply: func(p *Profile) { p.SpecAlignsAll = true }},
 
-		// 0.21.0
-		{Behaviour: BKVSize, From: "0.21.0", Rule: "int(max concurrency * max_model_len)", Source: "#41069", Merged: "2026-04-28", Evidence: Confirmed,
+		// 0.20.1
+		{Behaviour: BKVSize, From: "0.20.1", Rule: "int(max concurrency * max_model_len)", Source: "#41069", Merged: "2026-04-28", Evidence: Confirmed,
+			Note: "real logs: 0.20.0 prints num_blocks // groups * block size, 0.20.1rc1 and 0.20.2 the concurrency-based figure (testdata/vllm-logs)",
 			apply: func(p *Profile) { p.KVSizeLine = SizeConcurrency }},
+
 
 		// 0.22.0
 		{Behaviour: BMambaMode, From: "0.22.0", Rule: "--mamba-cache-mode default none; prefix caching picks all where supported, align otherwise (the spec-decode rule reverted)", Source: "#41233", Merged: "2026-05-18", Evidence: Inferred,

@@ -63,12 +63,16 @@ func (c Connector) String() string {
 	return "multi:" + strings.Join(s, "+")
 }
 
-// NeedsMatchingGroups reports whether a connector's peers must use the same
-// KV cache group plan: NixlConnector only for MLA models (its MLA path reads
-// one whole replicated block); NixlPushConnector always (a pipeline-parallel
-// push producer routes layers by name); the CPU offloading connectors never
-// (their KV does not leave the engine); a MultiConnector if any connector it
-// wraps does.
+// NeedsMatchingGroups reports whether a connector asks for one KV cache
+// group plan on both sides, which the group-pair profile answers by
+// planning TP-invariantly: NixlConnector only for MLA models (its MLA path
+// reads one whole replicated block); NixlPushConnector always (a
+// pipeline-parallel push producer routes layers by name); the CPU
+// offloading connectors never (their KV does not leave the engine); a
+// MultiConnector if any connector it wraps does. Whether a peer whose plan
+// still differs is refused is the handshake's business: in the group-pair
+// profile only MLA and pipeline-parallel push producers are; in a release
+// or main, every NIXL transfer needs the same plan.
 func (c Connector) NeedsMatchingGroups(m *model.Model) bool {
 	for _, k := range c.Kinds {
 		switch k {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/vllm"
 )
 
 // HandshakeVersion is the metadata version kvscope speaks: vLLM's version
@@ -114,16 +115,16 @@ func MetadataOf(r *Registration) Metadata {
 }
 
 // compatHash hashes what must agree between P and D for any transfer (the
-// model and its dtypes, the backend, the KV cache dtype). Unlike vLLM's hash
-// it leaves out whether the hybrid manager is on: kvscope transfers between
-// different group plans.
+// model and its dtypes, the backend, the KV cache dtype, the vLLM version).
+// Unlike vLLM's hash it leaves out whether the hybrid manager is on: the
+// group-pair profile transfers between different group plans.
 func compatHash(m *model.Model, p *plan.Plan) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "v%d|%s|%s|%d|", HandshakeVersion, m.Name, m.DType, m.HiddenLayers)
 	if l, ok := m.TargetAttention(); ok {
 		fmt.Fprintf(h, "%d|%d|", l.KVHeads, l.HeadDim)
 	}
-	fmt.Fprintf(h, "%s|%s", p.Backend, p.Engine.KVCacheDType)
+	fmt.Fprintf(h, "%s|%s|%s", p.Backend, p.Engine.KVCacheDType, p.VLLMVersion)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
@@ -146,7 +147,10 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 		}
 	}
 
-	if hs.P[0].CompatHash == hs.D[0].CompatHash {
+	prof := pp.Profile
+	if pp.VLLMVersion != dp.VLLMVersion {
+		reject("vllm-version", "P/D", fmt.Sprintf("P runs vLLM %s, D %s: the compatibility hash includes the version", pp.VLLMVersion, dp.VLLMVersion), "run P and D on one vLLM version")
+	} else if hs.P[0].CompatHash == hs.D[0].CompatHash {
 		add("compatibility-hash", true, "model, dtypes, backend and KV cache dtype agree")
 	} else {
 		reject("compatibility-hash", "P/D", fmt.Sprintf("P hashes %s (backend %s, kv_cache_dtype %s), D %s (backend %s, kv_cache_dtype %s)",
@@ -160,7 +164,7 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 	}
 	diff := plan.Compare(pp, dp)
 	same := diff.SameLayout && diff.SameBlockSizes
-	if m.HasKind(model.MLA) && !same {
+	if prof.GroupPairs && m.HasKind(model.MLA) && !same {
 		reject("mla-plan", "P/D", fmt.Sprintf("MLA layers move one whole replicated block from one P rank, so P and D need the same plan; %d layers differ (block %d vs %d)",
 			len(diff.Changes), pp.BlockSize, dp.BlockSize), "give P and D the same --block-size and group plan")
 	}
@@ -168,9 +172,14 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 		reject("pp-push-plan", "P", fmt.Sprintf("a pipeline-parallel push producer (P PP %d) routes layers by name into D's regions and cannot follow a different plan", pp.Engine.PipelineParallelSize),
 			"use the TP-invariant plan on both engines, or pull")
 	}
-	if c.NeedsMatchingGroups(m) && !same {
-		reject("matching-groups", "P/D", fmt.Sprintf("%s needs P and D to use one KV cache group plan; P plans %d groups, D %d, %d layers change group, slot or block size",
-			c, pp.NumGroups, dp.NumGroups, len(diff.Changes)), "use the TP-invariant plan on both engines (kvscope pd --plans auto)")
+	if !prof.GroupPairs && !same {
+		what := fmt.Sprintf("%s's %s needs P and D to use one KV cache group plan", prof.Label, connectorName(mode))
+		if mode == Push {
+			what = fmt.Sprintf("%s's NixlPushConnector raises on different producer and consumer cache-group layouts", prof.Label)
+		}
+		reject("matching-groups", "P/D", fmt.Sprintf("%s; P plans %d groups (block %d), D %d (block %d), %d layers change group, slot or block size",
+			what, pp.NumGroups, pp.BlockSize, dp.NumGroups, dp.BlockSize, len(diff.Changes)),
+			"give P and D settings that plan alike (the same --block-size, --max-num-batched-tokens and TP-dependent sizes), or plan with --vllm-version "+vllm.Branch+" to move layers per group pair")
 	}
 	if why := layersCompatible(pRegs[0], dRegs[0]); why != "" {
 		reject("layer-shapes", "P/D", why, "run P and D with the same model, draft, dtypes and --num-speculative-tokens")
@@ -181,8 +190,20 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 		return hs
 	}
 	hs.Matched, hs.MatchReason, hs.VLLMInferred = matchedPath(m, pRegs, dRegs, diff)
+	if !hs.Matched && !prof.GroupPairs {
+		reject("vllm-path", "P/D", fmt.Sprintf("%s moves KV only on its own path, which does not fit: %s", prof.Label, hs.MatchReason),
+			"plan with --vllm-version "+vllm.Branch+" to move layers per group pair")
+		return hs
+	}
 	add("vllm-path", true, hs.MatchReason)
 	return hs
+}
+
+func connectorName(mode Mode) string {
+	if mode == Push {
+		return "NixlPushConnector"
+	}
+	return "NixlConnector"
 }
 
 // layersCompatible reports why P cannot supply D's layers, or "".

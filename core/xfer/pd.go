@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/vllm"
 )
 
 // PlanChoice says which plans P and D use.
@@ -13,7 +14,8 @@ type PlanChoice string
 // The plan choices.
 const (
 	// AutoPlans uses the TP-invariant plan when the connector needs
-	// matching groups, else each engine's own plan.
+	// matching groups and the profile plans TP-invariantly (the branch),
+	// else each engine's own plan.
 	AutoPlans        PlanChoice = "auto"
 	IndependentPlans PlanChoice = "independent"
 	InvariantPlans   PlanChoice = "invariant"
@@ -86,13 +88,19 @@ func Prepare(s Setup) (*PD, error) {
 		return nil, err
 	}
 	r := &PD{Connector: s.Connector.String(), NeedsMatching: s.Connector.NeedsMatchingGroups(s.Model), Invariant: inv, setup: s}
+	prof := inv.PIndependent.Profile
 	switch s.Plans {
 	case "", AutoPlans:
 		r.Plans = IndependentPlans
-		if r.NeedsMatching {
+		if r.NeedsMatching && prof.TPInvariant {
 			r.Plans = InvariantPlans
 		}
-	case IndependentPlans, InvariantPlans:
+	case InvariantPlans:
+		if !prof.TPInvariant {
+			return nil, fmt.Errorf("xfer: --plans invariant: %s has no TP-invariant planner; plan with --vllm-version %s", prof.Label, vllm.Branch)
+		}
+		r.Plans = s.Plans
+	case IndependentPlans:
 		r.Plans = s.Plans
 	default:
 		return nil, fmt.Errorf("xfer: --plans %q: want auto, independent or invariant", s.Plans)

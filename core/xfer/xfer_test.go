@@ -139,6 +139,7 @@ func TestBlockSizeAdvice(t *testing.T) {
 }
 
 func TestRejections(t *testing.T) {
+	br := func(e plan.Engine) plan.Engine { e.VLLMVersion = vllm.Branch; return e }
 	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
 	ds := modeltest.Load(t, "deepseek-ai__DeepSeek-V2-Lite")
 	tests := []struct {
@@ -152,11 +153,15 @@ func TestRejections(t *testing.T) {
 	}{
 		{"different KV cache dtypes", gpt, plan.Engine{}, plan.Engine{KVCacheDType: "fp8"}, "nixl", "", 100, "compatibility-hash"},
 		{"TP 2 to TP 1 is accepted", modeltest.Load(t, "Qwen__Qwen3-0.6B"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, "nixl", "", 100, ""},
-		{"MLA with another block size", ds, plan.Engine{BlockSize: 16}, plan.Engine{BlockSize: 32}, "nixl", IndependentPlans, 100, "mla-plan"},
-		{"push between different plans", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl-push", IndependentPlans, 100, "matching-groups"},
-		{"a pipeline-parallel push producer with another plan", gpt, plan.Engine{PipelineParallelSize: 2}, plan.Engine{BlockSize: 32}, "nixl-push", IndependentPlans, 100, "pp-push-plan"},
-		{"other speculative conv rows", modeltest.Load(t, "Qwen__Qwen3.5-0.8B"), plan.Engine{NumSpeculativeTokens: 2}, plan.Engine{}, "nixl", "", 100, "layer-shapes"},
-		{"D needs tokens P's sliding window freed", gpt, plan.Engine{}, plan.Engine{DisableHybrid: true}, "nixl", "", 1000, "window-missing"},
+		{"P and D on different vLLM versions", gpt, plan.Engine{VLLMVersion: "0.28.0"}, plan.Engine{VLLMVersion: "0.27.0"}, "nixl", "", 100, "vllm-version"},
+		{"a release pulls only between equal plans", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl", "", 100, "matching-groups"},
+		{"a release's push raises on different layouts", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl-push", "", 100, "matching-groups"},
+		{"a release has no invariant plans to fall back on", ds, plan.Engine{BlockSize: 16}, plan.Engine{BlockSize: 32}, "nixl", "", 100, "matching-groups"},
+		{"MLA with another block size", ds, br(plan.Engine{BlockSize: 16}), br(plan.Engine{BlockSize: 32}), "nixl", IndependentPlans, 100, "mla-plan"},
+		{"the group-pair profile pushes between different plans", gpt, br(plan.Engine{TensorParallelSize: 2}), br(plan.Engine{TensorParallelSize: 2, BlockSize: 32}), "nixl-push", IndependentPlans, 100, ""},
+		{"a pipeline-parallel push producer with another plan", gpt, br(plan.Engine{PipelineParallelSize: 2}), br(plan.Engine{BlockSize: 32}), "nixl-push", IndependentPlans, 100, "pp-push-plan"},
+		{"other speculative conv rows", modeltest.Load(t, "Qwen__Qwen3.5-0.8B"), br(plan.Engine{NumSpeculativeTokens: 2}), br(plan.Engine{}), "nixl", "", 100, "layer-shapes"},
+		{"D needs tokens P's sliding window freed", gpt, br(plan.Engine{}), br(plan.Engine{DisableHybrid: true}), "nixl", "", 1000, "window-missing"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

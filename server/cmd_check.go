@@ -1,0 +1,121 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kvscope/kvscope/core/check"
+	"github.com/kvscope/kvscope/core/vlog"
+)
+
+// differsError ends kvscope check with exit status 3 when a log and the
+// plan disagree; the report itself is already printed.
+type differsError struct{}
+
+func (differsError) Error() string { return "the log and kvscope's plan differ" }
+
+// readCapped reads a file (or standard input for "-") of at most limit
+// bytes, naming the file and the cap when it is larger.
+func readCapped(name string, limit int64) ([]byte, error) {
+	var r io.Reader
+	if name == "-" {
+		r = os.Stdin
+	} else {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: larger than the %d-byte limit", name, limit)
+	}
+	return data, nil
+}
+
+func runCheck(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	mf := newModelFlags(fs)
+	version := fs.String("vllm-version", "", "plan with this version's profile instead of the one the log names")
+	asJSON := fs.Bool("json", false, "print the check as JSON")
+	pos, err := parseWithArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return &usageError{fmt.Errorf("want one log file (or - for standard input), got %d arguments", len(pos))}
+	}
+	data, err := readCapped(pos[0], vlog.MaxLogBytes)
+	if err != nil {
+		return err
+	}
+	l, err := vlog.Parse(string(data))
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	in := check.Input{Log: l, Version: *version, Catalog: catalog()}
+	if *mf.model != "" {
+		if in.Model, err = readModel(in.Catalog, *mf.model); err != nil {
+			return err
+		}
+	}
+	if d := *mf.draft; d != "" && d != "mtp" {
+		if in.Draft, err = readModel(in.Catalog, d); err != nil {
+			return fmt.Errorf("--draft: %w", err)
+		}
+	}
+	res, err := check.Run(in)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	if *asJSON {
+		if err := writeJSON(stdout, res); err != nil {
+			return err
+		}
+	} else {
+		writeCheckText(stdout, pos[0], res)
+	}
+	if res.Verdict != check.Match {
+		return differsError{}
+	}
+	return nil
+}
+
+func writeCheckText(w io.Writer, name string, r *check.Result) {
+	fmt.Fprintf(w, "log %s: vLLM %s, model %s\n", name, r.VLLMVersion, r.Model)
+	fmt.Fprintf(w, "profile %s (%s)\n", r.Profile, r.ProfileLabel)
+	fmt.Fprintf(w, "kvscope plan --model %s %s\n\n", r.Model, strings.Join(r.Flags, " "))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "line\tfigure\tlogged\tpredicted\t")
+	for _, c := range r.Lines {
+		mark := "ok"
+		if !c.Match {
+			mark = "DIFFERS"
+		}
+		at := "-"
+		if c.Line > 0 {
+			at = fmt.Sprint(c.Line)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", at, c.Name, c.Logged, c.Predicted, mark)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nverdict: %s\n", r.Verdict)
+	for _, e := range r.Explain {
+		fmt.Fprintf(w, "explain: %s\n", e)
+	}
+	for _, m := range r.Missing {
+		fmt.Fprintf(w, "missing: %s\n", m)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
