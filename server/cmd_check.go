@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvscope/kvscope/core/check"
+	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/vlog"
 )
 
@@ -45,7 +46,7 @@ func readCapped(name string, limit int64) ([]byte, error) {
 func runCheck(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	mf := newModelFlags(fs)
-	version := fs.String("vllm-version", "", "plan with this version's profile instead of the one the log names")
+	ef := newEngineFlags(fs)
 	asJSON := fs.Bool("json", false, "print the check as JSON")
 	pos, err := parseWithArgs(fs, args)
 	if err != nil {
@@ -62,7 +63,9 @@ func runCheck(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
-	in := check.Input{Log: l, Version: *version, Catalog: catalog()}
+	in := check.Input{Log: l, Version: *ef.version, Catalog: catalog()}
+	var overlayErr error
+	in.Adjust = func(e *plan.Engine) { overlayErr = ef.overlay(e) }
 	if *mf.model != "" {
 		if in.Model, err = readModel(in.Catalog, *mf.model); err != nil {
 			return err
@@ -74,6 +77,9 @@ func runCheck(args []string, stdout io.Writer) error {
 		}
 	}
 	res, err := check.Run(in)
+	if overlayErr != nil {
+		return &usageError{overlayErr}
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}

@@ -20,8 +20,8 @@ type engineFlags struct {
 	fs      *flag.FlagSet
 	sides   []string
 	version *string
-	vals  map[string]map[string]*string // side ("" / "p" / "d") -> flag -> value
-	bools map[string]map[string]*bool
+	vals    map[string]map[string]*string // side ("" / "p" / "d") -> flag -> value
+	bools   map[string]map[string]*bool
 }
 
 // engineFlagNames are the valued engine flags, with their help text.
@@ -172,6 +172,66 @@ func (ef *engineFlags) engine(side string) (plan.Engine, error) {
 		e.PrefixCaching = "off"
 	}
 	return e, nil
+}
+
+// overlay applies the engine flags given on the command line (and only
+// those) to base: kvscope check's way to supply what a log leaves out.
+func (ef *engineFlags) overlay(base *plan.Engine) error {
+	e, err := ef.engine("")
+	if err != nil {
+		return err
+	}
+	var unknown []string
+	ef.fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "vllm-version":
+			base.VLLMVersion = e.VLLMVersion
+		case "tensor-parallel-size":
+			base.TensorParallelSize = e.TensorParallelSize
+		case "pipeline-parallel-size":
+			base.PipelineParallelSize = e.PipelineParallelSize
+		case "block-size":
+			base.BlockSize = e.BlockSize
+		case "max-model-len":
+			base.MaxModelLen = e.MaxModelLen
+		case "max-num-batched-tokens":
+			base.MaxNumBatchedTokens = e.MaxNumBatchedTokens
+		case "kv-cache-dtype":
+			base.KVCacheDType = e.KVCacheDType
+		case "num-speculative-tokens":
+			base.NumSpeculativeTokens = e.NumSpeculativeTokens
+		case "selector":
+			base.Selector = e.Selector
+		case "min-kv-cache-group-layers":
+			base.MinGroupLayers = e.MinGroupLayers
+		case "kv-cache-group-size":
+			base.GroupSize = e.GroupSize
+		case "kv-cache-bucket-merge":
+			base.BucketMerge = e.BucketMerge
+		case "balanced-lambda":
+			base.BalancedLambda = e.BalancedLambda
+		case "mamba-cache-mode":
+			base.MambaCacheMode = e.MambaCacheMode
+		case "mamba-ssm-cache-dtype":
+			base.MambaSSMCacheDType = e.MambaSSMCacheDType
+		case "attention-backend":
+			base.AttentionBackend = e.AttentionBackend
+		case "num-gpu-blocks-override":
+			base.NumGPUBlocksOverride = e.NumGPUBlocksOverride
+		case "disable-hybrid-kv-cache-manager":
+			base.DisableHybrid = e.DisableHybrid
+		case "async-scheduling", "no-async-scheduling":
+			base.AsyncScheduling, base.NoAsyncScheduling = e.AsyncScheduling, e.NoAsyncScheduling
+		case "enable-prefix-caching", "no-enable-prefix-caching":
+			base.PrefixCaching = e.PrefixCaching
+		case "kv-cache-memory-bytes":
+			unknown = append(unknown, "--"+f.Name)
+		}
+	})
+	if len(unknown) > 0 {
+		return fmt.Errorf("%s: kvscope check takes the memory from the log's \"Available KV cache memory\" line", strings.Join(unknown, ", "))
+	}
+	return nil
 }
 
 // parseBytes reads "42949672960", "40GiB", "512MiB" or "1.5GiB".

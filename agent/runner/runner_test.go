@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"github.com/kvscope/kvscope/core/plan"
 	"net"
 	"os"
 	"strings"
@@ -153,10 +154,14 @@ func TestRunnerReportsMismatch(t *testing.T) {
 
 // TestRunnerRejectsOversizedRequest: a request that needs more blocks than
 // the pool holds becomes an error event, not a panic or a corrupt copy.
+// Before vLLM 0.21 a --num-gpu-blocks-override escapes the start-up check,
+// so a pool can be smaller than one request.
 func TestRunnerRejectsOversizedRequest(t *testing.T) {
 	s := testScenario(2)
-	s.PromptMin, s.PromptMax = 7000, 8000
-	s.P.KVCacheMemoryBytes, s.D.KVCacheMemoryBytes = 4<<20, 4<<20
+	s.PromptMin, s.PromptMax = 700, 1000
+	for _, e := range []*plan.Engine{&s.P, &s.D} {
+		e.VLLMVersion, e.NumGPUBlocksOverride = "0.20.0", 8
+	}
 	out := &sink{}
 	r := newRunner(t, s, transfer.NewHost(1<<30, nil), out)
 	if err := r.Run(context.Background()); err != nil {

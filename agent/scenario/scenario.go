@@ -37,11 +37,12 @@ type Scenario struct {
 }
 
 // Default is the embedded agent's scenario: gpt-oss-20b, P at TP 2 and D at
-// TP 4, small KV pools (16 MiB per rank, host memory), 4 requests a second
-// of 64 to 1024 tokens, a quarter of them prefix hits, every one verified.
+// TP 4, small KV pools (32 MiB per rank, host memory: vLLM's start-up check
+// needs one 1,024-token request to fit), 4 requests a second of 64 to 1024
+// tokens, a quarter of them prefix hits, every one verified.
 func Default() Scenario {
 	e := func(tp int) plan.Engine {
-		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: 16 << 20, MaxModelLen: 8192}
+		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: 32 << 20, MaxModelLen: 1024}
 	}
 	return Scenario{
 		Name: "default", Model: "openai/gpt-oss-20b", P: e(2), D: e(4), Connector: "nixl", Plans: "auto",

@@ -23,10 +23,10 @@ type deployment struct {
 }
 
 var deployments = []deployment{
-	{"gpt-oss pull TP2->TP4", "openai__gpt-oss-20b", 2, 4, 16 << 20, "nixl", xfer.Request{PromptTokens: 1000, PrefixHitTokens: 256}},
-	{"gpt-oss push TP4->TP2", "openai__gpt-oss-20b", 4, 2, 16 << 20, "nixl-push", xfer.Request{PromptTokens: 777}},
+	{"gpt-oss pull TP2->TP4", "openai__gpt-oss-20b", 2, 4, 32 << 20, "nixl", xfer.Request{PromptTokens: 1000, PrefixHitTokens: 256}},
+	{"gpt-oss push TP4->TP2", "openai__gpt-oss-20b", 4, 2, 32 << 20, "nixl-push", xfer.Request{PromptTokens: 777}},
 	{"Qwen3.5 GDN hybrid TP1->TP2", "Qwen__Qwen3.5-0.8B", 1, 2, 64 << 20, "nixl", xfer.Request{PromptTokens: 600, PrefixHitTokens: 100}},
-	{"Gemma-3 sliding TP1->TP1", "google__gemma-3-1b-it", 1, 1, 16 << 20, "nixl", xfer.Request{PromptTokens: 900}},
+	{"Gemma-3 sliding TP1->TP1", "google__gemma-3-1b-it", 1, 1, 32 << 20, "nixl", xfer.Request{PromptTokens: 900}},
 }
 
 func prepare(t testing.TB, d deployment) (*model.Model, *xfer.PD, *xfer.Transfer) {
@@ -37,7 +37,7 @@ func prepare(t testing.TB, d deployment) (*model.Model, *xfer.PD, *xfer.Transfer
 		t.Fatal(err)
 	}
 	e := func(tp int) plan.Engine {
-		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: d.mem, MaxModelLen: 4096}
+		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: d.mem, MaxModelLen: 1024}
 	}
 	pd, err := xfer.Prepare(xfer.Setup{Model: m, P: e(d.pTP), D: e(d.dTP), Connector: c, KeepPairs: true})
 	if err != nil {

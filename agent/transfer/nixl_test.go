@@ -30,7 +30,7 @@ func nixlTransfer(t *testing.T, pTP, dTP int, connector string) (*model.Model, *
 		t.Fatal(err)
 	}
 	engine := func(tp int) plan.Engine {
-		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: 16 << 20, MaxModelLen: 8192}
+		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: 32 << 20, MaxModelLen: 1024}
 	}
 	pd, err := xfer.Run(xfer.Setup{Model: m, P: engine(pTP), D: engine(dTP), Connector: conn,
 		Request: xfer.Request{PromptTokens: 300}, KeepPairs: true})

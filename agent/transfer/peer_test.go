@@ -108,7 +108,7 @@ func TestTwoAgentsHandshakeFailures(t *testing.T) {
 
 	// D planned another model: P's metadata does not match.
 	other := deployments[0]
-	other.model = "Qwen__Qwen3-0.6B"
+	other.model, other.mem = "Qwen__Qwen3-0.6B", 128<<20
 	_, _, ox := prepare(t, other)
 	r = NewRemote(addr, "s3cret", 1, 1<<30, nil)
 	if err := r.Register(allRegs(ox)); err == nil || !strings.Contains(err.Error(), "P and D must run the same scenario") {

@@ -26,6 +26,9 @@ type Input struct {
 	Model   *model.Model // the target model; nil = the log's model from Catalog
 	Draft   *model.Model // the draft model of an EAGLE/DFlash log; nil = from Catalog
 	Catalog model.Catalog
+	// Adjust changes the engine the log implies before it is planned: the
+	// settings a fragment of a log does not show (the CLI's engine flags).
+	Adjust func(*plan.Engine)
 }
 
 // LineCheck is one logged figure against kvscope's prediction.
@@ -83,6 +86,16 @@ func Run(in Input) (*Result, error) {
 	if setup.Engine.MaxModelLen == 0 && len(l.Concurrency) > 0 {
 		setup.Engine.MaxModelLen = l.Concurrency[0].Value.Tokens
 	}
+	if setup.Engine.MaxModelLen == 0 && l.Refusal != nil && l.Refusal.MaxModelLen > 0 {
+		setup.Engine.MaxModelLen = l.Refusal.MaxModelLen
+	}
+	if in.Adjust != nil {
+		in.Adjust(&setup.Engine)
+		res.Profile = setup.Engine.VLLMVersion
+		if prof, err := vllm.Lookup(res.Profile); err == nil {
+			res.ProfileLabel = prof.Label
+		}
+	}
 	memGiB, hasMem := setup.MemGiB, setup.HasMem
 	if !hasMem && l.Refusal != nil && !l.Refusal.NoMemory {
 		memGiB, hasMem = l.Refusal.AvailableGiB, true
@@ -90,8 +103,18 @@ func Run(in Input) (*Result, error) {
 	if !hasMem {
 		res.Missing = append(res.Missing, "\"Available KV cache memory: X GiB\": without it kvscope cannot predict num_blocks, the GPU KV cache size or the maximum concurrency")
 	}
-	if l.Refusal != nil && l.Refusal.NoMemory {
-		res.Lines = append(res.Lines, LineCheck{Name: "refusal", Logged: "No available memory for the cache blocks", Predicted: noMemoryPrediction(setup), Match: setup.HasMem && setup.MemGiB <= 0, Line: l.Refusal.Line.N})
+	if hasMem && memGiB <= 0 || l.Refusal != nil && l.Refusal.NoMemory {
+		// vLLM refuses before planning: "No available memory for the
+		// cache blocks".
+		c := LineCheck{Name: "refusal", Logged: "starts", Predicted: noMemoryPrediction(setup), Line: setup.MemLine}
+		switch {
+		case l.Refusal != nil:
+			c.Logged, c.Line = "No available memory for the cache blocks", l.Refusal.Line.N
+		case l.Failed != nil:
+			c.Logged, c.Line = "failed to start", l.Failed.N
+		}
+		c.Match = c.Logged != "starts" && hasMem && memGiB <= 0
+		res.Lines = append(res.Lines, c)
 		res.finish()
 		return res, nil
 	}
@@ -128,7 +151,7 @@ func (r *Result) finish() {
 
 func noMemoryPrediction(s *Setup) string {
 	if s.HasMem && s.MemGiB <= 0 {
-		return fmt.Sprintf("refused: %.2f GiB available", s.MemGiB)
+		return fmt.Sprintf("refused: No available memory for the cache blocks (%.2f GiB)", s.MemGiB)
 	}
 	return "starts"
 }
@@ -196,12 +219,13 @@ var quantSuffix = regexp.MustCompile(`(?i)(-(awq|gptq|nvfp4|mxfp4|fp8|int4|int8|
 // lookupModel finds a log's model in the catalog: by the name, then by the
 // last path element (a local copy), then without a quantization suffix.
 func lookupModel(cat model.Catalog, ref string) (name string, data []byte, note string, err error) {
-	ref = strings.TrimSpace(ref)
+	ref = strings.TrimRight(strings.TrimSpace(ref), `/\`)
 	base := ref
 	if i := strings.LastIndexAny(base, `/\`); i >= 0 {
 		base = base[i+1:]
 	}
-	tries := []string{ref, base, quantSuffix.ReplaceAllString(base, "")}
+	stripped := quantSuffix.ReplaceAllString(base, "")
+	tries := []string{ref, base, stripped, strings.TrimPrefix(stripped, "Meta-")}
 	for _, t := range tries {
 		if t == "" {
 			continue
@@ -219,9 +243,10 @@ func lookupModel(cat model.Catalog, ref string) (name string, data []byte, note 
 // prediction is kvscope's plan at the two ends of the memory the log's
 // rounding allows, or the refusal.
 type prediction struct {
-	lo, hi  *plan.Plan
-	refusal *plan.RefusalError
-	err     error
+	lo, hi   *plan.Plan
+	refusal  *plan.RefusalError // at the largest memory the log allows, else the smallest
+	refusals []*plan.RefusalError
+	err      error
 }
 
 // gib is 2^30 bytes.
@@ -246,6 +271,7 @@ func predict(m *model.Model, e plan.Engine, memGiB float64, hasMem bool) predict
 		switch {
 		case errors.As(err, &re):
 			pr.refusal = re
+			pr.refusals = append(pr.refusals, re)
 			continue
 		case err != nil:
 			pr.err = err
@@ -271,19 +297,30 @@ func compare(l *vlog.Log, pr prediction, hasMem bool) []LineCheck {
 	var out []LineCheck
 	p := pr.hi
 	if l.Refusal != nil {
-		c := LineCheck{Name: "estimated_max_model_len", Logged: fmt.Sprint(l.Refusal.EstimatedMaxLen), Line: l.Refusal.Line.N, Predicted: "starts (no refusal)"}
-		if pr.refusal != nil {
-			c.Predicted = fmt.Sprint(pr.refusal.EstimatedMaxLen)
-			c.Match = pr.refusal.EstimatedMaxLen == l.Refusal.EstimatedMaxLen
+		c := LineCheck{Name: "estimated_max_model_len", Logged: fmt.Sprint(l.Refusal.EstimatedMaxLen), Line: l.Refusal.Line.N, Predicted: "starts (no refusal)",
+			Tolerance: "available memory printed to 2 decimals (±0.005 GiB)"}
+		n := LineCheck{Name: "kv_cache_needed_gib", Logged: fmt.Sprint(l.Refusal.NeededGiB), Line: l.Refusal.Line.N, Predicted: "starts (no refusal)", Tolerance: "printed to 2 decimals"}
+		if len(pr.refusals) == 2 {
+			lo, hi := pr.refusals[0].EstimatedMaxLen, pr.refusals[1].EstimatedMaxLen
+			c.Predicted = fmt.Sprint(lo)
+			if hi != lo {
+				c.Predicted += " to " + fmt.Sprint(hi)
+			}
+			c.Match = l.Refusal.EstimatedMaxLen >= lo && l.Refusal.EstimatedMaxLen <= hi
+			need := float64(pr.refusal.NeededBytes) / gib
+			n.Predicted = fmt.Sprintf("%.2f", need)
+			n.Match = math.Abs(need-l.Refusal.NeededGiB) < 0.005+1e-9
 		}
-		out = append(out, c)
-		n := LineCheck{Name: "kv_cache_needed_gib", Logged: fmt.Sprintf("%.2f", l.Refusal.NeededGiB), Line: l.Refusal.Line.N, Predicted: "starts (no refusal)"}
+		return append(out, c, n)
+	}
+	if l.Failed != nil && len(l.KVTokens) == 0 && len(l.Concurrency) == 0 {
+		// The engine failed after logging its memory, without the refusal's
+		// message (a cut traceback): compare whether kvscope refuses too.
+		c := LineCheck{Name: "refusal", Logged: "failed to start", Predicted: "starts", Line: l.Failed.N}
 		if pr.refusal != nil {
-			n.Predicted = fmt.Sprintf("%.2f", float64(pr.refusal.NeededBytes)/gib)
-			n.Match = n.Predicted == n.Logged
+			c.Predicted, c.Match = fmt.Sprintf("refused (estimated maximum model length %d)", pr.refusal.EstimatedMaxLen), true
 		}
-		out = append(out, n)
-		return out
+		return append(out, c)
 	}
 	if p == nil {
 		// kvscope predicts a refusal the log does not show.

@@ -147,8 +147,11 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 	}
 	r.Backend = backend
 	align := backend.minKernelBlock()
-	if prof.Align == vllm.Align16 {
+	switch {
+	case prof.Align == vllm.Align16:
 		align = 16
+	case prof.MLAHybridAlign128 && backend.MLA && hasState(m):
+		align = max(align, 128)
 	}
 	bs := o.BlockSize
 	if bs < 0 {
@@ -260,6 +263,10 @@ func stateDTypes(m *model.Model, o Options, prof vllm.Profile, kvBytes int) (con
 			notes = append(notes, fmt.Sprintf("--mamba-ssm-cache-dtype auto keeps the model dtype %s for the SSM state in %s, although the checkpoint declares %s (pass --mamba-ssm-cache-dtype %s to plan that)", m.DType, prof.Label, m.MambaSSMDType, m.MambaSSMDType))
 		}
 	case "float32", "bfloat16", "float16":
+		if hasState(m) && prof.SSMFlagIgnored(m.ModelType) {
+			notes = append(notes, fmt.Sprintf("vLLM %s ignores --mamba-ssm-cache-dtype %s for this model: both states take the conv dtype %s", prof.Name, o.MambaSSMCacheDType, m.DType))
+			break
+		}
 		ssm, _ = DTypeBytes(o.MambaSSMCacheDType)
 	default:
 		return 0, 0, nil, optErr("--mamba-ssm-cache-dtype", o.MambaSSMCacheDType, "want auto, float32, bfloat16 or float16")

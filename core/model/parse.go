@@ -97,6 +97,8 @@ func (p *parser) parse() error {
 		err = p.pureMamba()
 	case modelType == "jamba":
 		err = p.jamba()
+	case modelType == "granitemoehybrid":
+		err = p.graniteHybrid()
 	case p.text.has("kv_lora_rank"):
 		err = p.mla()
 	case strings.HasPrefix(modelType, "qwen3_next") || strings.HasPrefix(modelType, "qwen3_5"):
@@ -722,19 +724,8 @@ func (p *parser) nemotronH() error {
 	if st.Heads%st.Groups != 0 {
 		return p.text.errf("n_groups", "must divide mamba_num_heads = %d", st.Heads)
 	}
-	if err := p.checkSSMDType(); err != nil {
+	if err := p.ssmCacheDType(); err != nil {
 		return err
-	}
-	if s, ok, err := p.text.str("mamba_ssm_cache_dtype"); err != nil {
-		return err
-	} else if ok {
-		switch d := strings.TrimPrefix(s, "torch."); d {
-		case "float32", "bfloat16", "float16":
-			p.m.MambaSSMDType = d
-		case "auto":
-		default:
-			return p.text.errf("mamba_ssm_cache_dtype", "unknown dtype (want float32, bfloat16, float16 or auto)")
-		}
 	}
 	p.m.MambaAll = "supported"
 	if p.m.MambaChunkSize, err = p.intOr("chunk_size"); err != nil {
@@ -750,6 +741,79 @@ func (p *parser) nemotronH() error {
 		}
 	}
 	return nil
+}
+
+// ssmCacheDType reads the SSM dtype a NemotronH config declares for vLLM's
+// hook: mamba_ssm_cache_dtype, or else mamba_ssm_dtype.
+func (p *parser) ssmCacheDType() error {
+	if err := p.checkSSMDType(); err != nil {
+		return err
+	}
+	s, ok, err := p.text.str("mamba_ssm_cache_dtype")
+	if err != nil || !ok {
+		return err
+	}
+	switch d := strings.TrimPrefix(s, "torch."); d {
+	case "float32", "bfloat16", "float16":
+		p.m.MambaSSMDType = d
+	case "auto":
+	default:
+		return p.text.errf("mamba_ssm_cache_dtype", "unknown dtype (want float32, bfloat16, float16 or auto)")
+	}
+	return nil
+}
+
+// graniteHybrid handles Granite-4.0-H (granitemoehybrid): layer_types
+// names each layer "mamba" (a Mamba2 mixer) or "attention"; every size is
+// a key of its own. vLLM has no SSM dtype hook for it: auto is the model
+// dtype.
+func (p *parser) graniteHybrid() error {
+	lt, ok, err := p.layerTypes()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &FieldError{Field: p.text.field("layer_types"), Reason: "missing: a granitemoehybrid config names each layer mamba or attention"}
+	}
+	var st StateDims
+	for _, f := range []struct {
+		key string
+		dst *int
+	}{
+		{"mamba_n_heads", &st.Heads},
+		{"mamba_d_head", &st.HeadDim},
+		{"mamba_n_groups", &st.Groups},
+		{"mamba_d_state", &st.StateSize},
+		{"mamba_d_conv", &st.ConvKernel},
+	} {
+		if *f.dst, err = p.text.positive(f.key); err != nil {
+			return err
+		}
+	}
+	st.Intermediate = st.Heads * st.HeadDim
+	if st.Heads%st.Groups != 0 {
+		return p.text.errf("mamba_n_groups", "must divide mamba_n_heads = %d", st.Heads)
+	}
+	var d attnDims
+	for i, t := range lt {
+		switch t {
+		case "mamba":
+			s := st
+			p.addLayer(Layer{Index: i, Kind: Mamba2, State: &s})
+		case "attention":
+			if d.heads == 0 {
+				if d, err = p.attnDims(); err != nil {
+					return err
+				}
+			}
+			p.addLayer(p.attn(i, Full, d))
+		default:
+			return p.badLayerType(i, t, `"mamba" or "attention"`)
+		}
+	}
+	p.m.MambaAll = "supported"
+	p.m.MambaChunkSize, _, err = p.text.positiveOr("mamba_chunk_size", 256)
+	return err
 }
 
 // pureMamba handles Mamba1 models: every layer is a Mamba block with

@@ -158,14 +158,14 @@ func (e Engine) resolved(modelMaxLen int, hybrid, mambaAll bool) (Engine, vllm.P
 	if e.AsyncScheduling && e.NoAsyncScheduling {
 		return e, prof, nil, flagErr("--async-scheduling", true, "contradicts --no-async-scheduling")
 	}
-	async := e.AsyncScheduling || !e.NoAsyncScheduling && prof.AsyncScheduling(e.PipelineParallelSize)
-	e.AsyncScheduling, e.NoAsyncScheduling = async, !async
 	mode, pc, modeNotes, err := mambaMode(e, prof, hybrid, mambaAll)
 	if err != nil {
 		return e, prof, nil, err
 	}
 	e.MambaCacheMode, e.PrefixCaching = mode, pc
 	notes = append(notes, modeNotes...)
+	async := e.AsyncScheduling || !e.NoAsyncScheduling && prof.AsyncScheduling(e.PipelineParallelSize) && !(prof.AsyncOffWithMambaPC && hybrid && mode != "none")
+	e.AsyncScheduling, e.NoAsyncScheduling = async, !async
 	if e.MambaSSMCacheDType == "" {
 		e.MambaSSMCacheDType = "auto"
 	}

@@ -190,13 +190,20 @@ func unifyPages(specs []kvspec.LayerSpec, pad bool) ([]string, error) {
 // makeBuckets groups layers in first-appearance order. A layer joins the
 // first bucket it can merge with under the rule; otherwise it opens a new
 // bucket.
-func makeBuckets(specs []kvspec.LayerSpec, rule BucketMerge, lim kvspec.Limits) []bucket {
+//
+// Before vLLM 0.27 (merge false) a bucket holds equal specs only.
+func makeBuckets(specs []kvspec.LayerSpec, rule BucketMerge, merge bool, lim kvspec.Limits) []bucket {
 	var out []bucket
 	var sets []mergeSet
 	for i, s := range specs {
 		placed := false
 		for j := range out {
-			ok := sets[j].add(s.Spec)
+			var ok bool
+			if merge {
+				ok = sets[j].add(s.Spec)
+			} else {
+				ok = out[j].spec.Equal(s.Spec)
+			}
 			if !ok && rule == Loose {
 				ok = out[j].spec.LooselyEqual(s.Spec)
 			}
@@ -280,7 +287,7 @@ func groupLayers(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *L
 		return r, r.applyLayout(fixed, lim)
 	}
 	r.dispatch = "hybrid"
-	r.buckets = makeBuckets(specs, e.merge(prof), lim)
+	r.buckets = makeBuckets(specs, e.merge(prof), prof.MergeBuckets, lim)
 	sizes := make([]int, len(r.buckets))
 	bytes := make([]int64, len(r.buckets))
 	for j, b := range r.buckets {

@@ -351,7 +351,7 @@ func fromSpecs(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *Lay
 	if p.Selector == Balanced && e.GroupSize == 0 {
 		p.addInferred("selector balanced follows vLLM PR #49472, which vLLM main does not carry")
 	}
-	for _, r := range prof.Inferred {
+	for _, r := range prof.Inferred() {
 		if relevant(r, specs, e) {
 			p.addInferred("profile " + prof.Name + ": " + r)
 		}

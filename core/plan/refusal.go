@@ -33,27 +33,40 @@ const gib = 1 << 30
 // the needed bytes sized as the engine's version sizes them:
 //   - layers (before 0.14): the sum of every layer's worst case, no padding;
 //   - first-group (0.14 to 0.17): slots * page * blocks of group 0 only;
-//   - all-groups (0.18 on): bytes per block * blocks per request.
+//   - all-groups (0.19 on): bytes per block * blocks per request.
 //
 // From 0.21 a --num-gpu-blocks-override replaces the memory by the blocks
-// it forces. With pipeline parallelism every stage's worker checks its own
-// layers against its own memory.
+// it forces; from 0.29 the check holds back one block (the null block).
+// With pipeline parallelism every stage's worker checks its own layers
+// against its own memory (from 0.17; 0.14 to 0.16 held the whole model's
+// groups against the smallest worker's memory).
 func (p *Plan) startupCheck() error {
 	e, prof := p.Engine, p.Profile
-	avail := e.KVCacheMemoryBytes
 	for s := range p.Stages {
 		st := p.Stages[s]
 		if st.Layers == 0 {
 			continue
 		}
-		if e.NumGPUBlocksOverride > 0 && prof.KVSizeLine == vllm.SizeConcurrency {
+		if !prof.RefusalPerWorker {
+			// The whole model's groups against the smallest worker's memory.
+			s, st = -1, Stage{BytesPerBlock: p.wholeBytesPerBlock()}
+		}
+		avail := e.KVCacheMemoryBytes
+		if e.NumGPUBlocksOverride > 0 && prof.RefusalOverride {
 			avail = int64(e.NumGPUBlocksOverride) * st.BytesPerBlock
 		}
-		need := func(maxLen int) int64 { return p.neededBytes(s, maxLen) }
+		if prof.NullBlock {
+			avail -= st.BytesPerBlock
+		}
+		stage := s
+		need := func(maxLen int) int64 { return p.neededBytes(stage, maxLen) }
 		if need(e.MaxModelLen) <= avail {
 			continue
 		}
 		est := estimateMaxLen(need, avail, e.MaxModelLen)
+		if prof.NullBlock {
+			avail += st.BytesPerBlock // the message names the memory, not what the check compared
+		}
 		return &RefusalError{
 			Version: prof.Name, MaxModelLen: e.MaxModelLen, NeededBytes: need(e.MaxModelLen), AvailableBytes: avail,
 			EstimatedMaxLen: est, Rule: prof.Refusal,
@@ -85,33 +98,53 @@ func estimateMaxLen(need func(int) int64, avail int64, hi int) int {
 // pipeline stage s, by the version's rule.
 func (p *Plan) neededBytes(s, maxLen int) int64 {
 	lim := kvspec.Limits{MaxModelLen: maxLen, InFlightTokens: p.Engine.inFlight(p.Profile)}
-	st := p.Stages[s]
+	bpb := p.wholeBytesPerBlock()
+	if s >= 0 {
+		bpb = p.Stages[s].BytesPerBlock
+	}
 	switch p.Profile.Refusal {
 	case vllm.RefusalLayers:
 		var total int64
 		for _, l := range p.Layers {
-			if l.Stage == s || len(p.Stages) == 1 {
+			if l.Stage == s || s < 0 || len(p.Stages) == 1 {
 				total += l.Spec.MaxMemoryBytes(lim)
 			}
 		}
 		return total
 	case vllm.RefusalGroup0:
-		return st.BytesPerBlock * p.groupBlocks(0, s, lim)
+		return bpb * p.groupBlocks(0, s, lim)
 	}
 	var blocks int64
 	for g := range p.Groups {
 		blocks += p.groupBlocks(g, s, lim)
 	}
-	return st.BytesPerBlock * blocks
+	return bpb * blocks
+}
+
+// wholeBytesPerBlock is one block id's bytes over the whole model (every
+// pipeline stage's layers together): the largest group's page bytes.
+func (p *Plan) wholeBytesPerBlock() int64 {
+	bytes := make([]int64, len(p.Groups))
+	var most int64
+	for _, l := range p.Layers {
+		if p.Groups[l.Group].UniformType {
+			bytes[l.Group] += l.Page
+		} else {
+			bytes[l.Group] += p.Groups[l.Group].PageBytes
+		}
+		most = max(most, bytes[l.Group])
+	}
+	return most
 }
 
 // groupBlocks is group g's worst-case blocks per request at lim, counting
-// only groups with a layer on stage s: the largest of its layers' worst
-// cases (all equal unless the group is uniform-type).
+// only groups with a layer on stage s (every stage when s < 0): the
+// largest of its layers' worst cases (all equal unless the group is
+// uniform-type).
 func (p *Plan) groupBlocks(g, s int, lim kvspec.Limits) int64 {
 	var blocks int64
 	for _, l := range p.Layers {
-		if l.Group == g && (l.Stage == s || len(p.Stages) == 1) {
+		if l.Group == g && (l.Stage == s || s < 0 || len(p.Stages) == 1) {
 			blocks = max(blocks, l.Spec.MaxBlocks(lim))
 		}
 	}

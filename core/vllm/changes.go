@@ -66,133 +66,189 @@ func (c Change) holdsIn(v Version) bool { return !v.Less(mustVersion(c.From)) }
 // every row whose From is not after its version, so a later row of the
 // same behaviour replaces an earlier one.
 //
-// Sources: vLLM's git history (squash merges to main) and the code at the
-// commits named in reference/vllm-versions.md, release notes and issue
-// threads; the evidence column says which.
+// Sources: vLLM's code at release branches (v0.19.1, v0.23.0, v0.24.0 in a
+// public fork) and at main commits near each release's branch cut, release
+// notes, versioned docs, issue threads, and real startup logs
+// (testdata/vllm-logs); the evidence column says which, the note why a
+// boundary is not settled.
 func Changes() []Change {
 	return []Change{
-		// 0.10.0: the V1 hybrid KV cache manager as the first profiled release has it.
+		// 0.10.0: the first profiled release, V1 with the hybrid KV cache manager.
 		{Behaviour: BSelector, From: "0.10.0", Rule: "g = the smallest bucket", Source: "#17996 (hybrid allocator)", Merged: "2025-06-05", Evidence: Read,
 			apply: func(p *Profile) { p.Selector, p.Threshold = SelectorMin, 0 }},
+		{Behaviour: BBucketMerge, From: "0.10.0", Rule: "buckets hold layers with equal specs", Source: "#17996", Evidence: Read,
+			apply: func(p *Profile) { p.MergeBuckets = false }},
 		{Behaviour: BInFlight, From: "0.10.0", Rule: "sliding window: ceil(min(W-1+max_num_batched_tokens, max_model_len)/block)+1 blocks; chunked: ceil(min(C+max_num_batched_tokens, max_model_len)/block)", Source: "#19029, #19351", Merged: "2025-06-04", Evidence: Read,
 			apply: func(p *Profile) { p.InFlightBatches = false }},
 		{Behaviour: BAsync, From: "0.10.0", Rule: "off unless --async-scheduling", Source: "—", Evidence: Read,
 			apply: func(p *Profile) { p.AsyncDefault, p.AsyncWithPP = false, false }},
-		{Behaviour: BStateDType, From: "0.10.0", Rule: "one dtype for conv and SSM state: the KV cache dtype", Source: "#20016", Merged: "2025-07-04", Evidence: Inferred,
+		{Behaviour: BStateDType, From: "0.10.0", Rule: "one dtype for conv and SSM state: the KV cache dtype", Source: "#20016", Merged: "2025-07-04", Evidence: Read,
 			apply: func(p *Profile) { p.SingleStateDType = true }},
-		{Behaviour: BPrefix, From: "0.10.0", Rule: "no prefix caching for hybrids (they run V0 unless VLLM_USE_V1=1)", Source: "#20840", Evidence: Inferred,
+		{Behaviour: BPrefix, From: "0.10.0", Rule: "no prefix caching for hybrids (they run V0 unless VLLM_USE_V1=1)", Source: "#20840", Evidence: Read,
 			apply: func(p *Profile) { p.HybridPrefixCaching = "forced-off" }},
 		{Behaviour: BStateSpec, From: "0.10.0", Rule: "a state layer holds 1 block per request", Source: "#20016", Evidence: Read,
 			apply: func(p *Profile) { p.StateSpecBlocks, p.AllSpecBlocks = false, false }},
 		{Behaviour: BAlign, From: "0.10.0", Rule: "attention block = 16 * ceil(state page / (16 * attention bytes per token))", Source: "#20840", Merged: "2025-07-15", Evidence: Read,
 			apply: func(p *Profile) { p.Align = Align16 }},
-		{Behaviour: BPadPages, From: "0.10.0", Rule: "pages that do not divide the largest raise NotImplementedError", Source: "kv_cache_utils.unify_kv_cache_spec_page_size", Evidence: Read,
+		{Behaviour: BPadPages, From: "0.10.0", Rule: "a smaller page that divides the largest raises its block size; an attention page that does not divide raises NotImplementedError; state pages are padded", Source: "kv_cache_utils.unify_kv_cache_spec_page_size", Evidence: Read,
+			Note:  "kvscope pads a smaller state page in every version; vLLM before 0.26 scaled its block size instead (#55da232), which only drafters with larger pages reach",
 			apply: func(p *Profile) { p.PadPages = false }},
 		{Behaviour: BKVSize, From: "0.10.0", Rule: "num_blocks // groups * smallest group block size", Source: "#17996", Evidence: Read,
 			apply: func(p *Profile) { p.KVSizeLine = SizePerGroup }},
-		{Behaviour: BRefusal, From: "0.10.0", Rule: "needed = the sum over layers of their worst case (no padding slots)", Source: "kv_cache_utils.check_enough_kv_cache_memory", Evidence: Read,
-			apply: func(p *Profile) { p.Refusal = RefusalLayers }},
-		{Behaviour: BRefusalWording, From: "0.10.0", Rule: `"...the models's max seq len..."`, Source: "—", Evidence: Read,
-			apply: func(p *Profile) { p.RefusalModelsTypo, p.RefusalDocs = true, false }},
-		{Behaviour: BConnector, From: "0.10.0", Rule: "NixlConnector and NixlPushConnector need P and D with the same KV cache group plan (groups, slots, block sizes)", Source: "nixl_connector.py handshake checks", Evidence: Read,
-			apply: func(p *Profile) { p.GroupPairs, p.TPInvariant = false, false }},
+		{Behaviour: BRefusal, From: "0.10.0", Rule: "needed = the sum over a worker's layers of their worst case (no padding slots)", Source: "kv_cache_utils.check_enough_kv_cache_memory", Evidence: Read,
+			apply: func(p *Profile) { p.Refusal, p.RefusalPerWorker = RefusalLayers, true }},
+		{Behaviour: BRefusalWording, From: "0.10.0", Rule: `"...the models's max seq len...", GiB as %.2f`, Source: "—", Evidence: Read,
+			apply: func(p *Profile) { p.RefusalModelsTypo, p.RefusalDocs, p.RefusalRoundGiB = true, false, false }},
+		{Behaviour: BConnector, From: "0.10.0", Rule: "NixlConnector needs P and D with the same KV cache group plan and block size (D TP >= P TP); a --kv-transfer-config turns the hybrid manager off, so sliding-window layers plan as full attention", Source: "#18833", Evidence: Read,
+			apply: func(p *Profile) {
+				p.GroupPairs, p.TPInvariant, p.HMAWithConnector, p.StateConnector, p.PushConnector, p.BlockSizeRatio = false, false, false, false, false, false
+			}},
 
 		// 0.10.2
-		{Behaviour: BStateDType, From: "0.10.2", Rule: "conv state: --mamba-cache-dtype (auto = model dtype); SSM state: --mamba-ssm-cache-dtype (auto = the conv dtype)", Source: "#22928", Merged: "2025-08-15", Evidence: Inferred,
+		{Behaviour: BStateDType, From: "0.10.2", Rule: "conv state: --mamba-cache-dtype (auto = model dtype); SSM state: --mamba-ssm-cache-dtype (auto = the conv dtype)", Source: "#22928", Merged: "2025-08-15", Evidence: Confirmed,
+			Note:  "in the v0.10.2 docs; 0.10.1 (cut about a day later) is possible",
 			apply: func(p *Profile) { p.SingleStateDType = false }},
-		{Behaviour: BPrefix, From: "0.10.2", Rule: "V1 for hybrids; prefix caching forced off (\"Hybrid or mamba-based model detected: disabling prefix caching\")", Source: "#23650, #23716", Merged: "2025-08-27", Evidence: Inferred,
+		{Behaviour: BSSMHook, Family: "qwen3-next", From: "0.10.2", Rule: "both states take the conv dtype (model dtype); --mamba-ssm-cache-dtype is ignored", Source: "#24526", Merged: "2025-09-11", Evidence: Read,
+			apply: func(p *Profile) { p.SSMHooks["qwen3-next"] = "conv" }},
+		{Behaviour: BPrefix, From: "0.10.2", Rule: "V1 for hybrids; prefix caching forced off (\"Hybrid or mamba-based model detected: disabling prefix caching\")", Source: "#23650, #23716", Merged: "2025-08-27", Evidence: Read,
 			apply: func(p *Profile) { p.HybridPrefixCaching = "forced-off" }},
 		{Behaviour: BSpecRows, Family: "gdn", From: "0.10.2", Rule: "gated delta net conv state has K-1+num_speculative_tokens rows", Source: "#24526 (Qwen3-Next)", Merged: "2025-09-11", Evidence: Read,
 			apply: func(p *Profile) { p.GDNSpecRows = true }},
 
 		// 0.11.1
-		{Behaviour: BPrefix, From: "0.11.1", Rule: "off by default for hybrids; --enable-prefix-caching opts in (Mamba2, later Mamba1): one state per block", Source: "#25752, #26377", Merged: "2025-10-04", Evidence: Inferred,
+		{Behaviour: BPrefix, From: "0.11.1", Rule: "off by default for hybrids; --enable-prefix-caching opts in (Mamba2, then Mamba1): one state per block", Source: "#25752, #26377", Merged: "2025-10-04", Evidence: Read,
 			apply: func(p *Profile) { p.HybridPrefixCaching, p.PrefixMambaMode = "opt-in", "per-block" }},
-		{Behaviour: BAlign, From: "0.11.1", Rule: "alignment = the backend's kernel block (16; 64 FlashMLA; 128 CUTLASS MLA), --block-size ignored", Source: "#24486", Merged: "2025-10-08", Evidence: Inferred,
-			Note:  "#27994 used 32 on SM100 for head size 256 with FlashInfer (reverted by #36987); kvscope does not model the GPU architecture",
+		{Behaviour: BAlign, From: "0.11.1", Rule: "alignment = the backend's kernel block (16; 64 FlashMLA; 128 CUTLASS MLA), --block-size not part of it", Source: "#24486", Merged: "2025-10-08", Evidence: Read,
+			Note:  "#27994 (0.12-0.17) used 32 on SM100 for head size 256 with FlashInfer; kvscope does not model the GPU architecture",
 			apply: func(p *Profile) { p.Align = AlignBackend }},
+		{Behaviour: BConnector, From: "0.11.1", Rule: "NixlConnector accepts a D block size that is a whole multiple of P's (block_size_ratio); plans must match otherwise", Source: "#26759", Merged: "2025-11-14", Evidence: Inferred,
+			apply: func(p *Profile) { p.BlockSizeRatio = true }},
 
 		// 0.12.0
-		{Behaviour: BSelector, From: "0.12.0", Rule: "g = the smallest bucket, or the largest when largest < 1.25 x smallest", Source: "#29303", Merged: "2025-11-24", Evidence: Inferred,
+		{Behaviour: BSelector, From: "0.12.0", Rule: "g = the smallest bucket, or the largest when largest < 1.25 x smallest", Source: "#29303", Merged: "2025-11-24", Evidence: Read,
 			apply: func(p *Profile) { p.Selector, p.Threshold = SelectorMinOrMax, 1.25 }},
-		{Behaviour: BPadPages, From: "0.12.0", Rule: "a smaller attention page that divides the largest raises its block size; others are padded", Source: "#29143", Merged: "2025-11-25", Evidence: Inferred,
-			apply: func(p *Profile) { p.PadPages = true }},
 
 		// 0.13.0
-		{Behaviour: BSSMHook, Family: "nemotron-h", From: "0.13.0", Rule: "auto = the config's mamba_ssm_cache_dtype, else float16", Source: "#29978", Merged: "2025-12-05", Evidence: Inferred,
+		{Behaviour: BSSMHook, Family: "nemotron-h", From: "0.13.0", Rule: "auto = the config's mamba_ssm_cache_dtype, else float16 (\"Updating mamba_ssm_cache_dtype to 'float16'\")", Source: "#29978", Merged: "2025-12-05", Evidence: Read,
 			apply: func(p *Profile) { p.SSMHooks["nemotron-h"] = "checkpoint:float16" }},
 		{Behaviour: BRefusalWording, From: "0.13.0", Rule: "adds \"See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.\"", Source: "#28051", Merged: "2025-12-10", Evidence: Inferred,
 			apply: func(p *Profile) { p.RefusalDocs = true }},
 
 		// 0.14.0
-		{Behaviour: BAsync, From: "0.14.0", Rule: "on by default (not with PP > 1)", Source: "#27614, #31998", Merged: "2025-12-29", Evidence: Confirmed,
+		{Behaviour: BAsync, From: "0.14.0", Rule: "on by default, except with PP > 1 or speculative decoding other than EAGLE/MTP", Source: "#27614, #31998", Merged: "2025-12-29", Evidence: Confirmed,
 			apply: func(p *Profile) { p.AsyncDefault, p.AsyncWithPP = true, false }},
-		{Behaviour: BRefusal, From: "0.14.0", Rule: "needed = slots * page * ceil(first group's worst case / page): only group 0 counted", Source: "#29431", Merged: "2025-12-23", Evidence: Inferred,
-			apply: func(p *Profile) { p.Refusal = RefusalGroup0 }},
+		{Behaviour: BRefusal, From: "0.14.0", Rule: "needed = slots * page * ceil(first group's worst case / page), the whole model's groups against the smallest worker's memory", Source: "#29431", Merged: "2025-12-23", Evidence: Read,
+			apply: func(p *Profile) { p.Refusal, p.RefusalPerWorker = RefusalGroup0, false }},
+		{Behaviour: BRefusalWording, From: "0.14.0", Rule: "GiB printed as round(x, 2) (\"16.0\")", Source: "#29431 (format_gib)", Evidence: Read,
+			apply: func(p *Profile) { p.RefusalRoundGiB = true }},
 
 		// 0.15.0
-		{Behaviour: BAsync, From: "0.15.0", Rule: "on by default, also with PP > 1", Source: "#32359, #32618", Merged: "2026-01-15", Evidence: Inferred,
+		{Behaviour: BAsync, From: "0.15.0", Rule: "on by default, also with PP > 1", Source: "#32359, #32618", Merged: "2026-01-15", Evidence: Read,
 			apply: func(p *Profile) { p.AsyncWithPP = true }},
 		{Behaviour: BMambaMode, From: "0.15.0", Rule: "--mamba-cache-mode none|align|all (default none); prefix caching picks all for models that support Mamba prefix caching, align otherwise", Source: "#30877", Merged: "2026-01-23", Evidence: Inferred,
+			Note:  "in the v0.16.0 docs; whether 0.15 (cut about 01-27) has it is not settled",
 			apply: func(p *Profile) { p.MambaModeFlag, p.PrefixMambaMode = true, "all-or-align" }},
 		{Behaviour: BStateSpec, From: "0.15.0", Rule: "none: 1+num_spec blocks; align: 2+num_spec; all: ceil(max_model_len/block)", Source: "#30877", Merged: "2026-01-23", Evidence: Inferred,
 			apply: func(p *Profile) { p.StateSpecBlocks = true }},
 
+		// 0.16.0
+		{Behaviour: BAsync, From: "0.16.0", Rule: "off by default when the mamba cache mode is not none", Source: "#33352", Merged: "2026-01-30", Evidence: Read,
+			apply: func(p *Profile) { p.AsyncOffWithMambaPC = true }},
+
 		// 0.17.0
-		{Behaviour: BSSMHook, Family: "qwen3.5", From: "0.17.0", Rule: "auto = the checkpoint's text_config.mamba_ssm_dtype when it declares one", Source: "#34110, #34489", Merged: "2026-02-12", Evidence: Inferred,
+		{Behaviour: BAsync, From: "0.17.0", Rule: "on by default with Mamba prefix caching again", Source: "#33997", Merged: "2026-02-14", Evidence: Read,
+			apply: func(p *Profile) { p.AsyncOffWithMambaPC = false }},
+		{Behaviour: BSSMHook, Family: "qwen3.5", From: "0.17.0", Rule: "auto = the checkpoint's text_config.mamba_ssm_dtype when it declares one (float32 in every Qwen3.5/3.6 checkpoint), else the model dtype", Source: "#34110, #34489", Merged: "2026-02-12", Evidence: Read,
 			apply: func(p *Profile) { p.SSMHooks["qwen3.5"] = "checkpoint" }},
-		{Behaviour: BSpecRows, Family: "mamba2", From: "0.17.0", Rule: "Mamba2 conv state has K-1+num_speculative_tokens rows", Source: "#33726", Merged: "2026-02-24", Evidence: Inferred,
+		{Behaviour: BSSMHook, Family: "qwen3-next", From: "0.17.0", Rule: "the SSM state honours --mamba-ssm-cache-dtype (auto = model dtype)", Source: "#34489", Merged: "2026-02-12", Evidence: Read,
+			apply: func(p *Profile) { delete(p.SSMHooks, "qwen3-next") }},
+		{Behaviour: BSpecRows, Family: "mamba2", From: "0.17.0", Rule: "Mamba2 conv state has K-1+num_speculative_tokens rows", Source: "#33726", Merged: "2026-02-24", Evidence: Read,
 			apply: func(p *Profile) { p.Mamba2SpecRows = true }},
+		{Behaviour: BRefusal, From: "0.17.0", Rule: "each pipeline stage's worker checks its own groups (still the first group only)", Source: "#33698", Merged: "2026-02-11", Evidence: Read,
+			apply: func(p *Profile) { p.RefusalPerWorker = true }},
 
 		// 0.18.0
-		{Behaviour: BSelector, From: "0.18.0", Rule: "g = the smallest bucket, or the largest when largest < 1.5 x smallest", Source: "#36684", Merged: "2026-03-12", Evidence: Inferred,
-			Note:  "0.18 or 0.19: the 0.18 branch cut is within days of the merge",
+		{Behaviour: BSelector, From: "0.18.0", Rule: "g = the smallest bucket, or the largest when largest < 1.5 x smallest", Source: "#36684", Merged: "2026-03-12", Evidence: Confirmed,
 			apply: func(p *Profile) { p.Selector, p.Threshold = SelectorMinOrMax, 1.5 }},
-		{Behaviour: BRefusal, From: "0.18.0", Rule: "needed = slots * page * sum over groups of ceil(worst case / page): every group, padding included", Source: "#36030", Merged: "2026-03-17", Evidence: Inferred,
-			apply: func(p *Profile) { p.Refusal = RefusalGroups }},
+		{Behaviour: BConnector, From: "0.18.0", Rule: "NixlConnector supports the hybrid manager's groups and Mamba/GDN state regions (SupportsHMA)", Source: "#35758", Merged: "2026-03-06", Evidence: Inferred,
+			Note:  "0.17 or 0.18: merged inside the 0.17 cut window",
+			apply: func(p *Profile) { p.StateConnector = true }},
 
 		// 0.19.0
-		{Behaviour: BAlign, From: "0.19.0", Rule: "alignment = max(the backend's smallest kernel block, --block-size)", Source: "#37467", Merged: "2026-03-30", Evidence: Inferred,
-			apply: func(p *Profile) { p.Align = AlignBackendUser }},
+		{Behaviour: BRefusal, From: "0.19.0", Rule: "needed = slots * page * sum over groups of ceil(worst case / page): every group, padding included", Source: "#36030", Merged: "2026-03-17", Evidence: Confirmed,
+			Note:  "in the v0.19.1 branch; merged inside the 0.18 cut window, so 0.18.0 is not settled",
+			apply: func(p *Profile) { p.Refusal = RefusalGroups }},
 
 		// 0.20.0
-		{Behaviour: BSSMHook, Family: "nemotron-h", From: "0.20.0", Rule: "auto = the config's mamba_ssm_cache_dtype, else float32", Source: "#39032", Merged: "2026-04-06", Evidence: Inferred,
+		{Behaviour: BAlign, From: "0.20.0", Rule: "alignment = max(the backend's smallest kernel block, --block-size), after the layers are built", Source: "#37467", Merged: "2026-03-30", Evidence: Read,
+			Note:  "not in the v0.19.1 branch; also backported into 0.18.2",
+			apply: func(p *Profile) { p.Align = AlignBackendUser }},
+		{Behaviour: BSSMHook, Family: "nemotron-h", From: "0.20.0", Rule: "auto = the config's mamba_ssm_cache_dtype, else float32", Source: "#39032", Merged: "2026-04-06", Evidence: Read,
 			apply: func(p *Profile) { p.SSMHooks["nemotron-h"] = "checkpoint:float32" }},
 		{Behaviour: BMambaMode, From: "0.20.0", Rule: "prefix caching with speculative decoding picks align even where all is supported", Source: "#40454", Merged: "2026-04-21", Evidence: Inferred,
+			Note:  "merged at the 0.20 cut: 0.20 or 0.21",
 			apply: func(p *Profile) { p.SpecAlignsAll = true }},
 
 		// 0.20.1
 		{Behaviour: BKVSize, From: "0.20.1", Rule: "int(max concurrency * max_model_len)", Source: "#41069", Merged: "2026-04-28", Evidence: Confirmed,
-			Note: "real logs: 0.20.0 prints num_blocks // groups * block size, 0.20.1rc1 and 0.20.2 the concurrency-based figure (testdata/vllm-logs)",
+			Note:  "real logs (testdata/vllm-logs): 0.20.0 prints num_blocks // groups * block size, 0.20.1rc1 and 0.20.2 the concurrency-based figure; vllm#43308 places it between 0.20.0 and 0.21.0",
 			apply: func(p *Profile) { p.KVSizeLine = SizeConcurrency }},
 
+		// 0.21.0
+		{Behaviour: BRefusal, From: "0.21.0", Rule: "a --num-gpu-blocks-override replaces the memory in the check (override * bytes per block)", Source: "#41069", Merged: "2026-04-28", Evidence: Confirmed,
+			apply: func(p *Profile) { p.RefusalOverride = true }},
 
 		// 0.22.0
-		{Behaviour: BMambaMode, From: "0.22.0", Rule: "--mamba-cache-mode default none; prefix caching picks all where supported, align otherwise (the spec-decode rule reverted)", Source: "#41233", Merged: "2026-05-18", Evidence: Inferred,
+		{Behaviour: BMambaMode, From: "0.22.0", Rule: "the spec-decode rule reverted: prefix caching picks all where supported, align otherwise", Source: "#41233", Merged: "2026-05-18", Evidence: Read,
 			apply: func(p *Profile) { p.SpecAlignsAll = false }},
-		{Behaviour: BStateSpec, From: "0.22.0", Rule: "all: ceil(max_model_len/block)+num_spec blocks as well", Source: "#41233", Merged: "2026-05-18", Evidence: Inferred,
+		{Behaviour: BStateSpec, From: "0.22.0", Rule: "all: ceil(max_model_len/block)+num_spec blocks as well", Source: "#41233", Merged: "2026-05-18", Evidence: Read,
 			apply: func(p *Profile) { p.AllSpecBlocks = true }},
 		{Behaviour: BRefusalWording, From: "0.22.0", Rule: "\"the model's max seq len\"", Source: "#42479", Merged: "2026-05-15", Evidence: Inferred,
 			apply: func(p *Profile) { p.RefusalModelsTypo = false }},
+		{Behaviour: BConnector, From: "0.22.0", Rule: "the hybrid manager stays on with the NixlConnector", Source: "#41847", Merged: "2026-05-26", Evidence: Confirmed,
+			Note:  "in the v0.23.0 and v0.24.0 branches",
+			apply: func(p *Profile) { p.HMAWithConnector = true }},
+
+		// 0.24.0
+		{Behaviour: BConnector, From: "0.24.0", Rule: "NixlPushConnector (P writes); it needs P's plan on D", Source: "#35264", Merged: "2026-06-12", Evidence: Confirmed,
+			Note:  "absent from the v0.23.0 branch, present in the v0.24.0 branch",
+			apply: func(p *Profile) { p.PushConnector = true }},
+		{Behaviour: BPadPages, From: "0.24.0", Rule: "attention pages that do not divide the largest are padded", Source: "#45181", Evidence: Inferred,
+			apply: func(p *Profile) { p.PadPages = true }},
 
 		// 0.26.0
-		{Behaviour: BInFlight, From: "0.26.0", Rule: "max_num_batched_tokens x batches in flight (2 with async scheduling at PP 1, else PP) instead of max_num_batched_tokens", Source: "#47728", Evidence: Confirmed,
-			Note:  "vllm#49878 reports it as a regression from 0.25.1 to 0.26",
+		{Behaviour: BInFlight, From: "0.26.0", Rule: "max_num_batched_tokens x batches in flight (2 with async scheduling at PP 1, else PP) instead of max_num_batched_tokens", Source: "#47728", Merged: "2026-07-08", Evidence: Confirmed,
+			Note:  "vllm#49878 reports it as a regression from 0.25.1 to 0.26; with PP > 1 the V2 model runner keeps PP+1 batches in flight, kvscope counts PP (the V1 runner's)",
 			apply: func(p *Profile) { p.InFlightBatches = true }},
 
-		// 0.28.0
-		{Behaviour: BPrefix, From: "0.28.0", Rule: "prefix caching on by default for hybrids, mamba cache mode align", Source: "#50991", Evidence: Confirmed,
-			apply: func(p *Profile) { p.HybridPrefixCaching, p.PrefixMambaMode = "on", "align" }},
+		// 0.27.0
+		{Behaviour: BBucketMerge, From: "0.27.0", Rule: "specs that vLLM's merge accepts (full attention differing only in a recorded window or chunk) share a bucket", Source: "#50000", Merged: "2026-07-30", Evidence: Confirmed,
+			apply: func(p *Profile) { p.MergeBuckets = true }},
+		{Behaviour: BAlign, Family: "mla", From: "0.27.0", Rule: "an MLA + state hybrid aligns to at least 128", Source: "#50000", Merged: "2026-07-30", Evidence: Read,
+			apply: func(p *Profile) { p.MLAHybridAlign128 = true }},
+		{Behaviour: BKVSize, Family: "concurrency", From: "0.27.0", Rule: "concurrency = num_blocks / the sum over groups of ceil(worst case / page) (the same figure when every worst case is whole pages)", Source: "#48317", Merged: "2026-07-20", Evidence: Read,
+			apply: func(p *Profile) {}},
 
-		// main: nothing after the newest release that changes the numbers is known.
-		{Behaviour: BExtraRetained, From: Main, Rule: "multi-layer MTP keeps num_speculative_tokens-1 extra sliding-window tokens", Source: "kv_cache_utils.get_kv_cache_configs at 002f10e0", Evidence: Read,
+		// 0.28.0
+		{Behaviour: BPrefix, From: "0.28.0", Rule: "prefix caching on by default for hybrids, mamba cache mode align for every model", Source: "#50991", Merged: "2026-08-04", Evidence: Confirmed,
+			apply: func(p *Profile) { p.HybridPrefixCaching, p.PrefixMambaMode = "on", "align" }},
+		{Behaviour: BExtraRetained, From: "0.28.0", Rule: "multi-layer MTP keeps num_speculative_tokens-1 extra sliding-window tokens", Source: "#50062", Merged: "2026-08-13", Evidence: Read,
 			apply: func(p *Profile) { p.ExtraRetained = true }},
+		{Behaviour: BKVSize, Family: "log line", From: "0.28.0", Rule: "GPU KV cache size and maximum concurrency print on one line", Source: "#50462", Merged: "2026-08-04", Evidence: Read,
+			apply: func(p *Profile) {}},
+
+		// 0.29.0
+		{Behaviour: BRefusal, Family: "null block", From: "0.29.0", Rule: "the check and the max-length estimate hold back one block (the null block)", Source: "#47272", Merged: "2026-08-20", Evidence: Confirmed,
+			Note:  "not in 0.28.0; in v0.29.0rc1-rc4",
+			apply: func(p *Profile) { p.NullBlock = true }},
+
+		// main (as of 0.33 and after, as far as kvscope has read): nothing that changes the numbers.
 
 		// The branch: vLLM main plus #58207's selector and the group-pair transfers.
 		{Behaviour: BSelector, From: Branch, Rule: "the g with the fewest worst-case padding bytes, then fewest groups, from min(max(smallest bucket, --min-kv-cache-group-layers), largest) up", Source: "#58207", Evidence: Read,
-			Note:  "read from the PR's diff (reference/padding-bytes-selector.md); not in vLLM main",
+			Note:  "read from the PR's diff (reference/padding-bytes-selector.md); not merged in main as of 0.33",
 			apply: func(p *Profile) { p.Selector, p.Threshold = SelectorPaddingBytes, 0 }},
-		{Behaviour: BBucketMerge, From: Branch, Rule: "attention layers that agree on kind, block size, page bytes and window share a bucket whatever their head layout", Source: "the published P TP2 / D TP4 deployment", Evidence: Inferred,
+		{Behaviour: BBucketMerge, From: Branch, Rule: "with padding-bytes, attention layers that agree on kind, block size, page bytes and window share a bucket whatever their head layout", Source: "the published P TP2 / D TP4 deployment", Evidence: Inferred,
 			apply: func(p *Profile) { p.LooseMerge = true }},
 		{Behaviour: BSSMHook, Family: "qwen3.5", From: Branch, Rule: "auto = the model dtype (the deployment's 592/304 block sizes need a bfloat16 SSM state)", Source: "the published P TP2 / D TP4 deployment", Evidence: Inferred,
 			apply: func(p *Profile) { delete(p.SSMHooks, "qwen3.5") }},
@@ -200,6 +256,8 @@ func Changes() []Change {
 			apply: func(p *Profile) { delete(p.SSMHooks, "nemotron-h") }},
 		{Behaviour: BPrefix, From: Branch, Rule: "prefix caching off by default for hybrids (mamba cache mode none)", Source: "the published deployment's KV token figures", Evidence: Inferred,
 			apply: func(p *Profile) { p.HybridPrefixCaching, p.PrefixMambaMode = "opt-in", "all-or-align" }},
+		{Behaviour: BRefusal, Family: "null block", From: Branch, Rule: "no block held back in the check", Source: "kvscope's branch model", Evidence: Inferred,
+			apply: func(p *Profile) { p.NullBlock = false }},
 		{Behaviour: BConnector, From: Branch, Rule: "layers move per pair of P and D cache groups, in pull and push; only MLA and pipeline-parallel push producers need P's plan on D; a connector that needs matching groups plans TP-invariantly", Source: "RFC #58638", Evidence: Inferred,
 			apply: func(p *Profile) { p.GroupPairs, p.TPInvariant = true, true }},
 	}
@@ -212,6 +270,6 @@ func Versions() []string {
 		"0.10.0", "0.10.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1",
 		"0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.19.0", "0.20.0", "0.20.1", "0.20.2",
 		"0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1",
-		"0.28.0", "0.28.1", "0.29.0", Main, Branch,
+		"0.28.0", "0.28.1", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", Main, Branch,
 	}
 }

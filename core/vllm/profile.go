@@ -2,6 +2,8 @@ package vllm
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 )
 
@@ -21,6 +23,10 @@ type Profile struct {
 	// page bytes and window whatever their head layout (inferred for the
 	// branch).
 	LooseMerge bool `json:"loose_bucket_merge"`
+	// MergeBuckets lets specs that vLLM's merge accepts (full attention
+	// differing only in a recorded window or chunk) share a bucket; before
+	// it, buckets hold equal specs only.
+	MergeBuckets bool `json:"merge_buckets"`
 
 	// InFlightBatches: the sliding-window and chunked-local worst case
 	// reserves max_num_batched_tokens times the batches in flight (#47728)
@@ -30,6 +36,9 @@ type Profile struct {
 	// AsyncWithPP whether that default holds with pipeline parallelism.
 	AsyncDefault bool `json:"async_scheduling_default"`
 	AsyncWithPP  bool `json:"async_scheduling_with_pp"`
+	// AsyncOffWithMambaPC: Mamba prefix caching (a cache mode other than
+	// none) turns the async default off (vLLM 0.16 only).
+	AsyncOffWithMambaPC bool `json:"async_off_with_mamba_prefix_caching"`
 
 	// SingleStateDType: the Mamba state takes the KV cache dtype, one
 	// dtype for conv and SSM (before --mamba-ssm-cache-dtype existed).
@@ -63,6 +72,8 @@ type Profile struct {
 	// always), AlignBackend (the backend's kernel block: 16, 64 MLA, 128
 	// CUTLASS MLA) or AlignBackendUser (max of that and --block-size).
 	Align string `json:"hybrid_block_alignment"`
+	// MLAHybridAlign128: an MLA + state hybrid aligns to at least 128.
+	MLAHybridAlign128 bool `json:"mla_hybrid_align_128"`
 	// PadPages: attention pages that do not divide the largest page are
 	// padded (otherwise vLLM raises NotImplementedError).
 	PadPages bool `json:"pad_non_dividing_pages"`
@@ -79,25 +90,42 @@ type Profile struct {
 	// RefusalGroup0 (the first group times the slots) or RefusalGroups
 	// (every group, padding included).
 	Refusal string `json:"refusal_needed"`
+	// RefusalPerWorker: with pipeline parallelism each worker checks its
+	// own stage; before, the whole model's groups against the smallest
+	// worker's memory.
+	RefusalPerWorker bool `json:"refusal_per_worker"`
+	// RefusalOverride: a --num-gpu-blocks-override replaces the memory in
+	// the check. NullBlock: the check holds back one block (the null block).
+	RefusalOverride bool `json:"refusal_uses_override"`
+	NullBlock       bool `json:"refusal_null_block"`
 	// RefusalDocs adds the conserving-memory link; RefusalModelsTypo keeps
-	// "models's" (fixed by #42479).
+	// "models's" (fixed by #42479); RefusalRoundGiB prints GiB as Python's
+	// round(x, 2) ("16.0") instead of "%.2f".
 	RefusalDocs       bool `json:"refusal_docs_link"`
 	RefusalModelsTypo bool `json:"refusal_models_typo"`
+	RefusalRoundGiB   bool `json:"refusal_round_gib"`
 
 	// GroupPairs: the NixlConnector and NixlPushConnector move layers per
 	// pair of P and D cache groups, so P and D may plan differently
 	// (except MLA, and pipeline-parallel push producers). Without it both
 	// connectors need the same plan on P and D.
 	GroupPairs bool `json:"group_pair_transfers"`
+	// HMAWithConnector: the hybrid KV cache manager stays on with a KV
+	// connector (before, --kv-transfer-config turned it off, so sliding
+	// layers plan as full attention). StateConnector: the NixlConnector
+	// moves Mamba/GDN state. PushConnector: NixlPushConnector exists.
+	// BlockSizeRatio: the NixlConnector accepts a D block size that is a
+	// whole multiple of P's (#26759).
+	HMAWithConnector bool `json:"hma_with_connector"`
+	StateConnector   bool `json:"nixl_state_layers"`
+	PushConnector    bool `json:"nixl_push_connector"`
+	BlockSizeRatio   bool `json:"nixl_block_size_ratio"`
 	// TPInvariant: the branch plans P and D with one TP-invariant layout
 	// when the connector needs matching groups (inferred).
 	TPInvariant bool `json:"tp_invariant_plans"`
 
 	// Rules is the table row in force for each behaviour.
 	Rules []Change `json:"rules"`
-	// Inferred lists what this profile rests on that kvscope inferred
-	// rather than read in vLLM's code at that version.
-	Inferred []string `json:"inferred"`
 }
 
 // Selector rules.
@@ -149,16 +177,20 @@ func For(v Version) Profile {
 		}
 		p.Rules = append(kept, c)
 	}
-	for _, r := range p.Rules {
-		if r.Evidence == Inferred {
-			p.Inferred = append(p.Inferred, fmt.Sprintf("%s from %s (%s): inferred", r.What(), r.From, r.Source))
-		}
-	}
-	if p.Inferred == nil {
-		p.Inferred = []string{}
-	}
 	p.Label = label(v)
 	return p
+}
+
+// Inferred lists the rules of this profile whose release boundary kvscope
+// inferred rather than read in vLLM's code at that version.
+func (p Profile) Inferred() []string {
+	out := []string{}
+	for _, r := range p.Rules {
+		if r.Evidence == Inferred {
+			out = append(out, r.What()+" from "+r.From+" ("+r.Source+"): inferred")
+		}
+	}
+	return out
 }
 
 // Lookup parses a version and builds its profile.
@@ -193,6 +225,12 @@ func (p Profile) Rule(behaviour, family string) (Change, bool) {
 	return Change{}, false
 }
 
+// SSMFlagIgnored reports whether the version ignores an explicit
+// --mamba-ssm-cache-dtype for the family (Qwen3-Next before 0.17).
+func (p Profile) SSMFlagIgnored(modelType string) bool {
+	return strings.HasPrefix(p.SSMHooks[FamilyOf(modelType)], "conv")
+}
+
 // SSMDType resolves --mamba-ssm-cache-dtype auto for a model: the model
 // family's config hook where this version has one, else the model dtype.
 // modelType is the text config's model_type; hfDType is the dtype the
@@ -206,6 +244,8 @@ func (p Profile) SSMDType(modelType, hfDType, modelDType string) (string, string
 	}
 	kind, def, _ := strings.Cut(hook, ":")
 	switch kind {
+	case "conv":
+		return modelDType, fmt.Sprintf("vLLM %s keeps both %s states in the conv dtype %s", p.Name, family, modelDType)
 	case "checkpoint":
 		if hfDType != "" {
 			return hfDType, fmt.Sprintf("vLLM %s's %s config hook takes the checkpoint's SSM dtype %s for --mamba-ssm-cache-dtype auto", p.Name, family, hfDType)
@@ -267,10 +307,24 @@ func (p Profile) RefusalMessage(maxLen int, neededGiB, availGiB float64, estimat
 	if p.RefusalModelsTypo {
 		models = "models's"
 	}
-	msg := fmt.Sprintf("To serve at least one request with the %s max seq len (%d), (%.2f GiB KV cache is needed, which is larger than the available KV cache memory (%.2f GiB). Based on the available memory, the estimated maximum model length is %d. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
-		models, maxLen, neededGiB, availGiB, estimate)
+	gb := func(x float64) string { return fmt.Sprintf("%.2f", x) }
+	if p.RefusalRoundGiB {
+		gb = pyRound2
+	}
+	msg := fmt.Sprintf("To serve at least one request with the %s max seq len (%d), (%s GiB KV cache is needed, which is larger than the available KV cache memory (%s GiB). Based on the available memory, the estimated maximum model length is %d. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+		models, maxLen, gb(neededGiB), gb(availGiB), estimate)
 	if p.RefusalDocs {
 		msg += " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
 	}
 	return msg
+}
+
+// pyRound2 prints x as Python prints round(x, 2): at most two decimals,
+// trailing zeros dropped but one ("16.0").
+func pyRound2(x float64) string {
+	s := strconv.FormatFloat(math.Round(x*100)/100, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
 }

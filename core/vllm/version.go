@@ -46,7 +46,7 @@ var branchAliases = []string{Branch, "branch", "group-pairs", "pr58207-gp"}
 
 // Newest is the newest vLLM release kvscope has a profile for; a user who
 // names no version gets it.
-func Newest() Version { return Version{Major: 0, Minor: 29, Patch: 0, Text: "0.29.0"} }
+func Newest() Version { return Version{Major: 0, Minor: 33, Patch: 0, Text: "0.33.0"} }
 
 // oldest is the first release kvscope models.
 func oldest() Version { return Version{Major: 0, Minor: 10, Patch: 0} }

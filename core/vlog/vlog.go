@@ -79,6 +79,7 @@ type Log struct {
 	MambaMode    *Figure[string]          `json:"mamba_cache_mode,omitempty"` // "Mamba cache mode is set to 'align'"
 	Async        *Figure[bool]            `json:"async_scheduling,omitempty"` // "Asynchronous scheduling is enabled."
 	PrefixOff    *Line                    `json:"prefix_caching_disabled,omitempty"`
+	Failed       *Line                    `json:"failed_to_start,omitempty"`       // "EngineCore failed to start"
 	SSMDType     *Figure[string]          `json:"mamba_ssm_cache_dtype,omitempty"` // "Updating mamba_ssm_cache_dtype to 'float16'"
 	Backend      *Figure[string]          `json:"attention_backend,omitempty"`
 	Recognised   []Line                   `json:"recognised"`
@@ -109,6 +110,7 @@ var (
 	reOverride    = regexp.MustCompile(`Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)`)
 	reRefusal     = regexp.MustCompile(`To serve at least one request with the models?'s max seq len \((\d+)\), \(([0-9.]+) GiB KV cache is needed, which is larger than the available KV cache memory \(([0-9.]+) GiB\)\. Based on the available memory, the estimated maximum model length is (\d+)`)
 	reNoMemory    = regexp.MustCompile(`No available memory for the cache blocks`)
+	reFailed      = regexp.MustCompile(`EngineCore failed to start|Engine core initialization failed`)
 	reMambaMode   = regexp.MustCompile(`Mamba cache mode is set to '(\w+)'`)
 	reAsync       = regexp.MustCompile(`Asynchronous scheduling is (enabled|disabled)`)
 	rePrefixOff   = regexp.MustCompile(`disabling prefix caching`)
@@ -172,8 +174,12 @@ func (l *Log) readLine(line Line) bool {
 		}
 		return true
 	}
+	// The first max model len is the target's (a draft's config prints its
+	// own later); the last max_num_batched_tokens is the final scheduler
+	// config (a default one can print before the arguments are applied);
+	// the last block size is the one the engine settled on.
 	switch {
-	case l.intFigure(reMaxLen, t, line, &l.MaxModelLen), l.intFigure(reMNBT, t, line, &l.MNBT), l.intFigure(reBlock, t, line, &l.BlockSize):
+	case l.intFigure(reMaxLen, t, line, &l.MaxModelLen, false), l.intFigure(reMNBT, t, line, &l.MNBT, true), l.intFigure(reBlock, t, line, &l.BlockSize, true):
 		return true
 	}
 	if m := reAvail.FindStringSubmatch(t); m != nil {
@@ -229,6 +235,12 @@ func (l *Log) readLine(line Line) bool {
 		}
 		return true
 	}
+	if reFailed.MatchString(t) {
+		if l.Failed == nil {
+			l.Failed = &line
+		}
+		return true
+	}
 	if m := reMambaMode.FindStringSubmatch(t); m != nil {
 		l.MambaMode = &Figure[string]{m[1], line}
 		return true
@@ -252,12 +264,12 @@ func (l *Log) readLine(line Line) bool {
 	return false
 }
 
-func (l *Log) intFigure(re *regexp.Regexp, t string, line Line, dst **Figure[int]) bool {
+func (l *Log) intFigure(re *regexp.Regexp, t string, line Line, dst **Figure[int], last bool) bool {
 	m := re.FindStringSubmatch(t)
 	if m == nil {
 		return false
 	}
-	if n, err := strconv.Atoi(m[1]); err == nil && *dst == nil {
+	if n, err := strconv.Atoi(m[1]); err == nil && (*dst == nil || last) {
 		*dst = &Figure[int]{n, line}
 	}
 	return true

@@ -2,6 +2,7 @@ package xfer
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
@@ -83,6 +84,10 @@ func Run(s Setup) (*PD, error) {
 // Prepare does everything Run does but the transfer itself, so one
 // deployment can serve many requests.
 func Prepare(s Setup) (*PD, error) {
+	notes, err := connectorVersion(&s)
+	if err != nil {
+		return nil, err
+	}
 	inv, err := plan.NewInvariant(s.Model, s.P, s.D)
 	if err != nil {
 		return nil, err
@@ -117,7 +122,50 @@ func Prepare(s Setup) (*PD, error) {
 	if _, ok := s.Connector.Transport(); !ok {
 		r.Note = fmt.Sprintf("%s keeps KV inside each engine: nothing moves from P to D", s.Connector)
 	}
+	if len(notes) > 0 {
+		r.Note = strings.TrimSpace(r.Note + " " + strings.Join(notes, " "))
+	}
 	return r, nil
+}
+
+// connectorVersion applies what the engines' vLLM version does with a NIXL
+// connector before anything is planned: versions without
+// NixlPushConnector refuse it; versions that turn the hybrid KV cache
+// manager off for any KV connector plan sliding-window and chunked layers
+// as full attention, and refuse models with state layers when their
+// NixlConnector cannot move state.
+func connectorVersion(s *Setup) ([]string, error) {
+	kind, ok := s.Connector.Transport()
+	if !ok {
+		return nil, nil
+	}
+	prof, err := s.P.Profile()
+	if err != nil {
+		return nil, err
+	}
+	if kind == NixlPush && !prof.PushConnector {
+		return nil, fmt.Errorf("xfer: --connector %s: %s has no NixlPushConnector (it came with vLLM 0.24.0, #35264)", s.Connector, prof.Label)
+	}
+	hasState := false
+	for _, l := range s.Model.Layers {
+		hasState = hasState || l.Kind.IsState()
+	}
+	switch {
+	case hasState && !prof.StateConnector:
+		return nil, fmt.Errorf("xfer: --connector %s: %s's NixlConnector cannot move Mamba/GDN state (SupportsHMA came with vLLM 0.18, #35758)", s.Connector, prof.Label)
+	case prof.HMAWithConnector || hasState:
+		return nil, nil
+	}
+	var notes []string
+	for _, e := range []*plan.Engine{&s.P, &s.D} {
+		if !e.DisableHybrid {
+			e.DisableHybrid = true
+		}
+	}
+	if s.Model.HasKind(model.Sliding) || s.Model.HasKind(model.ChunkedLocal) {
+		notes = append(notes, fmt.Sprintf("%s turns the hybrid KV cache manager off for a --kv-transfer-config: sliding-window and chunked layers plan as full attention on P and D (kept on from vLLM 0.22, #41847)", prof.Label))
+	}
+	return notes, nil
 }
 
 // Compute builds the transfer of one request between the prepared plans.

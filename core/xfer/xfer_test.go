@@ -154,9 +154,10 @@ func TestRejections(t *testing.T) {
 		{"different KV cache dtypes", gpt, plan.Engine{}, plan.Engine{KVCacheDType: "fp8"}, "nixl", "", 100, "compatibility-hash"},
 		{"TP 2 to TP 1 is accepted", modeltest.Load(t, "Qwen__Qwen3-0.6B"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, "nixl", "", 100, ""},
 		{"P and D on different vLLM versions", gpt, plan.Engine{VLLMVersion: "0.28.0"}, plan.Engine{VLLMVersion: "0.27.0"}, "nixl", "", 100, "vllm-version"},
-		{"a release pulls only between equal plans", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl", "", 100, "matching-groups"},
+		{"a release pulls only between equal plans", gpt, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, "nixl", "", 100, "matching-groups"},
+		{"a release's block_size_ratio path is named, not modelled", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl", "", 100, "block-size-ratio"},
 		{"a release's push raises on different layouts", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl-push", "", 100, "matching-groups"},
-		{"a release has no invariant plans to fall back on", ds, plan.Engine{BlockSize: 16}, plan.Engine{BlockSize: 32}, "nixl", "", 100, "matching-groups"},
+		{"a release has no invariant plans to fall back on", ds, plan.Engine{BlockSize: 32}, plan.Engine{BlockSize: 48}, "nixl", "", 100, "matching-groups"},
 		{"MLA with another block size", ds, br(plan.Engine{BlockSize: 16}), br(plan.Engine{BlockSize: 32}), "nixl", IndependentPlans, 100, "mla-plan"},
 		{"the group-pair profile pushes between different plans", gpt, br(plan.Engine{TensorParallelSize: 2}), br(plan.Engine{TensorParallelSize: 2, BlockSize: 32}), "nixl-push", IndependentPlans, 100, ""},
 		{"a pipeline-parallel push producer with another plan", gpt, br(plan.Engine{PipelineParallelSize: 2}), br(plan.Engine{BlockSize: 32}), "nixl-push", IndependentPlans, 100, "pp-push-plan"},
@@ -194,6 +195,41 @@ func TestRejections(t *testing.T) {
 	if rej := r.Transfer.Rejection; rej == nil || rej.Rule != "tp-ratio" {
 		t.Errorf("TP 3 -> 2: %+v, want tp-ratio", rej)
 	}
+}
+
+func TestConnectorsByVersion(t *testing.T) {
+	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
+	qwen := modeltest.Load(t, "Qwen__Qwen3.5-0.8B")
+	push, _ := ParseConnector("nixl-push")
+	pull, _ := ParseConnector("nixl")
+	at := func(v string) plan.Engine { return plan.Engine{VLLMVersion: v} }
+	t.Run("NixlPushConnector came with 0.24", func(t *testing.T) {
+		if _, err := Run(Setup{Model: gpt, P: at("0.23.0"), D: at("0.23.0"), Connector: push, Request: Request{PromptTokens: 100}}); err == nil || !strings.Contains(err.Error(), "no NixlPushConnector") {
+			t.Errorf("0.23 push: %v", err)
+		}
+		if r, err := Run(Setup{Model: gpt, P: at("0.24.0"), D: at("0.24.0"), Connector: push, Request: Request{PromptTokens: 100}}); err != nil || r.Transfer.Rejection != nil {
+			t.Errorf("0.24 push: %v", err)
+		}
+	})
+	t.Run("before 0.22 a KV connector turns the hybrid manager off", func(t *testing.T) {
+		r, err := Run(Setup{Model: gpt, P: at("0.21.0"), D: at("0.21.0"), Connector: pull, Request: Request{PromptTokens: 100}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pp, _ := r.UsedPlans()
+		if pp.NumGroups != 1 || !strings.Contains(r.Note, "full attention") {
+			t.Errorf("0.21: %d groups, note %q; want one group of full attention", pp.NumGroups, r.Note)
+		}
+		r, err = Run(Setup{Model: gpt, P: at("0.22.0"), D: at("0.22.0"), Connector: pull, Request: Request{PromptTokens: 100}})
+		if pp, _ := r.UsedPlans(); err != nil || pp.NumGroups != 2 {
+			t.Errorf("0.22: %v; want gpt-oss's two groups", err)
+		}
+	})
+	t.Run("state layers need the NixlConnector's hybrid support (0.18)", func(t *testing.T) {
+		if _, err := Run(Setup{Model: qwen, P: at("0.17.0"), D: at("0.17.0"), Connector: pull, Request: Request{PromptTokens: 100}}); err == nil || !strings.Contains(err.Error(), "cannot move Mamba/GDN state") {
+			t.Errorf("0.17 state model: %v", err)
+		}
+	})
 }
 
 func TestBadRequests(t *testing.T) {
