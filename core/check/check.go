@@ -313,9 +313,10 @@ func compare(l *vlog.Log, pr prediction, hasMem bool) []LineCheck {
 		}
 		return append(out, c, n)
 	}
-	if l.Failed != nil && len(l.KVTokens) == 0 && len(l.Concurrency) == 0 {
-		// The engine failed after logging its memory, without the refusal's
-		// message (a cut traceback): compare whether kvscope refuses too.
+	if l.Failed != nil && len(l.AvailableGiB) > 0 && l.Failed.N > l.AvailableGiB[0].Line.N && len(l.KVTokens) == 0 && len(l.Concurrency) == 0 {
+		// The engine failed right after logging its memory, without the
+		// refusal's message (a cut traceback): compare whether kvscope
+		// refuses too. A failure before the memory line is something else.
 		c := LineCheck{Name: "refusal", Logged: "failed to start", Predicted: "starts", Line: l.Failed.N}
 		if pr.refusal != nil {
 			c.Predicted, c.Match = fmt.Sprintf("refused (estimated maximum model length %d)", pr.refusal.EstimatedMaxLen), true
