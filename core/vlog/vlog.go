@@ -200,11 +200,12 @@ func (l *Log) readLine(line Line) bool {
 		l.Padding = append(l.Padding, Figure[PaddingWarning]{PaddingWarning{n, f}, line})
 		return true
 	}
+	kv := false
 	if m := reKVTokens.FindStringSubmatch(t); m != nil {
 		if n, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64); err == nil {
 			l.KVTokens = append(l.KVTokens, Figure[int64]{n, line})
 		}
-		return true
+		kv = true // from vLLM 0.28 the concurrency follows on the same line
 	}
 	if m := reConc.FindStringSubmatch(t); m != nil {
 		n, err1 := strconv.Atoi(strings.ReplaceAll(m[1], ",", ""))
@@ -212,6 +213,9 @@ func (l *Log) readLine(line Line) bool {
 		if err1 == nil && err2 == nil {
 			l.Concurrency = append(l.Concurrency, Figure[Concurrency]{Concurrency{n, x}, line})
 		}
+		return true
+	}
+	if kv {
 		return true
 	}
 	if m := reOverride.FindStringSubmatch(t); m != nil {
