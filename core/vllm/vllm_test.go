@@ -105,7 +105,9 @@ func TestProfilesFollowTheTable(t *testing.T) {
 		{"0.28.0", func(p Profile) bool { return !p.NullBlock }, "no null block in 0.28"},
 		{"0.29.0", func(p Profile) bool { return p.NullBlock }, "#47272 from 0.29"},
 		{Main, func(p Profile) bool { return p.Selector == SelectorMinOrMax && !p.GroupPairs }, "main has the classic rule and no group pairs"},
-		{Branch, func(p Profile) bool { return p.Selector == SelectorPaddingBytes && p.GroupPairs && p.TPInvariant && !p.NullBlock }, "the branch"},
+		{Branch, func(p Profile) bool {
+			return p.Selector == SelectorPaddingBytes && p.GroupPairs && p.TPInvariant && !p.NullBlock
+		}, "the branch"},
 	}
 	for _, tt := range tests {
 		p, err := Lookup(tt.version)
