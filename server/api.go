@@ -7,20 +7,26 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/kvscope/kvscope/core/check"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/vlog"
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
-// maxBody bounds an API request body: a config.json is a few KiB.
-const maxBody = 1 << 20
+// maxBody bounds an API request body: a config.json is a few KiB, a pasted
+// startup log (for /api/check) a few hundred.
+const maxBody = 4 << 20
 
 // apiError is the one JSON error envelope of the API.
 type apiError struct {
 	Status    string `json:"status"`
-	ErrorType string `json:"error_type"` // bad_data or internal
+	ErrorType string `json:"error_type"` // bad_data, refused (vLLM would not start) or internal
 	Error     string `json:"error"`
+	// EstimatedMaxModelLen is vLLM's estimate of the longest max_model_len
+	// that would start, for error_type refused.
+	EstimatedMaxModelLen int `json:"estimated_max_model_len,omitempty"`
 }
 
 // apiRequest is the body of /api/plan, /api/pd and /api/oracle: a model by
@@ -39,12 +45,27 @@ type apiRequest struct {
 	Layout      string          `json:"layout"`
 	Prompt      int             `json:"prompt_tokens"`
 	Hit         int             `json:"prefix_hit_tokens"`
+	// VLLMVersion applies to every engine that names no version of its own.
+	VLLMVersion string `json:"vllm_version"`
+	// Log is a vLLM startup log (/api/check).
+	Log string `json:"log"`
+}
+
+// versioned gives the engines the request's vLLM version where they name
+// none.
+func (req *apiRequest) versioned() {
+	for _, e := range []*plan.Engine{&req.Engine, &req.P, &req.D} {
+		if e.VLLMVersion == "" {
+			e.VLLMVersion = req.VLLMVersion
+		}
+	}
 }
 
 // badData marks an error in the request, as opposed to a server failure.
 type badData struct{ err error }
 
 func (e *badData) Error() string { return e.err.Error() }
+func (e *badData) Unwrap() error { return e.err }
 
 // api wraps an endpoint: it reads and bounds the body, and writes the result
 // or the error envelope.
@@ -64,6 +85,7 @@ func api(cat model.Catalog, fn func(cat model.Catalog, req apiRequest) (any, err
 			writeAPIError(w, http.StatusBadRequest, &badData{fmt.Errorf("body is not the request JSON: %w", err)})
 			return
 		}
+		req.versioned()
 		res, err := fn(cat, req)
 		if err != nil {
 			var bd *badData
@@ -82,14 +104,18 @@ func api(cat model.Catalog, fn func(cat model.Catalog, req apiRequest) (any, err
 }
 
 func writeAPIError(w http.ResponseWriter, status int, err error) {
-	typ := "internal"
+	e := apiError{Status: "error", ErrorType: "internal", Error: err.Error()}
 	var bd *badData
-	if errors.As(err, &bd) {
-		typ = "bad_data"
+	var re *plan.RefusalError
+	switch {
+	case errors.As(err, &re):
+		e.ErrorType, e.EstimatedMaxModelLen = "refused", re.EstimatedMaxLen
+	case errors.As(err, &bd):
+		e.ErrorType = "bad_data"
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(apiError{Status: "error", ErrorType: typ, Error: err.Error()})
+	json.NewEncoder(w).Encode(e)
 }
 
 // loadAPIModel resolves the request's model and draft.
@@ -184,6 +210,34 @@ func apiOracle(cat model.Catalog, req apiRequest) (any, error) {
 		return nil, &badData{fmt.Errorf("%s", r.Note)}
 	}
 	res, err := oracle.Check(s.Model, r.Transfer)
+	if err != nil {
+		return nil, &badData{err}
+	}
+	return res, nil
+}
+
+// apiCheck holds a startup log against the plan, as kvscope check does.
+// The request's model, draft and vllm_version override the log's.
+func apiCheck(cat model.Catalog, req apiRequest) (any, error) {
+	l, err := vlog.Parse(req.Log)
+	if err != nil {
+		return nil, &badData{fmt.Errorf("log: %w", err)}
+	}
+	in := check.Input{Log: l, Version: req.VLLMVersion, Catalog: cat}
+	if req.Model != "" || len(req.Config) > 0 {
+		noDraft := req
+		noDraft.Draft, noDraft.DraftConfig = "", nil
+		if in.Model, err = noDraft.load(cat); err != nil {
+			return nil, err
+		}
+	}
+	if req.Draft != "" && req.Draft != "mtp" || len(req.DraftConfig) > 0 {
+		d := apiRequest{Model: req.Draft, Config: req.DraftConfig}
+		if in.Draft, err = d.load(cat); err != nil {
+			return nil, err
+		}
+	}
+	res, err := check.Run(in)
 	if err != nil {
 		return nil, &badData{err}
 	}

@@ -99,7 +99,7 @@ func TestPlanErrorsAreOneClearLine(t *testing.T) {
 		{"a malformed number", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--block-size", "x"}, 2, `--block-size "x"`},
 		{"an unknown flag", []string{"plan", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{"no model", []string{"plan"}, 1, "--model is required"},
-		{"an unknown selector", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--selector", "magic"}, 1, "--selector magic: want classic, balanced or padding-bytes"},
+		{"an unknown selector", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--selector", "magic"}, 1, "--selector magic: want classic, min, balanced or padding-bytes"},
 		{"contradicting async flags", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--async-scheduling", "--no-async-scheduling"}, 2, "contradict"},
 		{"an unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"a broken config", []string{"plan", "--model", writeTemp(t, `{"num_hidden_layers": -1}`)}, 1, "num_hidden_layers = -1: must be positive"},
@@ -232,7 +232,7 @@ func TestPDJSON(t *testing.T) {
 }
 
 func TestPDTextAndOracle(t *testing.T) {
-	args := []string{"--model", modelPath("Qwen__Qwen3.6-35B-A3B"), "--draft", modelPath("z-lab__Qwen3.6-35B-A3B-DFlash"), "--max-model-len", "8192",
+	args := []string{"--vllm-version", "pr58207", "--model", modelPath("Qwen__Qwen3.6-35B-A3B"), "--draft", modelPath("z-lab__Qwen3.6-35B-A3B-DFlash"), "--max-model-len", "8192",
 		"--num-speculative-tokens", "7", "--p-tensor-parallel-size", "2", "--d-tensor-parallel-size", "4", "--prompt-tokens", "700"}
 	code, out, errs := runCLI(t, append([]string{"pd"}, args...)...)
 	if code != 0 {
@@ -247,9 +247,14 @@ func TestPDTextAndOracle(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "exact: ") {
 		t.Errorf("oracle: exit %d, %q %q", code, out, errs)
 	}
-	code, out, _ = runCLI(t, "pd", "--model", modelPath("deepseek-ai__DeepSeek-V2-Lite"), "--p-block-size", "16", "--d-block-size", "32", "--plans", "independent", "--prompt-tokens", "100")
+	code, out, _ = runCLI(t, "pd", "--vllm-version", "pr58207", "--model", modelPath("deepseek-ai__DeepSeek-V2-Lite"), "--p-block-size", "16", "--d-block-size", "32", "--plans", "independent", "--prompt-tokens", "100")
 	if code != 0 || !strings.Contains(out, "REJECTED (mla-plan, P/D)") || !strings.Contains(out, "fix: ") {
 		t.Errorf("MLA with two block sizes: exit %d\n%s", code, out)
+	}
+	// The same deployment on a release: its own connector rules.
+	code, out, _ = runCLI(t, append([]string{"pd", "--vllm-version", "0.28.0"}, args[2:]...)...)
+	if code != 0 || !strings.Contains(out, "REJECTED (matching-groups, P/D)") || !strings.Contains(out, "vLLM 0.28.0") {
+		t.Errorf("the seed deployment on 0.28: exit %d\n%s", code, out)
 	}
 	code, _, errs = runCLI(t, "pd", "--model", modelPath("openai__gpt-oss-20b"), "--connector", "nccl")
 	if code != 2 || !strings.Contains(errs, `unknown connector "nccl"`) {

@@ -101,6 +101,7 @@ func runPD(args []string, stdout io.Writer) error {
 // descriptor totals.
 func writePDText(w io.Writer, s xfer.Setup, r *xfer.PD, pairs int) {
 	inv := r.Invariant
+	fmt.Fprintf(w, "vLLM profile %s: %s\n", r.VLLMVersion, r.VLLMProfile)
 	fmt.Fprintf(w, "model %s, connector %s", s.Model.Name, r.Connector)
 	if r.NeedsMatching {
 		fmt.Fprintf(w, " (needs matching KV cache groups)")
@@ -127,6 +128,9 @@ func writePDText(w io.Writer, s xfer.Setup, r *xfer.PD, pairs int) {
 	fmt.Fprintf(w, "\nused plans: %d layers change group, slot or block size from P to D (same layout: %v, same block sizes: %v)\n",
 		len(r.Diff.Changes), r.Diff.SameLayout, r.Diff.SameBlockSizes)
 	fmt.Fprintf(w, "block size: %s\n", r.Advice.Log)
+	if r.Note != "" && r.Transfer != nil {
+		fmt.Fprintf(w, "note: %s\n", r.Note)
+	}
 	if r.Transfer == nil {
 		fmt.Fprintf(w, "\n%s\n", r.Note)
 		return

@@ -48,6 +48,7 @@ func writeJSON(w io.Writer, v any) error {
 // writePlanText prints what vLLM logs for the plan, then the group table.
 func writePlanText(w io.Writer, m *model.Model, p *plan.Plan) {
 	e := p.Engine
+	fmt.Fprintf(w, "vLLM profile %s: %s\n", p.VLLMVersion, p.VLLMProfile)
 	fmt.Fprintf(w, "model %s: %d KV layers (%s)\n", m.Name, len(p.Layers), model.KindSummary(kindCounts(p)))
 	fmt.Fprintf(w, "engine: TP %d, PP %d, max_model_len %s, max_num_batched_tokens %s x %d in flight, kv_cache_dtype %s, %s per rank, backend %s\n",
 		e.TensorParallelSize, e.PipelineParallelSize, plan.Commas(int64(e.MaxModelLen)), plan.Commas(int64(e.MaxNumBatchedTokens)),

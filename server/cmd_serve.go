@@ -166,6 +166,7 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	mux.Handle("/api/plan", api(cat, apiPlan))
 	mux.Handle("/api/pd", api(cat, apiPD))
 	mux.Handle("/api/oracle", api(cat, apiOracle))
+	mux.Handle("/api/check", api(cat, apiCheck))
 	mux.Handle("/api/models", apiModels(cat))
 	mux.Handle("/ws/agent", h.agentHandler(o.Token))
 	mux.Handle("/ws/live", h.liveHandler())

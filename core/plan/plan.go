@@ -186,31 +186,29 @@ func hasState(m *model.Model) bool {
 }
 
 // relevant reports whether an inferred rule of the profile touches this
-// plan: rules about layer kinds the plan does not have are left out.
+// plan: the rules about state layers for models with state layers, the
+// sliding-window reserve for models with windows; the connector's and the
+// refusal's rules belong to the transfer and the start-up check.
 func relevant(rule string, specs []kvspec.LayerSpec, e Engine) bool {
-	kinds := map[string]bool{}
+	state, window := false, false
 	for _, s := range specs {
-		switch {
-		case s.Spec.Kind.IsState():
-			kinds["state"] = true
-		case s.Spec.Kind == model.Sliding || s.Spec.Kind == model.ChunkedLocal:
-			kinds["window"] = true
-		}
+		state = state || s.Spec.Kind.IsState()
+		window = window || s.Spec.Kind == model.Sliding || s.Spec.Kind == model.ChunkedLocal
 	}
 	for _, k := range []struct {
 		behaviour string
 		need      bool
 	}{
-		{vllm.BStateDType, kinds["state"]}, {vllm.BSSMHook, kinds["state"]}, {vllm.BPrefix, kinds["state"]},
-		{vllm.BMambaMode, kinds["state"]}, {vllm.BStateSpec, kinds["state"]}, {vllm.BSpecRows, kinds["state"] && e.NumSpeculativeTokens > 0},
-		{vllm.BAlign, kinds["state"]}, {vllm.BInFlight, kinds["window"]}, {vllm.BAsync, kinds["window"]},
-		{vllm.BConnector, false}, {vllm.BRefusal, false}, {vllm.BRefusalWording, false},
+		{vllm.BStateDType, state}, {vllm.BSSMHook, state}, {vllm.BPrefix, state},
+		{vllm.BMambaMode, state}, {vllm.BStateSpec, state}, {vllm.BSpecRows, state && e.NumSpeculativeTokens > 0},
+		{vllm.BAlign, state}, {vllm.BInFlight, window}, {vllm.BAsync, window}, {vllm.BExtraRetained, window && e.NumSpeculativeTokens > 1},
+		{vllm.BSelector, true}, {vllm.BBucketMerge, true},
 	} {
 		if strings.HasPrefix(rule, k.behaviour+" ") {
 			return k.need
 		}
 	}
-	return true
+	return false
 }
 
 func hasRole(m *model.Model, roles ...model.Role) bool {

@@ -45,6 +45,9 @@ type SideCost struct {
 
 // PD is everything kvscope says about a P/D deployment and a request.
 type PD struct {
+	// VLLMVersion is the profile both engines follow, VLLMProfile its label.
+	VLLMVersion   string          `json:"vllm_version"`
+	VLLMProfile   string          `json:"vllm_profile"`
 	Connector     string          `json:"connector"`
 	NeedsMatching bool            `json:"needs_matching_groups"`
 	Plans         PlanChoice      `json:"plans"` // independent or invariant: what the transfer uses
@@ -92,7 +95,8 @@ func Prepare(s Setup) (*PD, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &PD{Connector: s.Connector.String(), NeedsMatching: s.Connector.NeedsMatchingGroups(s.Model), Invariant: inv, setup: s}
+	r := &PD{Connector: s.Connector.String(), NeedsMatching: s.Connector.NeedsMatchingGroups(s.Model), Invariant: inv, setup: s,
+		VLLMVersion: inv.PIndependent.VLLMVersion, VLLMProfile: inv.PIndependent.VLLMProfile}
 	prof := inv.PIndependent.Profile
 	switch s.Plans {
 	case "", AutoPlans:
