@@ -31,7 +31,7 @@ func TestChartOptionsCarryCoreNumbers(t *testing.T) {
 	if len(opt.XAxis) == 0 || opt.XAxis[0].Type != "category" || len(opt.XAxis[0].Data) != len(blockSizes) || opt.XAxis[0].Data[0] != "16" {
 		t.Fatalf("x axis %+v", opt.XAxis)
 	}
-	e := s.P.Engine()
+	e, _ := s.Engines()
 	e.BlockSize = 16
 	p, err := plan.New(r.Model, e)
 	if err != nil {

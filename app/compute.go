@@ -82,7 +82,7 @@ func Compute(s Settings, cat model.Catalog, clock func() time.Time) *Result {
 		}
 	}
 	r.Model = m
-	pe, de := s.P.Engine(), s.D.Engine()
+	pe, de := s.Engines()
 	conn, err := xfer.ParseConnector(s.Connector)
 	if err != nil {
 		r.Errors["connector"] = err.Error()
@@ -99,7 +99,11 @@ func Compute(s Settings, cat model.Catalog, clock func() time.Time) *Result {
 		// Name the side and flag: plan each engine alone to see which fails.
 		for side, e := range map[string]plan.Engine{"p-": pe, "d-": de} {
 			if _, err := plan.New(m, e); err != nil {
-				r.Errors[side+flagOf(err)] = err.Error()
+				key := side + flagOf(err)
+				if key == side+"vllm-version" {
+					key = "vllm-version"
+				}
+				r.Errors[key] = err.Error()
 			}
 		}
 		if len(r.Errors) == 0 {
@@ -156,7 +160,10 @@ func (r *Result) EnsureTransfer(clock func() time.Time) {
 func flagOf(err error) string {
 	var fe *plan.FlagError
 	var oe *kvspec.OptionError
+	var re *plan.RefusalError
 	switch {
+	case errors.As(err, &re):
+		return "max-model-len"
 	case errors.As(err, &fe):
 		return strings.TrimPrefix(fe.Flag, "--")
 	case errors.As(err, &oe):
@@ -191,20 +198,29 @@ func loadModel(cat model.Catalog, name, custom string) (*model.Model, error) {
 	return m, nil
 }
 
-// Engine converts the form's engine to the planner's.
-func (e Engine) Engine() plan.Engine {
+// Engine converts the form's engine to the planner's, on a vLLM version.
+func (e Engine) Engine(version string) plan.Engine {
 	return plan.Engine{
+		VLLMVersion:        version,
 		TensorParallelSize: e.TP, PipelineParallelSize: e.PP, BlockSize: e.BlockSize, MaxModelLen: e.MaxModelLen,
 		MaxNumBatchedTokens: e.MNBT, NumSpeculativeTokens: e.Spec, KVCacheDType: e.KVDType,
 		Selector: plan.Selector(e.Selector), MinGroupLayers: e.MinLayers, GroupSize: e.GroupSize,
 		KVCacheMemoryBytes: int64(e.MemGiB) << 30, MambaCacheMode: e.MambaMode, MambaSSMCacheDType: e.SSMDType,
-		NoAsyncScheduling: e.NoAsync, DisableHybrid: e.DisableHybrid,
+		PrefixCaching: e.Prefix, AsyncScheduling: e.Async, NoAsyncScheduling: e.NoAsync, DisableHybrid: e.DisableHybrid,
 	}
+}
+
+// Engines are P's and D's planner engines on the settings' version.
+func (s Settings) Engines() (plan.Engine, plan.Engine) {
+	return s.P.Engine(s.Version), s.D.Engine(s.Version)
 }
 
 // CLI is the kvscope command line that computes the same thing.
 func (s Settings) CLI(command string) string {
 	parts := []string{"kvscope", command, "--model", s.Model}
+	if s.Version != "" {
+		parts = append(parts, "--vllm-version", s.Version)
+	}
 	if s.Model == "custom" {
 		parts[3] = "config.json"
 	}
@@ -223,6 +239,10 @@ func (s Settings) CLI(command string) string {
 			case v == "":
 			case f.key == "kv-cache-memory-gib":
 				parts = append(parts, "--"+side+"kv-cache-memory-bytes", v+"GiB")
+			case f.key == "enable-prefix-caching" && v == "off":
+				parts = append(parts, "--"+side+"no-enable-prefix-caching")
+			case f.key == "enable-prefix-caching":
+				parts = append(parts, "--"+side+"enable-prefix-caching")
 			case v == "true":
 				parts = append(parts, "--"+side+f.key)
 			default:

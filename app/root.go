@@ -3,10 +3,12 @@ package app
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/oracle"
+	"github.com/kvscope/kvscope/core/vllm"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
 
@@ -34,6 +36,7 @@ type Root struct {
 	oracleOn bool // the oracle ran (or is running) for the current result
 	keys     app.Func
 	live     *liveSession // the live view's subscription, kept across views
+	check    checkState   // the Check view's log and outcome
 }
 
 // OnDismount stops listening for shortcuts.
@@ -257,6 +260,8 @@ func (c *Root) Render() app.UI {
 				app.H2().Class("flow-title").Text("Configured transfer: the settings' request, computed in this browser"), c.renderFlow())
 		case "charts":
 			body = c.renderCharts()
+		case "check":
+			body = c.renderCheck()
 		default:
 			body = c.renderPlan()
 		}
@@ -264,6 +269,9 @@ func (c *Root) Render() app.UI {
 	return root.Body(
 		c.renderHeader(),
 		app.If(r != nil && r.Err != "", func() app.UI { return app.Div().Class("banner error").Text(r.Err) }),
+		app.If(len(s.Unknown) > 0, func() app.UI {
+			return app.Div().ID("unknown-keys").Class("banner warning").Text("The link has settings kvscope does not know, ignored: " + strings.Join(s.Unknown, ", "))
+		}),
 		app.If(r != nil && len(r.Errors) > 0 && s.View != "configure", func() app.UI {
 			return app.Div().Class("banner error").Body(
 				app.Text("Some settings are invalid: "),
@@ -295,6 +303,7 @@ func (c *Root) renderHeader() app.UI {
 	s := c.settings
 	return app.Header().Class("top").Body(
 		app.Div().Class("brand").Body(app.Img().Src("/web/icon.svg").Alt(""), app.Span().Text("kvscope")),
+		app.Span().ID("profile").Class("profile").Title(c.profileLabel()).Text("vLLM "+c.profileName()),
 		app.Nav().Class("tabs").Body(app.Range(Views).Slice(func(i int) app.UI {
 			v := Views[i]
 			cls := "tab"
@@ -319,20 +328,41 @@ func (c *Root) renderHeader() app.UI {
 	)
 }
 
+// profileName is the vLLM profile the current plans follow.
+func (c *Root) profileName() string {
+	if r := c.result; r != nil && r.PD != nil {
+		return r.PD.VLLMVersion
+	}
+	if c.settings.Version != "" {
+		return c.settings.Version
+	}
+	return vllm.Newest().Name()
+}
+
+func (c *Root) profileLabel() string {
+	if r := c.result; r != nil && r.PD != nil {
+		return r.PD.VLLMProfile
+	}
+	return ""
+}
+
 func (c *Root) renderFooter() app.UI {
 	r := c.result
-	ms := ""
+	ms, where := "", "in this browser by kvscope's Go core (WebAssembly), the same code as the CLI"
 	if r != nil {
-		ms = strconv.FormatFloat(r.Millis, 'f', 1, 64)
+		ms = strconv.FormatFloat(r.Millis, 'f', 2, 64)
+	}
+	if !c.mounted {
+		where = "on the server by kvscope's Go core, the same code the browser runs"
 	}
 	return app.Footer().Body(
-		app.Span().ID("recompute").DataSet("ms", ms).Text("computed in "+ms+" ms in this browser by kvscope's Go core (WebAssembly), the same code as the CLI · "),
+		app.Span().ID("recompute").DataSet("ms", ms).Text("computed in "+ms+" ms "+where+" · "),
 		app.Code().Class("cli").Text(c.settings.CLI("pd")),
 	)
 }
 
 func (c *Root) renderHelp() app.UI {
-	keys := [][2]string{{"1 … 5", "switch view"}, {"d", "dark mode"}, {"e", "export the plans as JSON"}, {"l", "copy a link to this view"}, {"?", "this help"}, {"Esc", "close"}}
+	keys := [][2]string{{"1 … 6", "switch view"}, {"d", "dark mode"}, {"e", "export the plans as JSON"}, {"l", "copy a link to this view"}, {"?", "this help"}, {"Esc", "close"}}
 	return app.Div().Class("overlay").OnClick(func(ctx app.Context, e app.Event) { c.help = false }).Body(
 		app.Div().Class("help").Body(
 			app.H2().Text("Keyboard shortcuts"),

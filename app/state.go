@@ -16,7 +16,8 @@ import (
 // view is a shareable link. Engine flags use vLLM's names with a p- or d-
 // prefix, as kvscope pd does on the command line.
 type Settings struct {
-	View      string // configure, plan, pd, flow or charts
+	View      string // configure, plan, pd, flow, charts or check
+	Version   string // the vLLM version profile ("" = the newest release)
 	Model     string // a bundled model name, or "custom"
 	Config    string // a pasted config.json when Model is "custom"
 	Draft     string // "", a bundled model, "mtp" or "custom"
@@ -28,6 +29,9 @@ type Settings struct {
 	Prompt    int
 	Hit       int
 	Dark      bool
+	// Unknown lists the query keys kvscope does not know: shown as a
+	// warning, never silently dropped. It is not part of the query.
+	Unknown []string
 }
 
 // Engine is one side's engine flags as the form edits them; 0 and "" mean
@@ -46,6 +50,8 @@ type Engine struct {
 	MemGiB        int
 	MambaMode     string
 	SSMDType      string
+	Prefix        string // --enable-prefix-caching: "on", "off" or "" (the version's default)
+	Async         bool
 	NoAsync       bool
 	DisableHybrid bool
 }
@@ -56,9 +62,13 @@ func blankSettings() Settings {
 }
 
 // DefaultSettings is the first view: the seed deployment, Qwen3.6-35B-A3B
-// with its DFlash drafter, P at TP 2 and D at TP 4.
+// with its DFlash drafter, P at TP 2 and D at TP 4, on the group-pair
+// profile (pr58207), the one whose transfers move between the different
+// plans P and D choose. A link that names a model starts from the newest
+// release instead.
 func DefaultSettings() Settings {
 	s := blankSettings()
+	s.Version = "pr58207"
 	s.Model, s.Draft = "Qwen/Qwen3.6-35B-A3B", "z-lab/Qwen3.6-35B-A3B-DFlash"
 	s.P = Engine{TP: 2, Spec: 7, MaxModelLen: 262144}
 	s.D = Engine{TP: 4, Spec: 7, MaxModelLen: 262144}
@@ -72,6 +82,7 @@ var Views = []struct{ ID, Title string }{
 	{"pd", "P vs D"},
 	{"flow", "Descriptor flow"},
 	{"charts", "Charts"},
+	{"check", "Check"},
 }
 
 // engineField is one engine flag: its query key (vLLM's flag name) and how
@@ -85,17 +96,19 @@ type engineField struct {
 var engineFields = []engineField{
 	{"tensor-parallel-size", "TP size", func(e *Engine) any { return &e.TP }},
 	{"pipeline-parallel-size", "PP size", func(e *Engine) any { return &e.PP }},
-	{"block-size", "tokens per block (0: 16, raised for hybrids)", func(e *Engine) any { return &e.BlockSize }},
-	{"max-model-len", "0: from the config", func(e *Engine) any { return &e.MaxModelLen }},
-	{"max-num-batched-tokens", "0: 8192", func(e *Engine) any { return &e.MNBT }},
+	{"block-size", "tokens per block (16, raised for hybrids)", func(e *Engine) any { return &e.BlockSize }},
+	{"max-model-len", "from the config", func(e *Engine) any { return &e.MaxModelLen }},
+	{"max-num-batched-tokens", "8192", func(e *Engine) any { return &e.MNBT }},
 	{"num-speculative-tokens", "speculative tokens", func(e *Engine) any { return &e.Spec }},
 	{"kv-cache-dtype", "auto, bfloat16, float16, fp8", func(e *Engine) any { return &e.KVDType }},
-	{"selector", "classic, balanced, padding-bytes", func(e *Engine) any { return &e.Selector }},
-	{"min-kv-cache-group-layers", "0: 3", func(e *Engine) any { return &e.MinLayers }},
-	{"kv-cache-group-size", "0: the selector decides", func(e *Engine) any { return &e.GroupSize }},
-	{"kv-cache-memory-gib", "KV memory per rank, GiB (0: 40)", func(e *Engine) any { return &e.MemGiB }},
-	{"mamba-cache-mode", "none, align, all", func(e *Engine) any { return &e.MambaMode }},
+	{"selector", "classic (the version's rule), min, balanced, padding-bytes", func(e *Engine) any { return &e.Selector }},
+	{"min-kv-cache-group-layers", "padding-bytes: 3", func(e *Engine) any { return &e.MinLayers }},
+	{"kv-cache-group-size", "the selector decides", func(e *Engine) any { return &e.GroupSize }},
+	{"kv-cache-memory-gib", "KV memory per rank, GiB (40)", func(e *Engine) any { return &e.MemGiB }},
+	{"enable-prefix-caching", "on, off (hybrids: the version's default)", func(e *Engine) any { return &e.Prefix }},
+	{"mamba-cache-mode", "none, align, all (what prefix caching implies)", func(e *Engine) any { return &e.MambaMode }},
 	{"mamba-ssm-cache-dtype", "auto, float32, bfloat16, float16", func(e *Engine) any { return &e.SSMDType }},
+	{"async-scheduling", "two batches in flight (the default from 0.14)", func(e *Engine) any { return &e.Async }},
 	{"no-async-scheduling", "one batch in flight", func(e *Engine) any { return &e.NoAsync }},
 	{"disable-hybrid-kv-cache-manager", "one group", func(e *Engine) any { return &e.DisableHybrid }},
 }
@@ -131,6 +144,7 @@ func ParseQuery(q url.Values) (Settings, FieldErrors) {
 		*dst = n
 	}
 	str("view", &s.View)
+	str("vllm-version", &s.Version)
 	str("model", &s.Model)
 	str("draft", &s.Draft)
 	str("connector", &s.Connector)
@@ -151,37 +165,63 @@ func ParseQuery(q url.Values) (Settings, FieldErrors) {
 			*dst = text
 		}
 	}
-	for side, e := range map[string]*Engine{"p-": &s.P, "d-": &s.D} {
+	// An engine key without a side applies to both, as the CLI's flags do;
+	// a p- or d- key then overrides it on its side.
+	for _, side := range []string{"", "p-", "d-"} {
 		for _, f := range engineFields {
 			key := side + f.key
 			v, ok := q[key]
 			if !ok {
 				continue
 			}
-			switch dst := f.ptr(e).(type) {
-			case *int:
-				num(key, dst)
-			case *string:
-				*dst = v[0]
-			case *bool:
-				b, err := strconv.ParseBool(v[0])
-				if err != nil {
-					errs[key] = fmt.Sprintf("%q is not true or false", v[0])
-					continue
-				}
-				*dst = b
+			targets := map[string][]*Engine{"": {&s.P, &s.D}, "p-": {&s.P}, "d-": {&s.D}}[side]
+			for _, e := range targets {
+				setEngineField(e, f, key, v[0], errs)
 			}
 		}
 	}
-	known := false
-	for _, v := range Views {
-		known = known || v.ID == s.View
+	known := map[string]bool{"view": true, "vllm-version": true, "model": true, "draft": true, "connector": true, "plans": true, "layout": true,
+		"prompt-tokens": true, "prefix-hit-tokens": true, "theme": true, "config": true, "draft-config": true}
+	for _, f := range engineFields {
+		known[f.key], known["p-"+f.key], known["d-"+f.key] = true, true, true
 	}
-	if !known {
+	for k := range q {
+		if !known[k] {
+			s.Unknown = append(s.Unknown, k)
+		}
+	}
+	sort.Strings(s.Unknown)
+	knownView := false
+	for _, v := range Views {
+		knownView = knownView || v.ID == s.View
+	}
+	if !knownView {
 		errs["view"] = fmt.Sprintf("unknown view %q", s.View)
 		s.View = "plan"
 	}
 	return s, errs
+}
+
+// setEngineField parses one engine value into e, or records why not.
+func setEngineField(e *Engine, f engineField, key, raw string, errs FieldErrors) {
+	switch dst := f.ptr(e).(type) {
+	case *int:
+		n, err := strconv.Atoi(strings.TrimSpace(raw))
+		if err != nil || n < 0 {
+			errs[key] = fmt.Sprintf("%q is not a non-negative integer", raw)
+			return
+		}
+		*dst = n
+	case *string:
+		*dst = raw
+	case *bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			errs[key] = fmt.Sprintf("%q is not true or false", raw)
+			return
+		}
+		*dst = b
+	}
 }
 
 // Query writes the settings as a URL query: the model always, everything
@@ -196,6 +236,7 @@ func (s Settings) Query() url.Values {
 	}
 	q.Set("model", s.Model)
 	set("view", s.View, b.View)
+	set("vllm-version", s.Version, "")
 	set("draft", s.Draft, "")
 	set("connector", s.Connector, b.Connector)
 	set("plans", s.Plans, b.Plans)

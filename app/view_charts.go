@@ -24,7 +24,7 @@ var blockSizes = []int{16, 32, 48, 64, 96, 128, 256, 512, 1024}
 
 func computeCharts(r *Result, _ model.Catalog) chartSet {
 	s := r.Settings
-	pe, de := s.P.Engine(), s.D.Engine()
+	pe, de := s.Engines()
 	labels := make([]string, len(blockSizes))
 	for i, bs := range blockSizes {
 		labels[i] = strconv.Itoa(bs)

@@ -1,8 +1,13 @@
 package app
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
+	"strings"
+
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/vllm"
 
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
@@ -62,6 +67,9 @@ func (c *Root) renderConfigure() app.UI {
 		),
 		app.Section().Class("card engines").Body(
 			app.H2().Text("Engines (vLLM flags)"),
+			app.Label().Body(app.Text("vLLM version "), c.versionSelect(),
+				app.Span().Class("muted").Text(" the profile whose planner and connector rules apply (kvscope versions lists the table)")),
+			c.fieldError("vllm-version"),
 			app.Table().Class("engine-form").Body(
 				app.THead().Body(app.Tr().Body(app.Th().Text("flag"), app.Th().Text("P (prefill)"), app.Th().Text("D (decode)"), app.Th().Text("default"))),
 				app.TBody().Body(app.Range(engineFields).Slice(func(i int) app.UI {
@@ -101,7 +109,7 @@ func (c *Root) engineInput(side string, f engineField) app.UI {
 	id := side + f.key
 	switch v := f.ptr(e).(type) {
 	case *int:
-		return c.numberInput(id, *v, func(s *Settings, n int) {
+		return c.numberInputPH(id, *v, c.effective(side, f.key), func(s *Settings, n int) {
 			t := &s.P
 			if side == "d-" {
 				t = &s.D
@@ -109,7 +117,7 @@ func (c *Root) engineInput(side string, f engineField) app.UI {
 			*f.ptr(t).(*int) = n
 		})
 	case *string:
-		return app.Input().ID(id).Type("text").Value(*v).Placeholder("default").OnChange(func(ctx app.Context, ev app.Event) {
+		return app.Input().ID(id).Type("text").Value(*v).Placeholder(c.effective(side, f.key)).OnChange(func(ctx app.Context, ev app.Event) {
 			val := ctx.JSSrc().Get("value").String()
 			c.change(ctx, func(s *Settings) {
 				t := &s.P
@@ -137,8 +145,21 @@ func (c *Root) engineInput(side string, f engineField) app.UI {
 // numberInput is a non-negative integer field; text that is not one shows
 // an error next to the field and changes nothing.
 func (c *Root) numberInput(id string, v int, set func(s *Settings, n int)) app.UI {
-	return app.Input().ID(id).Type("text").Attr("inputmode", "numeric").Value(strconv.Itoa(v)).OnChange(func(ctx app.Context, e app.Event) {
-		raw := ctx.JSSrc().Get("value").String()
+	return c.numberInputPH(id, v, "", set)
+}
+
+// numberInputPH is numberInput for an engine flag: 0 (the default) shows
+// as an empty field whose placeholder is the value the planner used.
+func (c *Root) numberInputPH(id string, v int, placeholder string, set func(s *Settings, n int)) app.UI {
+	value := strconv.Itoa(v)
+	if v == 0 && placeholder != "" {
+		value = ""
+	}
+	return app.Input().ID(id).Type("text").Attr("inputmode", "numeric").Value(value).Placeholder(placeholder).OnChange(func(ctx app.Context, e app.Event) {
+		raw := strings.TrimSpace(ctx.JSSrc().Get("value").String())
+		if raw == "" && placeholder != "" {
+			raw = "0"
+		}
 		n, err := strconv.Atoi(raw)
 		if err != nil || n < 0 {
 			c.result.Errors[id] = strconv.Quote(raw) + " is not a non-negative integer"
@@ -174,4 +195,88 @@ func (c *Root) configBox(id, placeholder, value string, set func(s *Settings, te
 			}),
 		c.fieldError(id),
 	)
+}
+
+// versionSelect picks the vLLM version profile: the newest release by
+// default, every profiled release, main and the group-pair branch.
+func (c *Root) versionSelect() app.UI {
+	choices := append([]string{""}, vllm.Versions()...)
+	label := func(v string) string {
+		switch v {
+		case "":
+			return "newest release (" + vllm.Newest().Name() + ")"
+		case vllm.Main:
+			return "main"
+		case vllm.Branch:
+			return "pr58207 (group-pair transfers)"
+		}
+		return v
+	}
+	return app.Select().ID("vllm-version").Body(app.Range(choices).Slice(func(i int) app.UI {
+		return app.Option().Value(choices[i]).Text(label(choices[i])).Selected(choices[i] == c.settings.Version)
+	})).OnChange(func(ctx app.Context, e app.Event) {
+		v := ctx.JSSrc().Get("value").String()
+		c.change(ctx, func(s *Settings) { s.Version = v })
+	})
+}
+
+// effective is what the planner used for an engine flag left at its
+// default, for the field's placeholder: "1", "16 → 592 raised", "32,768
+// from the config".
+func (c *Root) effective(side, key string) string {
+	r := c.result
+	if r == nil || r.PD == nil {
+		return "default"
+	}
+	p := r.PD.Invariant.PIndependent
+	asked := c.settings.P
+	if side == "d-" {
+		p, asked = r.PD.Invariant.DIndependent, c.settings.D
+	}
+	e := p.Engine
+	n := func(v int) string { return plan.Commas(int64(v)) }
+	switch key {
+	case "tensor-parallel-size":
+		return n(e.TensorParallelSize)
+	case "pipeline-parallel-size":
+		return n(e.PipelineParallelSize)
+	case "block-size":
+		base := 16
+		if asked.BlockSize > 0 {
+			base = asked.BlockSize
+		}
+		if p.BlockSize != base {
+			return fmt.Sprintf("%d → %d raised", base, p.BlockSize)
+		}
+		return n(p.BlockSize)
+	case "max-model-len":
+		return n(e.MaxModelLen) + " from the config"
+	case "max-num-batched-tokens":
+		return n(e.MaxNumBatchedTokens)
+	case "num-speculative-tokens":
+		return n(e.NumSpeculativeTokens)
+	case "kv-cache-dtype":
+		if r.Model != nil {
+			return "auto (" + r.Model.DType + ")"
+		}
+		return "auto"
+	case "selector":
+		if p.Selector == "" {
+			return "none needed (" + p.Dispatch + ")"
+		}
+		return string(p.Selector)
+	case "min-kv-cache-group-layers":
+		return n(e.MinGroupLayers)
+	case "kv-cache-group-size":
+		return n(p.GroupSize) + " chosen"
+	case "kv-cache-memory-gib":
+		return n(int(e.KVCacheMemoryBytes >> 30))
+	case "enable-prefix-caching":
+		return e.PrefixCaching
+	case "mamba-cache-mode":
+		return e.MambaCacheMode
+	case "mamba-ssm-cache-dtype":
+		return "auto"
+	}
+	return "default"
 }
