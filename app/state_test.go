@@ -100,3 +100,38 @@ func TestComputeMatchesTheCLIPlanner(t *testing.T) {
 		t.Errorf("CLI %q", s.CLI("pd"))
 	}
 }
+
+func TestUnprefixedKeysApplyToBothSides(t *testing.T) {
+	q, _ := url.ParseQuery("model=openai/gpt-oss-20b&max-model-len=262144&d-max-model-len=8192&vllm-version=0.19.0&bogus=1&p-nonsense=2")
+	s, errs := ParseQuery(q)
+	if len(errs) > 0 {
+		t.Fatalf("errors %v", errs)
+	}
+	if s.P.MaxModelLen != 262144 || s.D.MaxModelLen != 8192 {
+		t.Errorf("max-model-len: P %d, D %d; want 262144 and the d- override 8192", s.P.MaxModelLen, s.D.MaxModelLen)
+	}
+	if s.Version != "0.19.0" {
+		t.Errorf("version %q", s.Version)
+	}
+	if !reflect.DeepEqual(s.Unknown, []string{"bogus", "p-nonsense"}) {
+		t.Errorf("unknown keys %v", s.Unknown)
+	}
+	u, _ := url.Parse(s.Link())
+	if strings.Contains(s.Link(), "bogus") || u.Query().Get("vllm-version") != "0.19.0" {
+		t.Errorf("link %s", s.Link())
+	}
+}
+
+func TestComputeNamesTheRefusal(t *testing.T) {
+	s := blankSettings()
+	s.Model, s.Version = "openai/gpt-oss-20b", "0.21.0"
+	s.P.MaxModelLen, s.P.MemGiB = 131072, 3
+	r := Compute(s, testCatalog(), nil)
+	if msg := r.Errors["p-max-model-len"]; !strings.Contains(msg, "estimated maximum model length is 122736") {
+		t.Errorf("errors %v", r.Errors)
+	}
+	s.Version = "0.5.0"
+	if r := Compute(s, testCatalog(), nil); !strings.Contains(r.Errors["vllm-version"], "0.10.0") {
+		t.Errorf("errors %v", r.Errors)
+	}
+}

@@ -302,3 +302,44 @@ func TestStaticSite(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckView pastes a real startup log into the Check view: the table
+// and the verdict come from the same core as kvscope check, and the plan
+// the log implies loads into the other views.
+func TestCheckView(t *testing.T) {
+	ctx, ts, _ := browser(t)
+	log, err := os.ReadFile(filepath.Join("..", "testdata", "vllm-logs", "qwen36-35b-a3b-nvfp4-mtp2-v0.20.2-262k.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?view=check&unknown-key=1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #check-log`)), chromedp.WaitVisible(chromedp.CSS(`#unknown-keys`))); err != nil {
+		t.Fatal(err)
+	}
+	text, _ := json.Marshal(string(log))
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const el = document.getElementById('check-log');
+		el.value = `+string(text)+`; el.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#check-result[data-verdict="match"]`))); err != nil {
+		t.Fatalf("no matching verdict: %v", err)
+	}
+	cells, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#check-result tr[data-name="block_size"] td')].map(td => td.textContent)`))
+	if err != nil || len(cells) < 4 || cells[2] != "2128" || cells[3] != "2128" {
+		t.Errorf("block_size row %q, %v; want logged and predicted 2128", cells, err)
+	}
+	shot, _ := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	artifact(t, "check", shot)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#check-load`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid="kv-tokens-p"]`))); err != nil {
+		t.Fatal(err)
+	}
+	loc, _ := chromedp.Run(ctx, chromedp.Location())
+	if !strings.Contains(loc, "vllm-version=0.20.2") || !strings.Contains(loc, "model=Qwen%2FQwen3.6-35B-A3B") || !strings.Contains(loc, "draft=mtp") {
+		t.Errorf("loaded plan URL %s", loc)
+	}
+	if badge, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('profile').textContent`)); badge != "vLLM 0.20.2" {
+		t.Errorf("profile badge %q", badge)
+	}
+}

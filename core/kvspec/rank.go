@@ -167,6 +167,7 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 		bs = backend.preferred()
 	}
 
+	r.Layers = make([]LayerSpec, 0, len(m.Layers))
 	for _, l := range m.Layers {
 		if !l.OwnsKV() {
 			continue

@@ -34,9 +34,29 @@ func TestEveryBundledModelParses(t *testing.T) {
 		{"Qwen__Qwen3-0.6B", 28, map[Kind]int{Full: 28}, 28, 0},
 		{"Qwen__Qwen3-Next-80B-A3B-Instruct", 48, map[Kind]int{Full: 12, GatedDeltaNet: 36}, 48, 0},
 		{"Qwen__Qwen3.5-0.8B", 24, map[Kind]int{Full: 6, GatedDeltaNet: 18}, 24, 1},
-		{"Qwen__Qwen3.5-2B", 24, map[Kind]int{Full: 6, GatedDeltaNet: 18}, 24, 0},
+		{"Qwen__Qwen3.5-2B", 24, map[Kind]int{Full: 6, GatedDeltaNet: 18}, 24, 1},
 		{"Qwen__Qwen3.5-35B-A3B", 40, map[Kind]int{Full: 10, GatedDeltaNet: 30}, 40, 1},
-		{"Qwen__Qwen3.5-4B", 32, map[Kind]int{Full: 8, GatedDeltaNet: 24}, 32, 0},
+		{"Qwen__Qwen3.5-4B", 32, map[Kind]int{Full: 8, GatedDeltaNet: 24}, 32, 1},
+		{"Qwen__Qwen3.5-9B", 32, map[Kind]int{Full: 8, GatedDeltaNet: 24}, 32, 1},
+		{"Qwen__Qwen3.5-27B", 64, map[Kind]int{Full: 16, GatedDeltaNet: 48}, 64, 1},
+		{"Qwen__Qwen3.5-35B-A3B-FP8", 40, map[Kind]int{Full: 10, GatedDeltaNet: 30}, 40, 1},
+		{"Qwen__Qwen2.5-14B", 48, map[Kind]int{Full: 48}, 48, 0},
+		{"Qwen__Qwen2.5-32B", 64, map[Kind]int{Full: 64}, 64, 0},
+		{"Qwen__Qwen2.5-VL-7B-Instruct", 28, map[Kind]int{Full: 28}, 28, 0},
+		{"Qwen__Qwen3-8B", 36, map[Kind]int{Full: 36}, 36, 0},
+		{"Qwen__Qwen3-14B", 40, map[Kind]int{Full: 40}, 40, 0},
+		{"Qwen__Qwen3-32B", 64, map[Kind]int{Full: 64}, 64, 0},
+		{"Qwen__Qwen3-30B-A3B", 48, map[Kind]int{Full: 48}, 48, 0},
+		{"Qwen__Qwen3-Coder-30B-A3B-Instruct", 48, map[Kind]int{Full: 48}, 48, 0},
+		{"deepseek-ai__DeepSeek-R1-Distill-Qwen-7B", 28, map[Kind]int{Full: 28}, 28, 0},
+		{"ibm-granite__granite-4.0-h-1b", 40, map[Kind]int{Full: 4, Mamba2: 36}, 40, 0},
+		{"ibm-granite__granite-4.0-h-tiny", 40, map[Kind]int{Full: 4, Mamba2: 36}, 40, 0},
+		{"meta-llama__Llama-3.1-8B-Instruct", 32, map[Kind]int{Full: 32}, 32, 0},
+		{"meta-llama__Meta-Llama-3-8B-Instruct", 32, map[Kind]int{Full: 32}, 32, 0},
+		// Phi-3-mini-4k sets sliding_window 2047 without use_sliding_window:
+		// every layer is sliding (the real 0.19.1 log's concurrency agrees).
+		{"microsoft__Phi-3-mini-4k-instruct", 32, map[Kind]int{Sliding: 32}, 32, 0},
+		{"nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 29, map[Kind]int{Full: 6, Mamba2: 23}, 29, 0},
 		{"Qwen__Qwen3.6-27B", 64, map[Kind]int{Full: 16, GatedDeltaNet: 48}, 64, 1},
 		{"Qwen__Qwen3.6-35B-A3B-FP8", 40, map[Kind]int{Full: 10, GatedDeltaNet: 30}, 40, 1},
 		{"Qwen__Qwen3.6-35B-A3B", 40, map[Kind]int{Full: 10, GatedDeltaNet: 30}, 40, 1},
@@ -165,9 +185,18 @@ func TestLayerDimensions(t *testing.T) {
 		}
 	})
 	t.Run("a missing model_type reads as Llama and says so", func(t *testing.T) {
-		m := load(t, "meta-llama__Llama-3.1-8B")
+		m, err := Parse([]byte(`{"hidden_size": 4096, "num_hidden_layers": 32}`))
+		if err != nil {
+			t.Fatal(err)
+		}
 		if m.Layers[0].KVHeads != 32 || !strings.Contains(strings.Join(m.Notes, "\n"), "num_key_value_heads missing") {
 			t.Errorf("kv heads %d, notes %q", m.Layers[0].KVHeads, m.Notes)
+		}
+	})
+	t.Run("Llama-3.1-8B's real config: 8 KV heads of 128, 131,072 tokens", func(t *testing.T) {
+		m := load(t, "meta-llama__Llama-3.1-8B")
+		if l := m.Layers[0]; l.KVHeads != 8 || l.HeadDim != 128 || m.MaxModelLen != 131072 {
+			t.Errorf("L0 %+v, max len %d", l, m.MaxModelLen)
 		}
 	})
 }
@@ -283,5 +312,40 @@ func TestGemma4WithoutLayerTypesUsesItsPattern(t *testing.T) {
 	l4, _ := m.Layer("L4")
 	if c := m.KindCounts(); c[Full] != 2 || c[Sliding] != 10 || l5.Kind != Full || l5.HeadDim != 512 || l4.Window != 512 || l4.KVHeads != 4 {
 		t.Errorf("counts %v, L5 %+v, L4 %+v", c, l5, l4)
+	}
+}
+
+// TestBundledConfigsAreComplete: a bundled config is the model's own
+// config.json, so no head count or size comes from a transformers class
+// default. (max_position_embeddings may: Gemma-3's published text_config
+// leaves it out, and vLLM reads the class default too.)
+func TestBundledConfigsAreComplete(t *testing.T) {
+	known := map[string]string{
+		// The published config.json was not found; the bundled file (a
+		// public test fixture built on it) lacks chunk_size, which only
+		// --mamba-cache-mode all reads.
+		"nvidia__NVIDIA-Nemotron-Nano-9B-v2": "chunk_size missing",
+	}
+	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "models", "*.json"))
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(data), `"_source"`) {
+				t.Error("a bundled config says where it comes from in _source")
+			}
+			for _, n := range load(t, name).Notes {
+				if !strings.Contains(n, "missing: using") || strings.Contains(n, "max_position_embeddings") {
+					continue
+				}
+				if want, ok := known[name]; ok && strings.Contains(n, want) {
+					continue
+				}
+				t.Errorf("relies on a class default: %s", n)
+			}
+		})
 	}
 }

@@ -300,6 +300,8 @@ func fromSpecs(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *Lay
 		p.Selector = ""
 		p.Merge = ""
 	}
+	p.Layers = make([]LayerPlan, 0, len(specs))
+	p.Groups = make([]Group, 0, len(g.groups))
 	for gi, dg := range g.groups {
 		first := g.specs[dg.layers[0]].Spec
 		grp := Group{Index: gi, Kind: first.Kind, BlockSize: first.BlockSize, Bucket: dg.bucket, UniformType: dg.uniformType, Spec: first}

@@ -1,5 +1,7 @@
 package vllm
 
+import "slices"
+
 // Evidence says how a release boundary is known.
 type Evidence string
 
@@ -50,6 +52,7 @@ type Change struct {
 	Note      string   `json:"note,omitempty"`
 
 	apply func(*Profile)
+	from  Version // From, parsed once
 }
 
 // What names the behaviour, with its family.
@@ -60,18 +63,32 @@ func (c Change) What() string {
 	return c.Behaviour
 }
 
-func (c Change) holdsIn(v Version) bool { return !v.Less(mustVersion(c.From)) }
+func (c *Change) holdsIn(v Version) bool { return !v.Less(c.from) }
 
-// Changes is the table, in the order the changes land. A profile applies
-// every row whose From is not after its version, so a later row of the
-// same behaviour replaces an earlier one.
-//
+// table is the table of behaviour changes, built once when the package
+// loads and never modified: read-only data, like the standard library's
+// Unicode tables.
+var table = buildTable()
+
+func buildTable() []Change {
+	t := changes()
+	for i := range t {
+		t[i].from = mustVersion(t[i].From)
+	}
+	return t
+}
+
+// Changes is the table, in the order the changes land (a copy). A profile
+// applies every row whose From is not after its version, so a later row of
+// the same behaviour replaces an earlier one.
+func Changes() []Change { return slices.Clone(table) }
+
 // Sources: vLLM's code at release branches (v0.19.1, v0.23.0, v0.24.0 in a
 // public fork) and at main commits near each release's branch cut, release
 // notes, versioned docs, issue threads, and real startup logs
 // (testdata/vllm-logs); the evidence column says which, the note why a
 // boundary is not settled.
-func Changes() []Change {
+func changes() []Change {
 	return []Change{
 		// 0.10.0: the first profiled release, V1 with the hybrid KV cache manager.
 		{Behaviour: BSelector, From: "0.10.0", Rule: "g = the smallest bucket", Source: "#17996 (hybrid allocator)", Merged: "2025-06-05", Evidence: Read,

@@ -3,6 +3,7 @@ package vllm
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -163,19 +164,30 @@ func For(v Version) Profile {
 		SSMHooks:            map[string]string{},
 		HybridPrefixCaching: "forced-off",
 	}
-	for _, c := range Changes() {
+	// The newest row of a behaviour (and family) is the one in force:
+	// rows come in version order, so a later row replaces an earlier one.
+	in := make([]int, 0, 32) // table indices of the rules in force
+	for i := range table {
+		c := &table[i]
 		if !c.holdsIn(v) {
 			continue
 		}
 		c.apply(&p)
-		// The newest row of a behaviour replaces older ones.
-		kept := p.Rules[:0]
-		for _, r := range p.Rules {
-			if r.Behaviour != c.Behaviour || r.Family != c.Family {
-				kept = append(kept, r)
+		replaced := false
+		for k, j := range in {
+			if table[j].Behaviour == c.Behaviour && table[j].Family == c.Family {
+				in[k], replaced = i, true
+				break
 			}
 		}
-		p.Rules = append(kept, c)
+		if !replaced {
+			in = append(in, i)
+		}
+	}
+	slices.Sort(in)
+	p.Rules = make([]Change, len(in))
+	for k, i := range in {
+		p.Rules[k] = table[i]
 	}
 	p.Label = label(v)
 	return p

@@ -156,10 +156,14 @@ func mustVersion(s string) Version {
 	case Branch:
 		return Version{Line: Branch, Text: Branch}
 	}
-	var v Version
-	if _, err := fmt.Sscanf(s, "%d.%d.%d", &v.Major, &v.Minor, &v.Patch); err != nil {
-		return Version{Major: 1 << 19} // never reached: the table is tested
+	v := Version{Text: s}
+	nums := [3]*int{&v.Major, &v.Minor, &v.Patch}
+	for i, part := range strings.SplitN(s, ".", 3) {
+		n, err := strconv.Atoi(part)
+		if err != nil {
+			return Version{Major: 1 << 19} // never reached: the table is tested
+		}
+		*nums[i] = n
 	}
-	v.Text = s
 	return v
 }

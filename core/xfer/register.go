@@ -170,17 +170,22 @@ func register(m *model.Model, layersByName map[string]model.Layer, p *plan.Plan,
 	// Slot tensors: one per slot, shared by one layer of each group; a
 	// uniform-type group has one tensor per layer.
 	type member struct {
-		lp    plan.LayerPlan
+		lp    *plan.LayerPlan
 		group int
 	}
 	var tensors [][]member
 	if len(p.Groups) == 1 && p.Groups[0].UniformType {
-		for _, lp := range p.Layers {
-			tensors = append(tensors, []member{{lp, lp.Group}})
+		tensors = make([][]member, 0, len(p.Layers))
+		for i := range p.Layers {
+			tensors = append(tensors, []member{{&p.Layers[i], p.Layers[i].Group}})
 		}
 	} else {
 		tensors = make([][]member, p.Slots)
-		for _, lp := range p.Layers {
+		for i := range p.Layers {
+			lp := &p.Layers[i]
+			if tensors[lp.Slot] == nil {
+				tensors[lp.Slot] = make([]member, 0, len(p.Groups))
+			}
 			tensors[lp.Slot] = append(tensors[lp.Slot], member{lp, lp.Group})
 		}
 	}
