@@ -61,6 +61,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadJSONL$$' -fuzztime $(FUZZTIME) ./core/event
 	$(GO) test -run '^$$' -fuzz '^FuzzPeerRead$$' -fuzztime $(FUZZTIME) ./agent/transfer
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./agent/scenario
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./core/check
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLiteral$$' -fuzztime $(FUZZTIME) ./core/vlog
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./agent/...

@@ -410,37 +410,57 @@ func mix(z uint64) uint64 {
 // and no two positions in a row share bytes.
 func tag(row []byte, key uint64) {
 	h := mix(key)
-	i := 0
-	for ; i+8 <= len(row); i += 8 {
-		binary.LittleEndian.PutUint64(row[i:], h)
-		h += 0xD1B54A32D192ED03
+	b := row
+	for len(b) >= 16 {
+		binary.LittleEndian.PutUint64(b, h)
+		binary.LittleEndian.PutUint64(b[8:], h+tagStep)
+		h += tagStep2
+		b = b[16:]
 	}
-	if i < len(row) {
+	if len(b) >= 8 {
+		binary.LittleEndian.PutUint64(b, h)
+		h += tagStep
+		b = b[8:]
+	}
+	if len(b) > 0 {
 		var w [8]byte
 		binary.LittleEndian.PutUint64(w[:], h)
-		copy(row[i:], w[:])
+		copy(b, w[:])
 	}
 }
 
-// matchRow reports whether a row holds exactly tag(key), without writing.
+// tagStep advances the tag from one 8-byte word of a row to the next.
+const tagStep uint64 = 0xD1B54A32D192ED03
+
+// tagStep2 is two steps: 2 * tagStep mod 2^64.
+const tagStep2 uint64 = 0xa36a9465a325da06
+
+// matchRow reports whether row holds tag(key)'s bytes.
 func matchRow(row []byte, key uint64) bool {
 	h := mix(key)
-	i := 0
-	for ; i+8 <= len(row); i += 8 {
-		if binary.LittleEndian.Uint64(row[i:]) != h {
+	b := row
+	for len(b) >= 16 {
+		if binary.LittleEndian.Uint64(b) != h || binary.LittleEndian.Uint64(b[8:]) != h+tagStep {
 			return false
 		}
-		h += 0xD1B54A32D192ED03
+		h += tagStep2
+		b = b[16:]
 	}
-	if i < len(row) {
+	if len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != h {
+			return false
+		}
+		h += tagStep
+		b = b[8:]
+	}
+	if len(b) > 0 {
 		var w [8]byte
 		binary.LittleEndian.PutUint64(w[:], h)
-		return bytes.Equal(row[i:], w[:len(row)-i])
+		return bytes.Equal(b, w[:len(b)])
 	}
 	return true
 }
 
-// matchSlab reports whether an index's rows all hold their tags.
 func matchSlab(slab []byte, rowBytes int64, key0 uint64, attention bool) bool {
 	for r := int64(0); r*rowBytes < int64(len(slab)); r++ {
 		key := key0

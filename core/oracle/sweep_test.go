@@ -34,6 +34,19 @@ func TestQuickSweep(t *testing.T) {
 	if res.Wrong != 0 {
 		t.Fatalf("%d wrong cases:\n%s", res.Wrong, strings.Join(res.Failures, "\n"))
 	}
+	// In the group-pair profile only MLA and pipeline-parallel push
+	// producers need P's plan on D, and geometry that cannot move is
+	// refused; nothing else.
+	for rule := range res.Rejections {
+		switch rule {
+		case "mla-plan", "pp-push-plan", "tp-ratio", "window-missing", "layer-shapes", "compatibility-hash":
+		default:
+			t.Errorf("%d cases rejected by %s", res.Rejections[rule], rule)
+		}
+	}
+	if res.Rejections["pp-push-plan"] == 0 {
+		t.Error("the sweep has no pipeline-parallel push producer that another plan refuses")
+	}
 	if res.Cases < 200 || res.Exact < res.Cases/2 {
 		t.Errorf("%d cases, %d exact: the quick sweep should run a few hundred, mostly exact", res.Cases, res.Exact)
 	}

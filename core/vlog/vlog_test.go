@@ -114,3 +114,15 @@ func TestParseReadsTheRefusal(t *testing.T) {
 		t.Errorf("refusal %+v", r)
 	}
 }
+
+// FuzzParseLiteral: any text is a literal, or an error; never a panic.
+func FuzzParseLiteral(f *testing.F) {
+	for _, s := range []string{`{'a': 1, 'b': [1, (2, 3)], 'c': {'d': None}}`, `<X: 1>`, `'\x41'`, `{'a'}`, `-1.5e3`, `'''x'''`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ParseLiteral(s)
+		SplitFields(s)
+		Parse(s)
+	})
+}
