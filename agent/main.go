@@ -59,6 +59,7 @@ type options struct {
 	draft       string
 	connector   string
 	pTP, dTP    int
+	version     string
 	kvMiB       int64
 	rate        float64
 	requests    int
@@ -86,6 +87,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.model, "model", "", "override the scenario's model (a bundled model name)")
 	fs.StringVar(&o.draft, "draft", "", "override the scenario's draft: a bundled model or mtp")
 	fs.StringVar(&o.connector, "connector", "", "override the scenario's connector: nixl (D pulls) or nixl-push (P pushes)")
+	fs.StringVar(&o.version, "vllm-version", "", "override both engines' vLLM version profile (a release, main or pr58207; transfers between different plans need pr58207)")
 	fs.IntVar(&o.pTP, "p-tensor-parallel-size", 0, "override P's tensor-parallel size")
 	fs.IntVar(&o.dTP, "d-tensor-parallel-size", 0, "override D's tensor-parallel size")
 	fs.Int64Var(&o.kvMiB, "kv-cache-memory-mib", 0, "override both engines' KV cache memory per rank, MiB (host memory with --backend host)")
@@ -118,6 +120,9 @@ func parse(args []string) (*options, error) {
 	}
 	if set["connector"] {
 		s.Connector = o.connector
+	}
+	if set["vllm-version"] {
+		s.P.VLLMVersion, s.D.VLLMVersion = o.version, o.version
 	}
 	if set["p-tensor-parallel-size"] {
 		s.P.TensorParallelSize = o.pTP
