@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/kvscope/kvscope/core/vllm"
 )
 
 // logEntry is one real vLLM startup log of testdata/vllm-logs/index.json:
@@ -113,5 +115,21 @@ func TestRealVLLMLogs(t *testing.T) {
 	t.Logf("%d of %d real logs match (%d of hybrid models), over %d vLLM versions: %s", matched, checked, hybrid, len(vs), strings.Join(vs, " "))
 	if checked < 25 || hybrid < 12 || len(vs) < 5 {
 		t.Errorf("the log set has %d checkable logs, %d of hybrid models, %d versions; want at least 25, 12 and 5", checked, hybrid, len(vs))
+	}
+}
+
+// TestREADMEShowsTheVersionTable: README's version table is the table in
+// core/vllm, row for row (kvscope versions --json prints it).
+func TestREADMEShowsTheVersionTable(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	for _, c := range vllm.Changes() {
+		row := "| " + c.From + " | " + c.What() + " | " + strings.ReplaceAll(c.Rule, "|", `\|`) + " | " + c.Source + " | " + string(c.Evidence) + " |"
+		if !strings.Contains(readme, row) {
+			t.Errorf("README lacks the row %s", row)
+		}
 	}
 }

@@ -2,8 +2,11 @@ package plan
 
 import (
 	"errors"
-	"github.com/kvscope/kvscope/core/model/modeltest"
+	"strings"
 	"testing"
+
+	"github.com/kvscope/kvscope/core/model/modeltest"
+	"github.com/kvscope/kvscope/core/vllm"
 
 	"github.com/kvscope/kvscope/core/kvspec"
 	"github.com/kvscope/kvscope/core/model"
@@ -19,12 +22,14 @@ func FuzzPlan(f *testing.F) {
 	for _, name := range models {
 		loaded = append(loaded, modeltest.Load(f, name))
 	}
-	f.Add(uint8(0), 2, 1, 0, 262144, 8192, 7, 3, 0, uint8(0), uint8(0), false, false)
-	f.Add(uint8(1), 8, 2, 32, 131072, 2048, 0, 1, 4, uint8(1), uint8(2), true, true)
-	f.Add(uint8(2), 4, 4, 0, 4096, 512, 2, 5, 0, uint8(2), uint8(1), false, true)
-	f.Fuzz(func(t *testing.T, mi uint8, tp, pp, bs, mml, mnbt, spec, minLayers, g int, sel, mode uint8, noAsync, disable bool) {
+	versions := vllm.Versions()
+	f.Add(uint8(0), 2, 1, 0, 262144, 8192, 7, 3, 0, uint8(0), uint8(0), false, false, uint8(len(versions)-1))
+	f.Add(uint8(1), 8, 2, 32, 131072, 2048, 0, 1, 4, uint8(1), uint8(2), true, true, uint8(0))
+	f.Add(uint8(2), 4, 4, 0, 4096, 512, 2, 5, 0, uint8(2), uint8(1), false, true, uint8(20))
+	f.Fuzz(func(t *testing.T, mi uint8, tp, pp, bs, mml, mnbt, spec, minLayers, g int, sel, mode uint8, noAsync, disable bool, vi uint8) {
 		m := loaded[int(mi)%len(loaded)]
 		e := Engine{
+			VLLMVersion:        versions[int(vi)%len(versions)],
 			TensorParallelSize: tp, PipelineParallelSize: pp, BlockSize: bs, MaxModelLen: mml,
 			MaxNumBatchedTokens: mnbt, NumSpeculativeTokens: spec, MinGroupLayers: minLayers, GroupSize: g,
 			Selector:          []Selector{Classic, Balanced, PaddingBytes}[int(sel)%3],
@@ -35,7 +40,13 @@ func FuzzPlan(f *testing.F) {
 		if err != nil {
 			var fe *FlagError
 			var oe *kvspec.OptionError
-			if !errors.As(err, &fe) && !errors.As(err, &oe) {
+			var re *RefusalError
+			switch {
+			case errors.As(err, &re):
+				if re.EstimatedMaxLen < 0 || re.EstimatedMaxLen >= re.MaxModelLen || !strings.Contains(re.Message, "max seq len") {
+					t.Fatalf("refusal %+v", re)
+				}
+			case !errors.As(err, &fe) && !errors.As(err, &oe):
 				t.Fatalf("error %v names no flag", err)
 			}
 			return
