@@ -80,3 +80,43 @@ func TestExactCases(t *testing.T) {
 		})
 	}
 }
+
+// TestPushBetweenDifferentPlans: the push connector plans TP-invariantly,
+// yet Qwen3.6-35B-A3B-FP8 + DFlash still differs between P TP 2 (the
+// target's full layers at 1,184 tokens next to the drafter) and D TP 4
+// (592): in the group-pair profile the layers move per group pair, and
+// every byte is proven; a release's NixlPushConnector refuses the pair.
+func TestPushBetweenDifferentPlans(t *testing.T) {
+	target := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B-FP8")
+	m, err := target.WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	push, _ := xfer.ParseConnector("nixl-push")
+	for _, tt := range []struct {
+		version string
+		rule    string
+	}{{vllm.Branch, ""}, {"0.28.0", "matching-groups"}} {
+		e := func(tp int) plan.Engine {
+			return plan.Engine{VLLMVersion: tt.version, TensorParallelSize: tp, NumSpeculativeTokens: 7, MaxModelLen: 8192}
+		}
+		r, err := xfer.Run(xfer.Setup{Model: m, P: e(2), D: e(4), Connector: push, KeepPairs: true, Request: xfer.Request{PromptTokens: 700}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := r.Transfer
+		if tt.rule != "" {
+			if x.Rejection == nil || x.Rejection.Rule != tt.rule {
+				t.Errorf("%s: %+v, want %s", tt.version, x.Rejection, tt.rule)
+			}
+			continue
+		}
+		if x.Rejection != nil || x.Path != xfer.GroupPairPath || x.Mode != xfer.Push || r.Diff.SameBlockSizes {
+			t.Fatalf("%s: rejection %v, path %s, mode %s, same block sizes %v", tt.version, x.Rejection, x.Path, x.Mode, r.Diff.SameBlockSizes)
+		}
+		res, err := Check(m, x)
+		if err != nil || res.Verdict != Exact {
+			t.Errorf("%s: %v %+v", tt.version, err, res)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package xfer
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -73,7 +74,16 @@ func (t *Transfer) groupPairPath(opt Options) error {
 
 	rps := t.newRankPairs()
 	pTP, dTP := len(t.PRegs), len(t.DRegs)
+	// Each D rank's pairs go to per-P-rank scratch slices, reused across D
+	// ranks, then into rank pairs of their exact size: far less garbage
+	// than growing every rank pair's slice (the browser's GC feels it).
+	scratch := make([][]Pair, pTP)
+	var order []int
 	for j, dReg := range t.DRegs {
+		for p := range scratch {
+			scratch[p] = scratch[p][:0]
+		}
+		order = order[:0]
 		for _, it := range items {
 			dl, _ := dReg.Layer(it.name)
 			for si, ds := range dl.Segments {
@@ -86,15 +96,24 @@ func (t *Transfer) groupPairPath(opt Options) error {
 					return fmt.Errorf("xfer: layer %s %s on D rank %d: %w", it.name, ds.Name, j, err)
 				}
 				for _, run := range runs {
-					rp := rps.get(run.Rank, j)
+					buf := scratch[run.Rank]
+					if len(buf) == 0 && !slices.Contains(order, run.Rank) {
+						order = append(order, run.Rank)
+					}
 					pl, _ := t.PRegs[run.Rank].Layer(it.name)
 					if ds.IsAttention() {
-						rp.Pairs = t.attnRuns(rp.Pairs, it.name, pl, dl, t.PRegs[run.Rank], dReg, si, run, it.pg, it.dg)
+						buf = t.attnRuns(buf, it.name, pl, dl, t.PRegs[run.Rank], dReg, si, run, it.pg, it.dg)
 					} else {
-						rp.Pairs = append(rp.Pairs, t.stateRun(it.name, pl, dl, t.PRegs[run.Rank], dReg, si, run, it.pg, it.dg))
+						buf = append(buf, t.stateRun(it.name, pl, dl, t.PRegs[run.Rank], dReg, si, run, it.pg, it.dg))
 					}
+					scratch[run.Rank] = buf
 				}
 			}
+		}
+		for _, p := range order {
+			rp := rps.get(p, j)
+			rp.Pairs = append(make([]Pair, 0, len(rp.Pairs)+len(scratch[p])), rp.Pairs...)
+			rp.Pairs = append(rp.Pairs, scratch[p]...)
 		}
 	}
 	rps.store()

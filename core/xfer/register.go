@@ -320,7 +320,7 @@ func stateSegments(l model.Layer, s kvspec.Spec, tp, rank, region int) ([]Segmen
 		parts = []part{{SegConvX, xlo, xhi}}
 		ssm = Segment{Name: SegSSM, Lo: xlo, Hi: xhi, IndexBytes: int64(st.StateSize) * ssmBytes}
 	}
-	var out []Segment
+	out := make([]Segment, 0, len(parts)+1)
 	var off int64
 	for _, p := range parts {
 		seg := Segment{Name: p.name, Region: region, Offset: off, Lo: p.lo, Hi: p.hi, IndexBytes: conv, Rows: 1, RowBytes: conv}
