@@ -2,6 +2,7 @@ package app
 
 import (
 	"encoding/json"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ type Root struct {
 	keys     app.Func
 	live     *liveSession // the live view's subscription, kept across views
 	check    checkState   // the Check view's log and outcome
+	idleGC   bool         // a collection is waiting for the browser to be idle
 }
 
 // OnDismount stops listening for shortcuts.
@@ -105,8 +107,30 @@ func (c *Root) shortcut(ctx app.Context, key string) {
 	ctx.Update()
 }
 
+// collectWhenIdle runs the garbage collector in a task of its own right
+// after an update has been drawn: a recompute's few MB die at once, and
+// collecting them while the user reads the page keeps the collection out
+// of the next keystroke's recompute (WebAssembly's collector runs on the
+// page's only thread).
+func (c *Root) collectWhenIdle() {
+	if !app.IsClient || c.idleGC {
+		return
+	}
+	w := app.Window()
+	c.idleGC = true
+	var fn app.Func
+	fn = app.FuncOf(func(this app.Value, args []app.Value) any {
+		runtime.GC()
+		c.idleGC = false
+		fn.Release()
+		return nil
+	})
+	w.Call("setTimeout", fn, 0)
+}
+
 // change applies an edit, recomputes and writes the settings into the URL.
 func (c *Root) change(ctx app.Context, edit func(*Settings)) {
+	defer c.collectWhenIdle()
 	prev := c.settings
 	edit(&c.settings)
 	if presentation(c.settings) == presentation(prev) {

@@ -214,7 +214,7 @@ func resolveModel(in Input, res *Result) (*model.Model, error) {
 
 // quantSuffix matches the suffixes quantized and re-packaged checkpoints
 // add to a base model's name; they do not change the KV cache.
-var quantSuffix = regexp.MustCompile(`(?i)(-(awq|gptq|nvfp4|mxfp4|fp8|int4|int8|w4a16|w8a8|bf16|fp16|4bit|8bit|bnb|autoround|mtp|text|dynamic|quantized|prismaquant)([-._][0-9a-z.]*)*)+$`)
+const quantSuffix = `(?i)(-(awq|gptq|nvfp4|mxfp4|fp8|int4|int8|w4a16|w8a8|bf16|fp16|4bit|8bit|bnb|autoround|mtp|text|dynamic|quantized|prismaquant)([-._][0-9a-z.]*)*)+$`
 
 // lookupModel finds a log's model in the catalog: by the name, then by the
 // last path element (a local copy), then without a quantization suffix.
@@ -224,7 +224,7 @@ func lookupModel(cat model.Catalog, ref string) (name string, data []byte, note 
 	if i := strings.LastIndexAny(base, `/\`); i >= 0 {
 		base = base[i+1:]
 	}
-	stripped := quantSuffix.ReplaceAllString(base, "")
+	stripped := regexp.MustCompile(quantSuffix).ReplaceAllString(base, "")
 	tries := []string{ref, base, stripped, strings.TrimPrefix(stripped, "Meta-")}
 	for _, t := range tries {
 		if t == "" {
@@ -412,9 +412,8 @@ func uniquePadding(ws []vlog.Figure[vlog.PaddingWarning]) []string {
 	return out
 }
 
-var rePlanPadding = regexp.MustCompile(`Add (\d+) padding layers, may waste at most ([0-9.]+)%`)
-
 func predictedPadding(p *plan.Plan) []string {
+	rePlanPadding := regexp.MustCompile(`Add (\d+) padding layers, may waste at most ([0-9.]+)%`)
 	var out []string
 	seen := map[string]bool{}
 	for _, w := range p.Warnings {

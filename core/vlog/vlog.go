@@ -92,31 +92,59 @@ type ParseError struct {
 
 func (e *ParseError) Error() string { return "vlog: " + e.Reason }
 
-var (
-	ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+// patterns are the lines kvscope reads, compiled when a log is parsed
+// (not when the package loads: the browser app starts without them).
+type patterns struct {
+	ansi          *regexp.Regexp
+	reBanner      *regexp.Regexp
+	reEngine      *regexp.Regexp
+	reBannerModel *regexp.Regexp
+	reArgs        *regexp.Regexp
+	reMaxLen      *regexp.Regexp
+	reMNBT        *regexp.Regexp
+	reAvail       *regexp.Regexp
+	reBlock       *regexp.Regexp
+	reMambaPad    *regexp.Regexp
+	rePadding     *regexp.Regexp
+	reKVTokens    *regexp.Regexp
+	reConc        *regexp.Regexp
+	reOverride    *regexp.Regexp
+	reRefusal     *regexp.Regexp
+	reNoMemory    *regexp.Regexp
+	reFailed      *regexp.Regexp
+	reMambaMode   *regexp.Regexp
+	reAsync       *regexp.Regexp
+	rePrefixOff   *regexp.Regexp
+	reSSMDType    *regexp.Regexp
+	reBackend     *regexp.Regexp
+}
 
-	reBanner      = regexp.MustCompile(`(?:vLLM API server version|█\s+version)\s+v?([0-9][0-9A-Za-z.+_-]*)`)
-	reEngine      = regexp.MustCompile(`Initializing a V[01] LLM engine \(v?([^)\s]+)\) with config: (.*)$`)
-	reBannerModel = regexp.MustCompile(`█\s+model\s+(\S+)`)
-	reArgs        = regexp.MustCompile(`non-default args: (\{.*\})\s*$`)
-	reMaxLen      = regexp.MustCompile(`Using max model len (\d+)`)
-	reMNBT        = regexp.MustCompile(`Chunked prefill is enabled with max_num_batched_tokens=(\d+)`)
-	reAvail       = regexp.MustCompile(`Available KV cache memory: (-?[0-9.]+) GiB`)
-	reBlock       = regexp.MustCompile(`Setting attention block size to (\d+) tokens`)
-	reMambaPad    = regexp.MustCompile(`Padding mamba page size by ([0-9.]+)%`)
-	rePadding     = regexp.MustCompile(`Add (\d+) padding layers, may waste at most ([0-9.]+)% KV cache memory`)
-	reKVTokens    = regexp.MustCompile(`GPU KV cache size: ([0-9,]+) tokens`)
-	reConc        = regexp.MustCompile(`Maximum concurrency for ([0-9,]+) tokens per request: ([0-9.]+)x`)
-	reOverride    = regexp.MustCompile(`Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)`)
-	reRefusal     = regexp.MustCompile(`To serve at least one request with the models?'s max seq len \((\d+)\), \(([0-9.]+) GiB KV cache is needed, which is larger than the available KV cache memory \(([0-9.]+) GiB\)\. Based on the available memory, the estimated maximum model length is (\d+)`)
-	reNoMemory    = regexp.MustCompile(`No available memory for the cache blocks`)
-	reFailed      = regexp.MustCompile(`EngineCore failed to start|Engine core initialization failed`)
-	reMambaMode   = regexp.MustCompile(`Mamba cache mode is set to '(\w+)'`)
-	reAsync       = regexp.MustCompile(`Asynchronous scheduling is (enabled|disabled)`)
-	rePrefixOff   = regexp.MustCompile(`disabling prefix caching`)
-	reSSMDType    = regexp.MustCompile(`Updating mamba_ssm_cache_dtype to '(\w+)'`)
-	reBackend     = regexp.MustCompile(`Using (FLASH_ATTN|FLASHINFER|FLASHMLA|FLASH_ATTN_MLA|CUTLASS_MLA|TRITON_ATTN|TRITON_MLA|FlashInfer|Flash Attention|FlashMLA|Triton MLA|CUTLASS MLA)(?: attention)? backend`)
-)
+func newPatterns() *patterns {
+	return &patterns{
+		ansi:          regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`),
+		reBanner:      regexp.MustCompile(`(?:vLLM API server version|█\s+version)\s+v?([0-9][0-9A-Za-z.+_-]*)`),
+		reEngine:      regexp.MustCompile(`Initializing a V[01] LLM engine \(v?([^)\s]+)\) with config: (.*)$`),
+		reBannerModel: regexp.MustCompile(`█\s+model\s+(\S+)`),
+		reArgs:        regexp.MustCompile(`non-default args: (\{.*\})\s*$`),
+		reMaxLen:      regexp.MustCompile(`Using max model len (\d+)`),
+		reMNBT:        regexp.MustCompile(`Chunked prefill is enabled with max_num_batched_tokens=(\d+)`),
+		reAvail:       regexp.MustCompile(`Available KV cache memory: (-?[0-9.]+) GiB`),
+		reBlock:       regexp.MustCompile(`Setting attention block size to (\d+) tokens`),
+		reMambaPad:    regexp.MustCompile(`Padding mamba page size by ([0-9.]+)%`),
+		rePadding:     regexp.MustCompile(`Add (\d+) padding layers, may waste at most ([0-9.]+)% KV cache memory`),
+		reKVTokens:    regexp.MustCompile(`GPU KV cache size: ([0-9,]+) tokens`),
+		reConc:        regexp.MustCompile(`Maximum concurrency for ([0-9,]+) tokens per request: ([0-9.]+)x`),
+		reOverride:    regexp.MustCompile(`Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)`),
+		reRefusal:     regexp.MustCompile(`To serve at least one request with the models?'s max seq len \((\d+)\), \(([0-9.]+) GiB KV cache is needed, which is larger than the available KV cache memory \(([0-9.]+) GiB\)\. Based on the available memory, the estimated maximum model length is (\d+)`),
+		reNoMemory:    regexp.MustCompile(`No available memory for the cache blocks`),
+		reFailed:      regexp.MustCompile(`EngineCore failed to start|Engine core initialization failed`),
+		reMambaMode:   regexp.MustCompile(`Mamba cache mode is set to '(\w+)'`),
+		reAsync:       regexp.MustCompile(`Asynchronous scheduling is (enabled|disabled)`),
+		rePrefixOff:   regexp.MustCompile(`disabling prefix caching`),
+		reSSMDType:    regexp.MustCompile(`Updating mamba_ssm_cache_dtype to '(\w+)'`),
+		reBackend:     regexp.MustCompile(`Using (FLASH_ATTN|FLASHINFER|FLASHMLA|FLASH_ATTN_MLA|CUTLASS_MLA|TRITON_ATTN|TRITON_MLA|FlashInfer|Flash Attention|FlashMLA|Triton MLA|CUTLASS MLA)(?: attention)? backend`),
+	}
+}
 
 // Parse reads a startup log. It fails only when the text holds nothing
 // vLLM prints at startup; what a usable log lacks is for the caller to
@@ -126,9 +154,10 @@ func Parse(text string) (*Log, error) {
 		return nil, &ParseError{Reason: fmt.Sprintf("the log is %d bytes, over the %d-byte limit", len(text), MaxLogBytes)}
 	}
 	l := &Log{Args: map[string]any{}, AvailableGiB: []Figure[float64]{}, Padding: []Figure[PaddingWarning]{}, KVTokens: []Figure[int64]{}, Concurrency: []Figure[Concurrency]{}, Recognised: []Line{}}
+	p := newPatterns()
 	for i, raw := range strings.Split(text, "\n") {
-		line := Line{N: i + 1, Text: strings.TrimRight(ansi.ReplaceAllString(raw, ""), "\r")}
-		if l.readLine(line) {
+		line := Line{N: i + 1, Text: strings.TrimRight(p.ansi.ReplaceAllString(raw, ""), "\r")}
+		if l.readLine(p, line) {
 			l.Recognised = append(l.Recognised, line)
 		}
 	}
@@ -143,26 +172,26 @@ func Parse(text string) (*Log, error) {
 
 // readLine records what one line says; it reports whether it said
 // anything kvscope reads.
-func (l *Log) readLine(line Line) bool {
+func (l *Log) readLine(p *patterns, line Line) bool {
 	t := line.Text
-	if m := reEngine.FindStringSubmatch(t); m != nil {
+	if m := p.reEngine.FindStringSubmatch(t); m != nil {
 		if l.Version == "" {
 			l.Version, l.VersionLine = m[1], &line
 		}
 		l.Config = SplitFields(m[2])
 		return true
 	}
-	if m := reBanner.FindStringSubmatch(t); m != nil {
-		if l.Version == "" || l.VersionLine != nil && !reEngine.MatchString(l.VersionLine.Text) {
+	if m := p.reBanner.FindStringSubmatch(t); m != nil {
+		if l.Version == "" || l.VersionLine != nil && !p.reEngine.MatchString(l.VersionLine.Text) {
 			l.Version, l.VersionLine = m[1], &line
 		}
 		return true
 	}
-	if m := reBannerModel.FindStringSubmatch(t); m != nil {
+	if m := p.reBannerModel.FindStringSubmatch(t); m != nil {
 		l.Model = m[1]
 		return true
 	}
-	if m := reArgs.FindStringSubmatch(t); m != nil {
+	if m := p.reArgs.FindStringSubmatch(t); m != nil {
 		v, err := ParseLiteral(m[1])
 		if d, ok := v.(map[string]any); err == nil && ok {
 			l.Args = d
@@ -179,35 +208,35 @@ func (l *Log) readLine(line Line) bool {
 	// config (a default one can print before the arguments are applied);
 	// the last block size is the one the engine settled on.
 	switch {
-	case l.intFigure(reMaxLen, t, line, &l.MaxModelLen, false), l.intFigure(reMNBT, t, line, &l.MNBT, true), l.intFigure(reBlock, t, line, &l.BlockSize, true):
+	case l.intFigure(p.reMaxLen, t, line, &l.MaxModelLen, false), l.intFigure(p.reMNBT, t, line, &l.MNBT, true), l.intFigure(p.reBlock, t, line, &l.BlockSize, true):
 		return true
 	}
-	if m := reAvail.FindStringSubmatch(t); m != nil {
+	if m := p.reAvail.FindStringSubmatch(t); m != nil {
 		if f, err := strconv.ParseFloat(m[1], 64); err == nil {
 			l.AvailableGiB = append(l.AvailableGiB, Figure[float64]{f, line})
 		}
 		return true
 	}
-	if m := reMambaPad.FindStringSubmatch(t); m != nil {
+	if m := p.reMambaPad.FindStringSubmatch(t); m != nil {
 		if f, err := strconv.ParseFloat(m[1], 64); err == nil {
 			l.MambaPad = &Figure[float64]{f, line}
 		}
 		return true
 	}
-	if m := rePadding.FindStringSubmatch(t); m != nil {
+	if m := p.rePadding.FindStringSubmatch(t); m != nil {
 		n, _ := strconv.Atoi(m[1])
 		f, _ := strconv.ParseFloat(m[2], 64)
 		l.Padding = append(l.Padding, Figure[PaddingWarning]{PaddingWarning{n, f}, line})
 		return true
 	}
 	kv := false
-	if m := reKVTokens.FindStringSubmatch(t); m != nil {
+	if m := p.reKVTokens.FindStringSubmatch(t); m != nil {
 		if n, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64); err == nil {
 			l.KVTokens = append(l.KVTokens, Figure[int64]{n, line})
 		}
 		kv = true // from vLLM 0.28 the concurrency follows on the same line
 	}
-	if m := reConc.FindStringSubmatch(t); m != nil {
+	if m := p.reConc.FindStringSubmatch(t); m != nil {
 		n, err1 := strconv.Atoi(strings.ReplaceAll(m[1], ",", ""))
 		x, err2 := strconv.ParseFloat(m[2], 64)
 		if err1 == nil && err2 == nil {
@@ -218,13 +247,13 @@ func (l *Log) readLine(line Line) bool {
 	if kv {
 		return true
 	}
-	if m := reOverride.FindStringSubmatch(t); m != nil {
+	if m := p.reOverride.FindStringSubmatch(t); m != nil {
 		a, _ := strconv.ParseInt(m[1], 10, 64)
 		b, _ := strconv.ParseInt(m[2], 10, 64)
 		l.Override = &Figure[[2]int64]{[2]int64{a, b}, line}
 		return true
 	}
-	if m := reRefusal.FindStringSubmatch(t); m != nil {
+	if m := p.reRefusal.FindStringSubmatch(t); m != nil {
 		r := &Refusal{Line: line}
 		r.MaxModelLen, _ = strconv.Atoi(m[1])
 		r.NeededGiB, _ = strconv.ParseFloat(m[2], 64)
@@ -233,35 +262,35 @@ func (l *Log) readLine(line Line) bool {
 		l.Refusal = r
 		return true
 	}
-	if reNoMemory.MatchString(t) {
+	if p.reNoMemory.MatchString(t) {
 		if l.Refusal == nil {
 			l.Refusal = &Refusal{NoMemory: true, Line: line}
 		}
 		return true
 	}
-	if reFailed.MatchString(t) {
+	if p.reFailed.MatchString(t) {
 		if l.Failed == nil {
 			l.Failed = &line
 		}
 		return true
 	}
-	if m := reMambaMode.FindStringSubmatch(t); m != nil {
+	if m := p.reMambaMode.FindStringSubmatch(t); m != nil {
 		l.MambaMode = &Figure[string]{m[1], line}
 		return true
 	}
-	if m := reAsync.FindStringSubmatch(t); m != nil {
+	if m := p.reAsync.FindStringSubmatch(t); m != nil {
 		l.Async = &Figure[bool]{m[1] == "enabled", line}
 		return true
 	}
-	if rePrefixOff.MatchString(t) {
+	if p.rePrefixOff.MatchString(t) {
 		l.PrefixOff = &line
 		return true
 	}
-	if m := reSSMDType.FindStringSubmatch(t); m != nil {
+	if m := p.reSSMDType.FindStringSubmatch(t); m != nil {
 		l.SSMDType = &Figure[string]{m[1], line}
 		return true
 	}
-	if m := reBackend.FindStringSubmatch(t); m != nil && !strings.Contains(t, "vit") && !strings.Contains(t, "MMEncoder") {
+	if m := p.reBackend.FindStringSubmatch(t); m != nil && !strings.Contains(t, "vit") && !strings.Contains(t, "MMEncoder") {
 		l.Backend = &Figure[string]{backendName(m[1]), line}
 		return true
 	}
