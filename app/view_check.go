@@ -85,28 +85,11 @@ func (c *Root) renderCheck() app.UI {
 		app.Section().Class("card").Body(
 			app.H2().Text("Check a vLLM startup log"),
 			app.P().Class("muted").Text("Paste or drop an engine's startup log, prefixes and colours included. kvscope plans what the log's engine was asked for, with its vLLM version's profile and the memory it logged, and compares every figure vLLM printed."),
-			app.Textarea().ID("check-log").Class("config").Placeholder("paste or drop a vLLM startup log").Text(st.log).
-				OnChange(func(ctx app.Context, e app.Event) {
-					st.log = ctx.JSSrc().Get("value").String()
-					c.runCheck()
-					ctx.Update()
-				}).
-				On("dragover", func(ctx app.Context, e app.Event) { e.PreventDefault() }).
-				On("drop", func(ctx app.Context, e app.Event) {
-					e.PreventDefault()
-					files := e.Get("dataTransfer").Get("files")
-					if files.Length() == 0 {
-						return
-					}
-					files.Index(0).Call("text").Call("then", app.FuncOf(func(this app.Value, args []app.Value) any {
-						text := args[0].String()
-						ctx.Dispatch(func(ctx app.Context) {
-							st.log = text
-							c.runCheck()
-						})
-						return nil
-					}))
-				}),
+			textDrop("check-log", "paste or drop a vLLM startup log", st.log, func(ctx app.Context, text string) {
+				st.log = text
+				c.runCheck()
+				ctx.Update()
+			}),
 			app.Label().Body(app.Text("model "), app.Select().ID("check-model").Body(app.Range(models).Slice(func(i int) app.UI {
 				label := models[i]
 				if label == "" {

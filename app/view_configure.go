@@ -173,28 +173,36 @@ func (c *Root) numberInputPH(id string, v int, placeholder string, set func(s *S
 // configBox is a textarea that takes a pasted or dropped config.json.
 func (c *Root) configBox(id, placeholder, value string, set func(s *Settings, text string)) app.UI {
 	return app.Div().Body(
-		app.Textarea().ID(id).Class("config").Placeholder(placeholder).Text(value).
-			OnChange(func(ctx app.Context, e app.Event) {
-				text := ctx.JSSrc().Get("value").String()
-				c.change(ctx, func(s *Settings) { set(s, text) })
-			}).
-			On("dragover", func(ctx app.Context, e app.Event) { e.PreventDefault() }).
-			On("drop", func(ctx app.Context, e app.Event) {
-				e.PreventDefault()
-				files := e.Get("dataTransfer").Get("files")
-				if files.Length() == 0 {
-					return
-				}
-				files.Index(0).Call("text").Call("then", app.FuncOf(func(this app.Value, args []app.Value) any {
-					text := args[0].String()
-					ctx.Dispatch(func(ctx app.Context) {
-						c.change(ctx, func(s *Settings) { set(s, text) })
-					})
-					return nil
-				}))
-			}),
+		textDrop(id, placeholder, value, func(ctx app.Context, text string) {
+			c.change(ctx, func(s *Settings) { set(s, text) })
+		}),
 		c.fieldError(id),
 	)
+}
+
+// textDrop is a textarea whose text, typed, pasted or dropped as a file,
+// goes to set.
+func textDrop(id, placeholder, value string, set func(ctx app.Context, text string)) app.UI {
+	return app.Textarea().ID(id).Class("config").Placeholder(placeholder).Text(value).
+		OnChange(func(ctx app.Context, e app.Event) {
+			set(ctx, ctx.JSSrc().Get("value").String())
+		}).
+		On("dragover", func(ctx app.Context, e app.Event) { e.PreventDefault() }).
+		On("drop", func(ctx app.Context, e app.Event) {
+			e.PreventDefault()
+			files := e.Get("dataTransfer").Get("files")
+			if files.Length() == 0 {
+				return
+			}
+			var done app.Func
+			done = app.FuncOf(func(this app.Value, args []app.Value) any {
+				text := args[0].String()
+				ctx.Dispatch(func(ctx app.Context) { set(ctx, text) })
+				done.Release()
+				return nil
+			})
+			files.Index(0).Call("text").Call("then", done)
+		})
 }
 
 // versionSelect picks the vLLM version profile: the newest release by

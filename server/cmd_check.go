@@ -97,7 +97,11 @@ func runCheck(args []string, stdout io.Writer) error {
 }
 
 func writeCheckText(w io.Writer, name string, r *check.Result) {
-	fmt.Fprintf(w, "log %s: vLLM %s, model %s\n", name, r.VLLMVersion, r.Model)
+	version := r.VLLMVersion
+	if version == "" {
+		version = "(version not in the log)"
+	}
+	fmt.Fprintf(w, "log %s: vLLM %s, model %s\n", name, version, r.Model)
 	fmt.Fprintf(w, "profile %s (%s)\n", r.Profile, r.ProfileLabel)
 	fmt.Fprintf(w, "kvscope plan --model %s %s\n\n", r.Model, strings.Join(r.Flags, " "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -91,6 +91,7 @@ func Run(in Input) (*Result, error) {
 	}
 	if in.Adjust != nil {
 		in.Adjust(&setup.Engine)
+		res.Flags = FlagsOf(setup.Engine, setup.MemGiB, setup.HasMem)
 		res.Profile = setup.Engine.VLLMVersion
 		if prof, err := vllm.Lookup(res.Profile); err == nil {
 			res.ProfileLabel = prof.Label

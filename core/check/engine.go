@@ -58,11 +58,7 @@ func SetupOf(l *vlog.Log, version string) (*Setup, error) {
 		s.Notes = append(s.Notes, fmt.Sprintf("%s is a development build; it is planned as %s", l.Version, ver.Name()))
 	}
 	e := plan.Engine{VLLMVersion: ver.Name()}
-	flags := []string{"--vllm-version", ver.Name()}
-	setInt := func(dst *int, flag string, n int) {
-		*dst = n
-		flags = append(flags, flag, strconv.Itoa(n))
-	}
+	setInt := func(dst *int, _ string, n int) { *dst = n }
 	if n, ok := firstInt(l, "tensor_parallel_size"); ok && n > 1 {
 		setInt(&e.TensorParallelSize, "--tensor-parallel-size", n)
 	}
@@ -95,53 +91,95 @@ func SetupOf(l *vlog.Log, version string) (*Setup, error) {
 	}
 	if d := stringSetting(l, "kv_cache_dtype"); d != "" && d != "auto" {
 		e.KVCacheDType = d
-		flags = append(flags, "--kv-cache-dtype", d)
 	}
 	if d := stringSetting(l, "mamba_ssm_cache_dtype"); d != "" && d != "auto" {
 		e.MambaSSMCacheDType = d
-		flags = append(flags, "--mamba-ssm-cache-dtype", d)
 	}
 	if m, ok := l.ArgString("mamba_cache_mode"); ok && m != "" {
 		e.MambaCacheMode = m
-		flags = append(flags, "--mamba-cache-mode", m)
 	}
 	if b, ok := boolSetting(l, "enable_prefix_caching"); ok {
 		e.PrefixCaching = "off"
 		if b {
 			e.PrefixCaching = "on"
 		}
-		flags = append(flags, map[bool]string{true: "--enable-prefix-caching", false: "--no-enable-prefix-caching"}[b])
 	}
 	if b, ok := l.Args["async_scheduling"].(bool); ok {
 		if b {
 			e.AsyncScheduling = true
-			flags = append(flags, "--async-scheduling")
 		} else {
 			e.NoAsyncScheduling = true
-			flags = append(flags, "--no-async-scheduling")
 		}
 	}
 	if b, ok := l.Args["disable_hybrid_kv_cache_manager"].(bool); ok && b {
 		e.DisableHybrid = true
-		flags = append(flags, "--disable-hybrid-kv-cache-manager")
 	}
 	if l.Backend != nil {
 		if name, ok := backendFor(l.Backend.Value); ok {
 			e.AttentionBackend = name
-			flags = append(flags, "--attention-backend", name)
 		}
 	}
 	if sp := speculativeOf(l); sp != nil {
 		s.Spec = sp
 		e.NumSpeculativeTokens = sp.Tokens
-		flags = append(flags, "--num-speculative-tokens", strconv.Itoa(sp.Tokens))
 	}
 	if f, ok := l.MinAvailableGiB(); ok {
 		s.MemGiB, s.HasMem, s.MemLine = f.Value, true, f.Line.N
-		flags = append(flags, "--kv-cache-memory-bytes", strconv.FormatFloat(f.Value, 'f', 2, 64)+"GiB")
 	}
-	s.Engine, s.Flags = e, flags
+	s.Engine = e
+	s.Flags = FlagsOf(e, s.MemGiB, s.HasMem)
 	return s, nil
+}
+
+// FlagsOf writes an engine's settings as kvscope's flags: the ones that
+// differ from the defaults, and the logged memory.
+func FlagsOf(e plan.Engine, memGiB float64, hasMem bool) []string {
+	flags := []string{"--vllm-version", e.VLLMVersion}
+	num := func(flag string, n int) {
+		if n > 0 {
+			flags = append(flags, flag, strconv.Itoa(n))
+		}
+	}
+	str := func(flag, v string) {
+		if v != "" && v != "auto" {
+			flags = append(flags, flag, v)
+		}
+	}
+	if e.TensorParallelSize > 1 {
+		num("--tensor-parallel-size", e.TensorParallelSize)
+	}
+	if e.PipelineParallelSize > 1 {
+		num("--pipeline-parallel-size", e.PipelineParallelSize)
+	}
+	num("--max-model-len", e.MaxModelLen)
+	num("--max-num-batched-tokens", e.MaxNumBatchedTokens)
+	num("--block-size", e.BlockSize)
+	num("--num-gpu-blocks-override", e.NumGPUBlocksOverride)
+	num("--num-speculative-tokens", e.NumSpeculativeTokens)
+	str("--kv-cache-dtype", e.KVCacheDType)
+	str("--mamba-ssm-cache-dtype", e.MambaSSMCacheDType)
+	str("--mamba-cache-mode", e.MambaCacheMode)
+	str("--selector", string(e.Selector))
+	str("--attention-backend", e.AttentionBackend)
+	switch e.PrefixCaching {
+	case "on":
+		flags = append(flags, "--enable-prefix-caching")
+	case "off":
+		flags = append(flags, "--no-enable-prefix-caching")
+	}
+	if e.AsyncScheduling {
+		flags = append(flags, "--async-scheduling")
+	}
+	if e.NoAsyncScheduling {
+		flags = append(flags, "--no-async-scheduling")
+	}
+	if e.DisableHybrid {
+		flags = append(flags, "--disable-hybrid-kv-cache-manager")
+	}
+	if hasMem {
+		flags = append(flags, "--kv-cache-memory-bytes", strconv.FormatFloat(memGiB, 'f', 2, 64)+"GiB")
+	}
+	return flags
 }
 
 // backendFor maps a logged backend to one kvscope plans with.
