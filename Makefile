@@ -13,7 +13,7 @@ AGENT    := bin/kvscope-agent
 # go-nvml's cgo preamble trips a deprecation warning in newer C compilers.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: run build wasm assets test check unit fuzz bench sweep site clean
+.PHONY: run build wasm assets test check unit fuzz bench sweep site clean nixl test-nixl
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8080
@@ -40,7 +40,28 @@ $(ECHARTS): static/package.json static/package-lock.json
 	cd static && npm ci --ignore-scripts --no-audit --no-fund
 	mkdir -p $(dir $@) && cp static/node_modules/echarts/dist/echarts.min.js $@
 
-test: build check fuzz unit
+test: build check fuzz unit test-nixl
+
+# The nixl backend against real NIXL over UCX (agent/transfer/NIXL.md):
+# NIXL_PREFIX names an installed NIXL; otherwise ../shared's installer puts
+# NIXL v1.4.0 with UCX into the user cache (seconds). Without either the
+# tests are skipped with one line, unless KVSCOPE_REQUIRE_NIXL is set (CI).
+NIXL_ENV := agent/transfer/nixl-env.sh
+NIXL_AGENT := bin/kvscope-agent-nixl
+
+nixl: assets
+	@env=$$(./$(NIXL_ENV)) && eval "$$env" && $(GO) build -tags nixl -o $(NIXL_AGENT) ./agent && \
+		echo "built $(NIXL_AGENT); run it with: eval \"\$$(./$(NIXL_ENV))\"; ./$(NIXL_AGENT) --backend nixl"
+
+test-nixl:
+	@why=$$(mktemp); trap 'rm -f $$why' EXIT; \
+	if env=$$(./$(NIXL_ENV) 2>$$why); then \
+		eval "$$env" && $(GO) test -tags nixl -count=1 ./agent/...; \
+	elif [ -n "$$KVSCOPE_REQUIRE_NIXL" ]; then \
+		cat $$why; echo "KVSCOPE_REQUIRE_NIXL is set: the real-NIXL tests must run"; exit 1; \
+	else \
+		echo "skipping the real-NIXL tests: $$(cat $$why) (then make test-nixl)"; \
+	fi
 
 # Formatting, vet, the wasm and no-cgo builds.
 check:

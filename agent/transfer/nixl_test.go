@@ -221,3 +221,110 @@ func TestNIXLNeedsTheMetadataExchange(t *testing.T) {
 		t.Error("LoadRemote accepted metadata that is not JSON")
 	}
 }
+
+// agreeCase is one transfer both backends move.
+type agreeCase struct {
+	name      string
+	model     string
+	pTP, dTP  int
+	version   string // "" the newest release; pr58207 for different plans
+	pBlock    int    // a block size on P (0: the default)
+	dBlock    int    // a block size on D
+	mem       int64 // KV cache memory per rank at TP 1
+	maxLen    int
+	prompt    int
+	connector string
+}
+
+// move runs x through a backend and returns the oracle's verdict.
+func move(t *testing.T, b transfer.Backend, m *model.Model, x *xfer.Transfer) oracle.Verdict {
+	t.Helper()
+	prover, err := oracle.NewProver(m, x, b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Prepare(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := b.Post(p, "req:done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := transfer.Wait(b, h); err != nil {
+		t.Fatal(err)
+	}
+	res := prover.Verify()
+	return res.Verdict
+}
+
+// TestNIXLAndHostAgree moves the same requests through NIXL (two agents
+// over UCX) and through the host backend: full attention, sliding window,
+// gated delta net and Mamba2 state, MLA, pull and push, equal plans and
+// different plans (group pairs), TP pairs up to 8. The oracle gives both
+// the same verdict: exact, and wrong for the same corrupted descriptor.
+func TestNIXLAndHostAgree(t *testing.T) {
+	cases := []agreeCase{
+		{"full attention, D TP 8 pulls from P TP 1", "Qwen__Qwen3-0.6B", 1, 8, "", 0, 0, 64 << 20, 512, 300, "nixl"},
+		{"full attention, P TP 8 pushes to D TP 2", "Qwen__Qwen3-0.6B", 8, 2, "", 0, 0, 64 << 20, 512, 257, "nixl-push"},
+		{"sliding window, D TP 4 pulls from P TP 2", "openai__gpt-oss-20b", 2, 4, "", 0, 0, 64 << 20, 1024, 700, "nixl"},
+		{"sliding window, different plans (block 16 to 32), pull", "openai__gpt-oss-20b", 2, 2, "pr58207", 16, 32, 64 << 20, 1024, 700, "nixl"},
+		{"sliding window, different plans (block 32 to 16), push", "openai__gpt-oss-20b", 2, 4, "pr58207", 32, 16, 64 << 20, 1024, 500, "nixl-push"},
+		{"gated delta net, D TP 2 pulls from P TP 1", "Qwen__Qwen3.5-0.8B", 1, 2, "", 0, 0, 128 << 20, 1024, 600, "nixl"},
+		{"gated delta net, P TP 2 pushes to D TP 1", "Qwen__Qwen3.5-0.8B", 2, 1, "", 0, 0, 128 << 20, 1024, 600, "nixl-push"},
+		{"Mamba2, D TP 2 pulls from P TP 1 (group pairs: vLLM's head mapping misses the replicated B and C)", "ibm-granite__granite-4.0-h-1b", 1, 2, "pr58207", 0, 0, 128 << 20, 1024, 450, "nixl"},
+		{"MLA, D TP 1 pulls from P TP 2", "deepseek-ai__DeepSeek-V2-Lite", 2, 1, "", 0, 0, 64 << 20, 1024, 200, "nixl"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := modeltest.Load(t, tc.model)
+			conn, err := xfer.ParseConnector(tc.connector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The KV cache a request needs shrinks with TP: mem is TP 1's.
+			e := func(tp, block int) plan.Engine {
+				return plan.Engine{VLLMVersion: tc.version, TensorParallelSize: tp, BlockSize: block, KVCacheMemoryBytes: tc.mem / int64(tp), MaxModelLen: tc.maxLen}
+			}
+			pd, err := xfer.Run(xfer.Setup{Model: m, P: e(tc.pTP, tc.pBlock), D: e(tc.dTP, tc.dBlock), Connector: conn, Plans: xfer.IndependentPlans,
+				Request: xfer.Request{PromptTokens: tc.prompt}, KeepPairs: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := pd.Transfer
+			if x.Rejection != nil {
+				t.Fatalf("rejected: %v", x.Rejection)
+			}
+			if tc.version == "pr58207" && x.Path != xfer.GroupPairPath {
+				t.Fatalf("path %s, want the group-pair path", x.Path)
+			}
+			host := transfer.NewHost(1<<30, nil)
+			defer host.Close()
+			if err := host.Register(append(append([]*xfer.Registration(nil), x.PRegs...), x.DRegs...)); err != nil {
+				t.Fatal(err)
+			}
+			nixl := newNIXL(t, fmt.Sprintf("kvscope-agree-%d", i), m, x)
+			for _, b := range []transfer.Backend{host, nixl} {
+				if v := move(t, b, m, x); v != oracle.Exact {
+					t.Errorf("%s: verdict %s, want exact", b.Name(), v)
+				}
+			}
+			// One descriptor moved one row late on D: both backends copy
+			// it there, and the oracle says wrong for both.
+			bad := *x
+			bad.RankPairs = append([]xfer.RankPair(nil), x.RankPairs...)
+			rp := &bad.RankPairs[0]
+			rp.Pairs = append([]xfer.Pair(nil), rp.Pairs...)
+			q := &rp.Pairs[len(rp.Pairs)/2]
+			q.Dst.Offset += 2
+			if q.Dst.Offset+q.Len > x.DRegs[rp.D].Regions[q.Dst.Region].Bytes() {
+				q.Dst.Offset -= 4
+			}
+			for _, b := range []transfer.Backend{host, nixl} {
+				if v := move(t, b, m, &bad); v != oracle.Wrong {
+					t.Errorf("%s: a shifted descriptor gives %s, want wrong", b.Name(), v)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Prints the environment that builds and runs the nixl backend against an
+# installed NIXL (eval "$(agent/transfer/nixl-env.sh)"), or says why there
+# is none and exits 1.
+#
+#   NIXL_PREFIX set:      that installation (headers in include/, libraries
+#                         in lib/x86_64-linux-gnu, lib64 or lib, the UCX
+#                         plugin in their plugins/)
+#   otherwise:            NIXL v1.4.0 with UCX from ../shared/third_party/nixl,
+#                         installed into the user cache on first use
+#                         (NIXL_INSTALL names another installer)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+installer=${NIXL_INSTALL:-$top/../shared/third_party/nixl/install.sh}
+
+if [ -n "${NIXL_PREFIX:-}" ]; then
+  [ -f "$NIXL_PREFIX/include/nixl.h" ] || { echo "NIXL_PREFIX=$NIXL_PREFIX has no include/nixl.h" >&2; exit 1; }
+  lib=""
+  for d in lib/x86_64-linux-gnu lib/aarch64-linux-gnu lib64 lib; do
+    if [ -e "$NIXL_PREFIX/$d/libnixl.so" ]; then lib=$NIXL_PREFIX/$d; break; fi
+  done
+  [ -n "$lib" ] || { echo "NIXL_PREFIX=$NIXL_PREFIX has no libnixl.so under lib/" >&2; exit 1; }
+  cat <<ENV
+export NIXL_PREFIX="$NIXL_PREFIX"
+export NIXL_PLUGIN_DIR="\${NIXL_PLUGIN_DIR:-$lib/plugins}"
+export LD_LIBRARY_PATH="$lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export CGO_CPPFLAGS="-I$NIXL_PREFIX/include \${CGO_CPPFLAGS:-}"
+export CGO_LDFLAGS="-L$lib -lnixl -lnixl_build -Wl,-rpath,$lib \${CGO_LDFLAGS:-}"
+export UCX_TLS="\${UCX_TLS:-tcp,self}"
+ENV
+  exit 0
+fi
+if [ -x "$installer" ]; then
+  "$installer" >&2
+  "$installer" --env
+  exit 0
+fi
+echo "no NIXL: set NIXL_PREFIX to an installed NIXL, or check kvscope out next to shared/ (its third_party/nixl installs NIXL v1.4.0 with UCX)" >&2
+exit 1
