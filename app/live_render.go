@@ -269,10 +269,14 @@ func liveTransfersHTML(l *Live) string {
 			`<th>µs</th><th>GB/s</th><th>timing</th><th>verified</th></tr></thead><tbody>`)
 		for i := len(l.Transfers) - 1; i >= 0; i-- {
 			t := l.Transfers[i]
-			fmt.Fprintf(&sb, `<tr data-testid="live-transfer" data-verified="%s" data-timing="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="timing %s">%s</td><td class="verified %s">%s</td></tr>`,
-				html.EscapeString(t.Verified), t.Timing, html.EscapeString(t.Agent), html.EscapeString(t.Request), humanBytes(t.Bytes),
+			timing := string(t.Timing)
+			if t.Source != "" {
+				timing += " by " + t.Source // whose clock: the host backend's or NIXL's telemetry
+			}
+			fmt.Fprintf(&sb, `<tr data-testid="live-transfer" data-verified="%s" data-timing="%s" data-source="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="timing %s">%s</td><td class="verified %s">%s</td></tr>`,
+				html.EscapeString(t.Verified), t.Timing, html.EscapeString(t.Source), html.EscapeString(t.Agent), html.EscapeString(t.Request), humanBytes(t.Bytes),
 				commas(int64(t.Descs)), commas(int64(t.Merged)), strconv.FormatFloat(t.TransferUS, 'f', 1, 64), strconv.FormatFloat(t.GBps, 'f', 2, 64),
-				t.Timing, t.Timing, html.EscapeString(t.Verified), html.EscapeString(t.Verified))
+				t.Timing, html.EscapeString(timing), html.EscapeString(t.Verified), html.EscapeString(t.Verified))
 		}
 		sb.WriteString(`</tbody></table></div>`)
 	}

@@ -122,6 +122,10 @@ func TestLiveView(t *testing.T) {
 	if rows, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="live-transfers"] [data-testid="live-transfer"][data-verified="exact"]').length`)); rows == 0 {
 		t.Errorf("the recent transfers list no exact transfer")
 	}
+	// Their totals say whose clock measured them: the host backend's.
+	if timing, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="live-transfer"][data-source="host"] .timing')?.innerText || ""`)); timing != "measured by host" {
+		t.Errorf("a transfer's timing cell says %q, want %q", timing, "measured by host")
+	}
 
 	// The GPU panel shows the agent's hello.
 	want := ""

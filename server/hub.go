@@ -133,6 +133,7 @@ func (h *hub) count(e event.Event) {
 		h.metrics.Observe("agent_xfer_time_us", "Transfer time per request, microseconds.", e.Done.TransferUS)
 		h.metrics.Add("kvscope_agent_transfers_total", "Transfers completed, by agent and oracle verdict.", 1, "agent", e.Agent, "verified", e.Done.Verified)
 		h.metrics.Add("kvscope_agent_descriptors_total", "Descriptors submitted, by agent.", float64(e.Done.Descs), "agent", e.Agent)
+		h.metrics.Add("kvscope_agent_descriptors_merged_total", "Descriptors posted after merging, by agent and clock (nixl: NIXL's telemetry).", float64(e.Done.Merged), "agent", e.Agent, "source", e.Done.Source)
 	case event.Error:
 		h.metrics.Add("agent_errors_total", "Agent errors, by status.", 1, "status", e.Error.Status)
 	case event.Sample:

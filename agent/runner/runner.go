@@ -272,6 +272,7 @@ func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) er
 		r.Metrics.Add("agent_tx_bytes_total", "Bytes the agent's transfers moved.", float64(st.Bytes))
 		r.Metrics.Observe("agent_xfer_time_us", "Transfer time per request, microseconds.", st.TransferUS)
 		r.Metrics.Add("kvscope_agent_descriptors_total", "Descriptors submitted.", float64(st.Descs))
+		r.Metrics.Add("kvscope_agent_descriptors_merged_total", "Descriptors posted after merging (NIXL's telemetry descCount with the nixl backend).", float64(st.Merged))
 		r.Metrics.Add("kvscope_agent_transfers_total", "Transfers completed, by oracle verdict.", 1, "verified", verdict)
 	}
 	return nil
@@ -279,7 +280,7 @@ func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) er
 
 func (r *Runner) doneData(id string, st *transfer.Stats, verdict string) *event.DoneData {
 	return &event.DoneData{Request: id, Bytes: st.Bytes, Descs: st.Descs, Merged: st.Merged, PrepUS: st.PrepUS, PostUS: st.PostUS,
-		TransferUS: st.TransferUS, GBps: st.GBps(), Timing: st.Timing, Verified: verdict}
+		TransferUS: st.TransferUS, GBps: st.GBps(), Timing: st.Timing, Source: st.Source, Verified: verdict}
 }
 
 // compute is a request's transfer with its pairs, refused with a status

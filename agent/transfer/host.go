@@ -275,7 +275,7 @@ func (h *Host) post(p *Prepared, notif string, run func(ro rankOps, start time.T
 		wg.Wait()
 		end := h.clock()
 		x.stats = Stats{Bytes: p.bytes, Descs: p.descs, Merged: p.merged, PrepUS: p.prepUS, PostUS: postUS,
-			TransferUS: float64(end.Sub(start).Nanoseconds()) / 1e3, Timing: event.Measured}
+			TransferUS: float64(end.Sub(start).Nanoseconds()) / 1e3, Timing: event.Measured, Source: "host"}
 		for _, r := range results {
 			x.stats.Batches = append(x.stats.Batches, r...)
 		}

@@ -74,19 +74,16 @@ type nixlRegList struct {
 
 // nixlReq is one NIXL request: a rank pair's descriptors.
 type nixlReq struct {
-	x      *C.kvs_xfer
-	rank   int   // index into Prepared.ranks
-	postNS int64 // from the transfer's post
-	doneNS int64 // when a Post or Poll first saw it complete
-	done   bool
+	x             *C.kvs_xfer
+	local, remote *C.kvs_dlist // its prepared lists
+	rank          int          // index into Prepared.ranks
+	done          bool         // a Post or Poll saw it complete
 }
 
 // nixlXfer is a posted transfer.
 type nixlXfer struct {
-	p      *Prepared
-	reqs   []*nixlReq
-	start  time.Time
-	postUS float64
+	p    *Prepared
+	reqs []*nixlReq
 }
 
 // The memory kind and operations of the shim (nixl_mem_t, nixl_xfer_op_t
@@ -331,7 +328,7 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 		return nil, err
 	}
 	for _, rp := range x.RankPairs {
-		batches, err := p.addRankPair(rp, n.kindOf, func(q xfer.Pair) (copyOp, error) {
+		_, err := p.addRankPair(rp, n.kindOf, func(q xfer.Pair) (copyOp, error) {
 			src, err := n.slice(xfer.P, rp.P, q.Src, q.Len)
 			if err != nil {
 				return copyOp{}, err
@@ -348,29 +345,62 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 		if len(rp.Pairs) == 0 {
 			continue
 		}
-		local, remote, lens := make([]uint64, 0, len(rp.Pairs)), make([]uint64, 0, len(rp.Pairs)), make([]uint64, 0, len(rp.Pairs))
-		ldev, rdev := uint64(rp.D), uint64(rp.P)
-		for _, b := range batches {
-			for _, o := range b.ops {
-				l, r := nixlAddr(o.dst), nixlAddr(o.src)
-				if op == nixlWrite {
-					l, r = r, l
-				}
-				local, remote, lens = append(local, l), append(remote, r), append(lens, uint64(len(o.src)))
-			}
-		}
+		pEnd := nixlEnd{xfer.P, rp.P, func(q *xfer.Pair) xfer.Loc { return q.Src }}
+		dEnd := nixlEnd{xfer.D, rp.D, func(q *xfer.Pair) xfer.Loc { return q.Dst }}
+		local, remote := dEnd, pEnd
 		if op == nixlWrite {
-			ldev, rdev = rdev, ldev
+			local, remote = pEnd, dEnd
 		}
-		req, err := initiator.newXfer(op, target.name, local, remote, lens, ldev, rdev)
-		if err != nil {
+		req := &nixlReq{rank: len(p.ranks) - 1}
+		reqs = append(reqs, req)
+		if err := n.makeReq(req, initiator, op, target.name, rp.Pairs, local, remote); err != nil {
 			return fail(fmt.Errorf("rank pair P%d→D%d: %w", rp.P, rp.D, err))
 		}
-		reqs = append(reqs, &nixlReq{x: req, rank: len(p.ranks) - 1})
 	}
 	p.prepUS = float64(n.clock().Sub(start).Nanoseconds()) / 1e3
 	n.prepared[p] = reqs
 	return p, nil
+}
+
+// nixlEnd is one side of a rank pair: its rank and where a pair lies on it.
+type nixlEnd struct {
+	side xfer.Side
+	rank int
+	at   func(*xfer.Pair) xfer.Loc
+}
+
+// makeReq prepares both sides' descriptor lists of one rank pair's pairs
+// (prepXferDlist: the initiator's own memory, and the target's as its
+// loaded metadata describes it) and makes the request from the pairs'
+// indices into them (makeXferReq). The lists are laid out by buildDlist so
+// that NIXL merges what kvscope's geometry says is contiguous.
+func (n *NIXL) makeReq(req *nixlReq, a *nixlAgent, op C.int, target string, pairs []xfer.Pair, local, remote nixlEnd) error {
+	ld, err := buildDlist(pairs, local.at)
+	if err != nil {
+		return err
+	}
+	rd, err := buildDlist(pairs, remote.at)
+	if err != nil {
+		return err
+	}
+	addrs := func(e nixlEnd, d *dlist) (addr, lens []uint64) {
+		addr, lens = make([]uint64, len(d.off)), make([]uint64, len(d.off))
+		for i := range d.off {
+			addr[i] = nixlAddr(n.mem[nixlKey{e.side, e.rank, d.region[i]}]) + uint64(d.off[i])
+			lens[i] = uint64(d.len[i])
+		}
+		return addr, lens
+	}
+	la, ll := addrs(local, ld)
+	if req.local, err = a.prepDlist("", la, ll, uint64(local.rank)); err != nil {
+		return err
+	}
+	ra, rl := addrs(remote, rd)
+	if req.remote, err = a.prepDlist(target, ra, rl, uint64(remote.rank)); err != nil {
+		return err
+	}
+	req.x, err = a.makeXfer(op, req.local, ld.idx, req.remote, rd.idx)
+	return err
 }
 
 // Post posts every rank pair's request, each carrying notif (when not
@@ -386,36 +416,36 @@ func (n *NIXL) Post(p *Prepared, notif string) (Handle, error) {
 		return 0, errors.New("transfer: nixl: Post of a transfer this backend did not prepare, or posted already")
 	}
 	delete(n.prepared, p)
-	start := n.clock()
 	for _, r := range reqs {
-		r.postNS = n.clock().Sub(start).Nanoseconds()
 		st, err := r.post(notif)
 		if err != nil {
 			nixlRelease(reqs)
 			return 0, err
 		}
-		if st == nixlSuccess {
-			r.done, r.doneNS = true, n.clock().Sub(start).Nanoseconds()
-		}
+		r.done = st == nixlSuccess
 	}
-	postUS := float64(n.clock().Sub(start).Nanoseconds()) / 1e3
 	n.next++
-	n.xfers[n.next] = &nixlXfer{p: p, reqs: reqs, start: start, postUS: postUS}
+	n.xfers[n.next] = &nixlXfer{p: p, reqs: reqs}
 	return n.next, nil
 }
 
 // Poll checks every request of a posted transfer (getXferStatus) without
-// blocking. Once all are done it releases them and reports the statistics.
+// blocking. Once all are done it reads NIXL's telemetry of each request
+// (the agents capture it), releases them and reports the statistics.
 //
-// TransferUS is measured here in Go, from the start of Post to the Poll
-// that saw the last request complete, so it includes the caller's polling
-// lateness. It is not NIXL's getXferTelemetry xferDuration: telemetry is off
-// unless the agent captures it, and it covers one request of several.
+// The totals are NIXL's own, measured by NIXL (Timing event.Measured,
+// Source "nixl"): PostUS is the sum of the requests' postDuration,
+// TransferUS spans the earliest request's start to the latest one's
+// start + xferDuration, Merged is the sum of descCount (the descriptors
+// NIXL posted after merging contiguous ones) and Bytes the sum of
+// totalBytes. NIXL's xferDuration ends when a status check saw the request
+// complete, so it includes the caller's polling lateness, as NIXL says.
+// PrepUS stays kvscope's (validation plus createXferReq, timed in Go).
 //
 // Per-batch times are synthesized: NIXL completes a request as a whole, so
-// each rank pair's measured interval (its post to the Poll that saw it
-// complete) is spread over its batches in order, in proportion to bytes.
-// Stats.Timing and every batch say event.Synthesized.
+// each rank pair's interval as NIXL measured it (start to start +
+// xferDuration, relative to the earliest start) is spread over its batches
+// in order, in proportion to bytes. Every batch says event.Synthesized.
 func (n *NIXL) Poll(h Handle) (bool, *Stats, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -435,7 +465,7 @@ func (n *NIXL) Poll(h Handle) (bool, *Stats, error) {
 			return true, nil, err
 		}
 		if st == nixlSuccess {
-			r.done, r.doneNS = true, n.clock().Sub(x.start).Nanoseconds()
+			r.done = true
 		} else {
 			pending = true
 		}
@@ -443,13 +473,34 @@ func (n *NIXL) Poll(h Handle) (bool, *Stats, error) {
 	if pending {
 		return false, nil, nil
 	}
-	end := n.clock()
 	delete(n.xfers, h)
 	p := x.p
-	st := &Stats{Bytes: p.bytes, Descs: p.descs, Merged: p.merged, PrepUS: p.prepUS, PostUS: x.postUS,
-		TransferUS: float64(end.Sub(x.start).Nanoseconds()) / 1e3, Timing: event.Synthesized}
-	for _, r := range x.reqs {
-		st.Batches = append(st.Batches, nixlSynthesize(p.ranks[r.rank], r.postNS, r.doneNS)...)
+	st := &Stats{Descs: p.descs, PrepUS: p.prepUS, Timing: event.Measured, Source: "nixl"}
+	tel := make([]nixlTelem, len(x.reqs))
+	var first, last uint64
+	for i, r := range x.reqs {
+		t, err := r.telemetry()
+		if err != nil {
+			nixlRelease(x.reqs)
+			return true, nil, err
+		}
+		tel[i] = t
+		if i == 0 || t.startUS < first {
+			first = t.startUS
+		}
+		last = max(last, t.startUS+t.xferUS)
+		st.PostUS += float64(t.postUS)
+		st.Merged += int(t.descs)
+		st.Bytes += int64(t.bytes)
+	}
+	for i, r := range x.reqs {
+		from := int64(tel[i].startUS-first) * 1e3
+		st.Batches = append(st.Batches, nixlSynthesize(p.ranks[r.rank], from, from+int64(tel[i].xferUS)*1e3)...)
+	}
+	st.TransferUS = float64(last - first)
+	if st.Bytes != p.bytes {
+		nixlRelease(x.reqs)
+		return true, nil, fmt.Errorf("transfer: nixl: NIXL's telemetry counts %d bytes in the transfer's requests, kvscope posted %d", st.Bytes, p.bytes)
 	}
 	return true, st, nixlRelease(x.reqs)
 }
@@ -546,17 +597,27 @@ func (n *NIXL) Close() error {
 
 var errNIXLClosed = errors.New("transfer: nixl: the backend is closed")
 
-// nixlRelease releases requests, keeping the first error.
+// nixlRelease releases requests and then their prepared lists, keeping
+// the first error.
 func nixlRelease(reqs []*nixlReq) error {
 	var first error
-	for _, r := range reqs {
-		if r.x == nil {
-			continue
-		}
-		x := r.x
-		r.x = nil
-		if _, err := nixlCall("releaseXferReq", func(e *C.char, l C.size_t) C.int { return C.kvs_xfer_free(x, e, l) }); err != nil && first == nil {
+	keep := func(err error) {
+		if err != nil && first == nil {
 			first = err
+		}
+	}
+	for _, r := range reqs {
+		if x := r.x; x != nil {
+			r.x = nil
+			_, err := nixlCall("releaseXferReq", func(e *C.char, l C.size_t) C.int { return C.kvs_xfer_free(x, e, l) })
+			keep(err)
+		}
+		for _, d := range []**C.kvs_dlist{&r.local, &r.remote} {
+			if h := *d; h != nil {
+				*d = nil
+				_, err := nixlCall("releasedDlistH", func(e *C.char, l C.size_t) C.int { return C.kvs_dlist_free(h, e, l) })
+				keep(err)
+			}
 		}
 	}
 	return first
@@ -662,13 +723,26 @@ func (a *nixlAgent) invalidate(remote string) error {
 	return err
 }
 
-func (a *nixlAgent) newXfer(op C.int, remote string, local, far, lens []uint64, ldev, rdev uint64) (*C.kvs_xfer, error) {
-	cr := C.CString(remote)
-	defer C.free(unsafe.Pointer(cr))
+// prepDlist prepares descriptors of the agent's own memory (remote "")
+// or of a peer's.
+func (a *nixlAgent) prepDlist(remote string, addr, lens []uint64, dev uint64) (*C.kvs_dlist, error) {
+	var cr *C.char
+	if remote != "" {
+		cr = C.CString(remote)
+		defer C.free(unsafe.Pointer(cr))
+	}
+	var d *C.kvs_dlist
+	_, err := nixlCall("prepXferDlist ("+a.name+")", func(e *C.char, l C.size_t) C.int {
+		return C.kvs_dlist_prep(a.h, cr, nixlDRAM, nixlU64s(addr), nixlU64s(lens), C.uint64_t(dev), C.size_t(len(addr)), &d, e, l)
+	})
+	return d, err
+}
+
+func (a *nixlAgent) makeXfer(op C.int, local *C.kvs_dlist, lidx []int32, remote *C.kvs_dlist, ridx []int32) (*C.kvs_xfer, error) {
 	var x *C.kvs_xfer
-	_, err := nixlCall("createXferReq ("+a.name+")", func(e *C.char, l C.size_t) C.int {
-		return C.kvs_xfer_new(a.h, op, cr, nixlDRAM, nixlU64s(local), nixlU64s(far), nixlU64s(lens), C.uint64_t(ldev), C.uint64_t(rdev),
-			C.size_t(len(lens)), &x, e, l)
+	_, err := nixlCall("makeXferReq ("+a.name+")", func(e *C.char, l C.size_t) C.int {
+		return C.kvs_xfer_make(a.h, op, local, (*C.int32_t)(unsafe.Pointer(&lidx[0])), remote, (*C.int32_t)(unsafe.Pointer(&ridx[0])),
+			C.size_t(len(lidx)), &x, e, l)
 	})
 	return x, err
 }
@@ -721,6 +795,19 @@ func (r *nixlReq) post(notif string) (int, error) {
 	return nixlCall("postXferReq", func(e *C.char, l C.size_t) C.int {
 		return C.kvs_xfer_post(r.x, has, cn, C.size_t(len(notif)), e, l)
 	})
+}
+
+// nixlTelem is one request's getXferTelemetry, in microseconds.
+type nixlTelem struct {
+	startUS, postUS, xferUS, bytes, descs uint64
+}
+
+func (r *nixlReq) telemetry() (nixlTelem, error) {
+	var c [5]C.uint64_t
+	_, err := nixlCall("getXferTelemetry", func(e *C.char, l C.size_t) C.int {
+		return C.kvs_xfer_telemetry(r.x, &c[0], &c[1], &c[2], &c[3], &c[4], e, l)
+	})
+	return nixlTelem{uint64(c[0]), uint64(c[1]), uint64(c[2]), uint64(c[3]), uint64(c[4])}, err
 }
 
 func (r *nixlReq) status() (int, error) {

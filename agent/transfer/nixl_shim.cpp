@@ -14,6 +14,7 @@
 #include "nixl_shim.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -29,6 +30,11 @@ struct kvs_agent {
     std::unique_ptr<nixlAgent> agent;
     nixlBackendH *backend = nullptr; // owned by the agent
     std::string backendName;
+};
+
+struct kvs_dlist {
+    kvs_agent *owner = nullptr;
+    nixlDlistH *h = nullptr;
 };
 
 struct kvs_xfer {
@@ -127,6 +133,9 @@ int kvs_agent_new(const char *name, const char *backend, int prog_thread, kvs_ag
         // The progress thread and our calls (serialised by the Go side)
         // share the agent: let NIXL lock its own state.
         cfg.syncMode = nixl_thread_sync_t::NIXL_THREAD_SYNC_STRICT;
+        // Per-request telemetry (getXferTelemetry) whatever NIXL_TELEMETRY_ENABLE says:
+        // transfer_done reports NIXL's own durations and merged descriptor count.
+        cfg.captureTelemetry = true;
         auto a = std::make_unique<kvs_agent>();
         a->agent = std::make_unique<nixlAgent>(std::string(name), cfg);
         a->backendName = backend;
@@ -283,35 +292,77 @@ int kvs_invalidate_md(kvs_agent *a, const char *remote, char *err, size_t errlen
     });
 }
 
-int kvs_xfer_new(kvs_agent *a, int op, const char *remote, int mem, const uint64_t *laddr, const uint64_t *raddr,
-                 const uint64_t *len, uint64_t ldev, uint64_t rdev, size_t n, kvs_xfer **out, char *err,
-                 size_t errlen) {
-    return guarded("createXferReq", err, errlen, [&]() -> int {
+int kvs_dlist_prep(kvs_agent *a, const char *remote, int mem, const uint64_t *addr, const uint64_t *len, uint64_t dev,
+                   size_t n, kvs_dlist **out, char *err, size_t errlen) {
+    return guarded("prepXferDlist", err, errlen, [&]() -> int {
         nixl_mem_t kind;
-        if (a == nullptr || remote == nullptr || out == nullptr || n == 0 || laddr == nullptr || raddr == nullptr ||
-            len == nullptr || (op != KVS_READ && op != KVS_WRITE) || !memKind(mem, kind)) {
-            return failed(err, errlen, KVS_ERR_ARGUMENT, "createXferReq: bad argument");
+        if (a == nullptr || out == nullptr || n == 0 || addr == nullptr || len == nullptr || !memKind(mem, kind)) {
+            return failed(err, errlen, KVS_ERR_ARGUMENT, "prepXferDlist: bad argument");
         }
         *out = nullptr;
-        nixl_xfer_dlist_t local(kind);
-        nixl_xfer_dlist_t far(kind);
+        nixl_xfer_dlist_t list(kind);
         for (size_t i = 0; i < n; i++) {
-            local.addDesc(nixlBasicDesc(static_cast<uintptr_t>(laddr[i]), static_cast<size_t>(len[i]), ldev));
-            far.addDesc(nixlBasicDesc(static_cast<uintptr_t>(raddr[i]), static_cast<size_t>(len[i]), rdev));
+            list.addDesc(nixlBasicDesc(static_cast<uintptr_t>(addr[i]), static_cast<size_t>(len[i]), dev));
         }
+        std::string who = remote == nullptr ? std::string(NIXL_INIT_AGENT) : std::string(remote);
+        nixl_opt_args_t args = backendArgs(a);
+        nixlDlistH *h = nullptr;
+        nixl_status_t st = a->agent->prepXferDlist(who, list, h, &args);
+        if (st != NIXL_SUCCESS || h == nullptr) {
+            return failed(err, errlen, st != NIXL_SUCCESS ? static_cast<int>(st) : static_cast<int>(NIXL_ERR_UNKNOWN),
+                          "prepXferDlist of " + std::to_string(n) + " descriptors " +
+                              (remote == nullptr ? std::string("in local memory") : "in " + who + "'s memory"));
+        }
+        auto d = new (std::nothrow) kvs_dlist;
+        if (d == nullptr) {
+            a->agent->releasedDlistH(h);
+            return failed(err, errlen, KVS_ERR_NO_MEMORY, "prepXferDlist: out of memory");
+        }
+        d->owner = a;
+        d->h = h;
+        *out = d;
+        return NIXL_SUCCESS;
+    });
+}
+
+int kvs_dlist_free(kvs_dlist *d, char *err, size_t errlen) {
+    if (d == nullptr) {
+        return NIXL_SUCCESS;
+    }
+    int st = guarded("releasedDlistH", err, errlen, [&]() -> int {
+        nixl_status_t rst = d->owner->agent->releasedDlistH(d->h);
+        if (rst != NIXL_SUCCESS) {
+            return failed(err, errlen, rst, "releasedDlistH");
+        }
+        return NIXL_SUCCESS;
+    });
+    delete d;
+    return st;
+}
+
+int kvs_xfer_make(kvs_agent *a, int op, const kvs_dlist *local, const int32_t *lidx, const kvs_dlist *remote,
+                  const int32_t *ridx, size_t n, kvs_xfer **out, char *err, size_t errlen) {
+    return guarded("makeXferReq", err, errlen, [&]() -> int {
+        if (a == nullptr || local == nullptr || remote == nullptr || lidx == nullptr || ridx == nullptr || n == 0 ||
+            out == nullptr || (op != KVS_READ && op != KVS_WRITE) || local->owner != a || remote->owner != a) {
+            return failed(err, errlen, KVS_ERR_ARGUMENT, "makeXferReq: bad argument");
+        }
+        *out = nullptr;
+        std::vector<int> li(lidx, lidx + n);
+        std::vector<int> ri(ridx, ridx + n);
         nixl_opt_args_t args = backendArgs(a);
         nixlXferReqH *req = nullptr;
         nixl_xfer_op_t xop = op == KVS_READ ? NIXL_READ : NIXL_WRITE;
-        nixl_status_t st = a->agent->createXferReq(xop, local, far, std::string(remote), req, &args);
+        nixl_status_t st = a->agent->makeXferReq(xop, local->h, li, remote->h, ri, req, &args);
         if (st != NIXL_SUCCESS || req == nullptr) {
             return failed(err, errlen, st != NIXL_SUCCESS ? static_cast<int>(st) : static_cast<int>(NIXL_ERR_UNKNOWN),
-                          std::string("createXferReq ") + (op == KVS_READ ? "READ" : "WRITE") + " of " +
-                              std::to_string(n) + " descriptors with " + remote);
+                          std::string("makeXferReq ") + (op == KVS_READ ? "READ" : "WRITE") + " of " +
+                              std::to_string(n) + " descriptor pairs");
         }
         auto x = new (std::nothrow) kvs_xfer;
         if (x == nullptr) {
             a->agent->releaseXferReq(req);
-            return failed(err, errlen, KVS_ERR_NO_MEMORY, "createXferReq: out of memory");
+            return failed(err, errlen, KVS_ERR_NO_MEMORY, "makeXferReq: out of memory");
         }
         x->owner = a;
         x->req = req;
@@ -350,6 +401,28 @@ int kvs_xfer_status(kvs_xfer *x, char *err, size_t errlen) {
             return failed(err, errlen, st, "getXferStatus");
         }
         return st;
+    });
+}
+
+int kvs_xfer_telemetry(kvs_xfer *x, uint64_t *start_us, uint64_t *post_us, uint64_t *xfer_us, uint64_t *bytes,
+                       uint64_t *descs, char *err, size_t errlen) {
+    return guarded("getXferTelemetry", err, errlen, [&]() -> int {
+        if (x == nullptr || x->req == nullptr || start_us == nullptr || post_us == nullptr || xfer_us == nullptr ||
+            bytes == nullptr || descs == nullptr) {
+            return failed(err, errlen, KVS_ERR_ARGUMENT, "getXferTelemetry: bad argument");
+        }
+        nixl_xfer_telem_t t{};
+        nixl_status_t st = x->owner->agent->getXferTelemetry(x->req, t);
+        if (st != NIXL_SUCCESS) {
+            return failed(err, errlen, st, "getXferTelemetry");
+        }
+        auto since = std::chrono::duration_cast<std::chrono::microseconds>(t.startTime.time_since_epoch()).count();
+        *start_us = static_cast<uint64_t>(since < 0 ? 0 : since);
+        *post_us = static_cast<uint64_t>(std::max<int64_t>(t.postDuration.count(), 0));
+        *xfer_us = static_cast<uint64_t>(std::max<int64_t>(t.xferDuration.count(), 0));
+        *bytes = static_cast<uint64_t>(t.totalBytes);
+        *descs = static_cast<uint64_t>(t.descCount);
+        return NIXL_SUCCESS;
     });
 }
 

@@ -93,16 +93,31 @@ int kvs_load_md(kvs_agent *a, const void *md, size_t mdlen, char *name, size_t n
 /* kvs_invalidate_md drops a peer's metadata from the agent. */
 int kvs_invalidate_md(kvs_agent *a, const char *remote, char *err, size_t errlen);
 
+/* kvs_dlist is one prepared descriptor list (nixlDlistH) of an agent. */
+typedef struct kvs_dlist kvs_dlist;
+
 /*
- * kvs_xfer_new creates a transfer request of op (KVS_READ or KVS_WRITE) from
- * n descriptor pairs: local buffer laddr[i] on device ldev and the remote
- * agent's buffer raddr[i] on device rdev, len[i] bytes each, all of memory
- * kind mem. Every buffer must lie inside memory registered with the local
- * agent or, for the remote side, described by the peer's loaded metadata.
+ * kvs_dlist_prep prepares n descriptors of memory kind mem for transfer
+ * requests (prepXferDlist): descriptor i is len[i] bytes at addr[i] on
+ * device dev. With remote == NULL they are the agent's own memory (the
+ * initiator side, NIXL_INIT_AGENT); otherwise they lie in the named peer's
+ * memory, as its loaded metadata describes it. Every descriptor must lie
+ * inside registered memory.
  */
-int kvs_xfer_new(kvs_agent *a, int op, const char *remote, int mem, const uint64_t *laddr, const uint64_t *raddr,
-                 const uint64_t *len, uint64_t ldev, uint64_t rdev, size_t n, kvs_xfer **out, char *err,
-                 size_t errlen);
+int kvs_dlist_prep(kvs_agent *a, const char *remote, int mem, const uint64_t *addr, const uint64_t *len, uint64_t dev,
+                   size_t n, kvs_dlist **out, char *err, size_t errlen);
+
+/* kvs_dlist_free releases a prepared list (releasedDlistH) and frees d. NULL is ignored. */
+int kvs_dlist_free(kvs_dlist *d, char *err, size_t errlen);
+
+/*
+ * kvs_xfer_make creates a transfer request of op (KVS_READ or KVS_WRITE)
+ * from n index pairs into two prepared lists of the same agent
+ * (makeXferReq): entry lidx[i] of local moves with entry ridx[i] of remote.
+ * NIXL merges consecutive indices that are back to back on both sides.
+ */
+int kvs_xfer_make(kvs_agent *a, int op, const kvs_dlist *local, const int32_t *lidx, const kvs_dlist *remote,
+                  const int32_t *ridx, size_t n, kvs_xfer **out, char *err, size_t errlen);
 
 /*
  * kvs_xfer_post posts the request; with has_notif != 0 the remote agent is
@@ -111,6 +126,16 @@ int kvs_xfer_new(kvs_agent *a, int op, const char *remote, int mem, const uint64
  * when it is under way, or an error.
  */
 int kvs_xfer_post(kvs_xfer *x, int has_notif, const char *notif, size_t notiflen, char *err, size_t errlen);
+
+/*
+ * kvs_xfer_telemetry reads NIXL's telemetry of a completed request (agents
+ * capture it: captureTelemetry): when it was posted (microseconds since the
+ * epoch of NIXL's clock), how long the post took, how long the transfer
+ * took, its bytes and its descriptor count after NIXL merged contiguous
+ * descriptors.
+ */
+int kvs_xfer_telemetry(kvs_xfer *x, uint64_t *start_us, uint64_t *post_us, uint64_t *xfer_us, uint64_t *bytes,
+                       uint64_t *descs, char *err, size_t errlen);
 
 /* kvs_xfer_status is the request's state: NIXL_SUCCESS, NIXL_IN_PROG or an error. */
 int kvs_xfer_status(kvs_xfer *x, char *err, size_t errlen);

@@ -67,6 +67,7 @@ type Stats struct {
 	PostUS     float64
 	TransferUS float64
 	Timing     event.Timing
+	Source     string            // "host" or "nixl": whose clock measured the totals
 	Batches    []event.BatchData // per rank pair, group pair and layer, times relative to the post
 }
 

@@ -149,7 +149,10 @@ type DoneData struct {
 	TransferUS float64 `json:"transfer_us"`
 	GBps       float64 `json:"gbps"` // bytes / 1e9 / transfer seconds
 	Timing     Timing  `json:"timing"`
-	Verified   string  `json:"verified"` // exact, wrong or skipped (sampled out)
+	// Source is the clock behind the figures: "host" (the host backend's
+	// Go copies) or "nixl" (NIXL's per-request telemetry).
+	Source   string `json:"source,omitempty"`
+	Verified string `json:"verified"` // exact, wrong or skipped (sampled out)
 }
 
 // ErrorData reports a failure.

@@ -304,13 +304,17 @@ func (t *Transfer) finish(keep bool) {
 
 // MergedCount is the number of descriptors NIXL posts after merging runs of
 // consecutive pairs that are contiguous on both sides (same regions, each
-// starting where the previous ended).
+// starting where the previous ended) and of one length. NIXL's makeXferReq
+// (v1.4) merges only inside a dense run of its prepared list, and a run
+// holds descriptors of one length: pairs of different lengths are never
+// merged, back to back or not (real NIXL's telemetry descCount agrees; see
+// agent/transfer's NIXL tests).
 func MergedCount(pairs []Pair) int {
 	n := 0
 	for i, p := range pairs {
 		if i > 0 {
 			q := pairs[i-1]
-			if q.Src.Region == p.Src.Region && q.Dst.Region == p.Dst.Region &&
+			if q.Len == p.Len && q.Src.Region == p.Src.Region && q.Dst.Region == p.Dst.Region &&
 				q.Src.Offset+q.Len == p.Src.Offset && q.Dst.Offset+q.Len == p.Dst.Offset {
 				continue
 			}
