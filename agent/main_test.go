@@ -1,9 +1,20 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
+
+// TestMain lets a test run this test binary as kvscope-agent itself
+// (KVSCOPE_AGENT_MAIN=1): real agent processes, without a separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("KVSCOPE_AGENT_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 func TestParseFlags(t *testing.T) {
 	o, err := parse([]string{"--server", "ws://10.0.0.5:8080", "--token", "t", "--model", "Qwen/Qwen3-0.6B", "--rate", "0", "--requests", "3"})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,32 +16,41 @@ import (
 )
 
 // ServeP is the P agent of a two-agent deployment: it registers P's ranks
-// in host memory and serves them to D agents on ln until ctx ends. For each
+// with b and serves them to D agents on ln until ctx ends. For each
 // request a D agent announces, it plans the same transfer and writes P's
-// blocks as a prefill would; D then reads them and proves them with the
-// oracle.
-func (r *Runner) ServeP(ctx context.Context, host *transfer.Host, ln net.Listener, token string) error {
+// blocks as a prefill would; D then moves them and proves them with the
+// oracle. With the host backend D reads them over ln; with a one-sided
+// NIXL backend (transfer.NIXLSide) ln carries only the control channel,
+// D READs them through NIXL, and P learns that a request's reads landed
+// from the notifications D attaches to them.
+func (r *Runner) ServeP(ctx context.Context, b transfer.Backend, ln net.Listener, token string) error {
 	r.Role = "p"
+	mem, ok := b.(transfer.PeerMemory)
+	if !ok {
+		return fmt.Errorf("runner: --role p cannot serve from the %s backend", b.Name())
+	}
 	pd, _, _, first, err := r.begin()
 	if err != nil {
 		return err
 	}
-	if err := host.Register(first.PRegs); err != nil {
+	if err := b.Register(first.PRegs); err != nil {
 		return err
 	}
 	for _, reg := range first.PRegs {
 		r.registered(reg)
 	}
 	var prefills atomic.Int64
+	track := &completions{pending: map[string]*completion{}}
 	srv := &transfer.PeerServer{
-		Host: host, Token: token, Logf: r.Logf,
+		Mem: mem, Token: token, Logf: r.Logf,
 		Prefill: func(q transfer.PrefillRequest) error {
 			x, err := compute(pd, xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens})
 			if err != nil {
 				return fmt.Errorf("request %s: %w", q.ID, err)
 			}
 			prefills.Add(1)
-			return oracle.FillP(r.Model, x, host)
+			track.expect(q.ID, x)
+			return oracle.FillP(r.Model, x, mem)
 		},
 		OnHandshake: func(remote string, d []xfer.Metadata) {
 			r.emit(event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{
@@ -47,25 +58,117 @@ func (r *Runner) ServeP(ctx context.Context, host *transfer.Host, ln net.Listene
 				Path:    string(first.Path), PTP: len(first.PRegs), DTP: len(d)}})
 		},
 	}
-	go r.sampleServed(ctx, srv, &prefills)
+	served, requests := srv.Served, prefills.Load
+	if ns, ok := b.(transfer.NIXLSide); ok {
+		srv.NIXL = ns
+		served, requests = track.bytes.Load, track.done.Load
+		go r.collect(ctx, b, track)
+	}
+	go r.sampleServed(ctx, served, requests)
 	r.logf("P agent serving %d ranks on %s", len(first.PRegs), ln.Addr())
 	return srv.Serve(ctx, ln)
 }
 
-// sampleServed emits P's 1 Hz samples: the bytes D agents read in the last
-// second and the requests prefilled so far.
-func (r *Runner) sampleServed(ctx context.Context, srv *transfer.PeerServer, prefills *atomic.Int64) {
-	t := time.NewTicker(time.Second)
+// completions tallies, per request, the NIXL notifications P received:
+// one per rank pair's READ, each sent by NIXL once that READ completed.
+type completions struct {
+	mu      sync.Mutex
+	pending map[string]*completion
+	order   []string
+	bytes   atomic.Int64 // of completed requests
+	done    atomic.Int64 // completed requests
+}
+
+type completion struct {
+	want, got int
+	bytes     int64
+}
+
+// maxPending bounds the requests waiting for notifications (a D agent
+// whose transfer failed never sends them).
+const maxPending = 64
+
+// expect records a prefilled request's rank pairs.
+func (c *completions) expect(id string, x *xfer.Transfer) {
+	want := 0
+	for _, rp := range x.RankPairs {
+		if len(rp.Pairs) > 0 {
+			want++
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pending[id]; !ok {
+		c.order = append(c.order, id)
+	}
+	c.pending[id] = &completion{want: want, bytes: x.Bytes}
+	for len(c.order) > maxPending {
+		delete(c.pending, c.order[0])
+		c.order = c.order[1:]
+	}
+}
+
+// notified counts one notification ("<id>:done"); it reports whether
+// that completed the request.
+func (c *completions) notified(msg string) (string, bool) {
+	id, ok := strings.CutSuffix(msg, ":done")
+	if !ok {
+		return "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending[id]
+	if p == nil {
+		return id, false
+	}
+	p.got++
+	if p.got < p.want {
+		return id, false
+	}
+	delete(c.pending, id)
+	for i, o := range c.order {
+		if o == id {
+			c.order = append(c.order[:i], c.order[i+1:]...)
+			break
+		}
+	}
+	c.bytes.Add(p.bytes)
+	c.done.Add(1)
+	return id, true
+}
+
+// collect reads P's NIXL notifications until ctx ends.
+func (r *Runner) collect(ctx context.Context, b transfer.Backend, c *completions) {
+	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	last := srv.Served()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		now := srv.Served()
-		r.emit(event.Event{Kind: event.Sample, Sample: &event.SampleData{GBps: float64(now-last) / 1e9, Requests: int(prefills.Load()),
+		for _, msg := range b.Notifications() {
+			if id, done := c.notified(msg); done {
+				r.logf("request %s: every READ of D landed (NIXL notifications)", id)
+			}
+		}
+	}
+}
+
+// sampleServed emits P's 1 Hz samples: the bytes D agents moved in the
+// last second and the requests served so far.
+func (r *Runner) sampleServed(ctx context.Context, served, requests func() int64) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := served()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := served()
+		r.emit(event.Event{Kind: event.Sample, Sample: &event.SampleData{GBps: float64(now-last) / 1e9, Requests: int(requests()),
 			DroppedEvents: r.Sink.Dropped()}})
 		if r.Metrics != nil {
 			r.Metrics.Add("agent_tx_bytes_total", "Bytes the agent's transfers moved.", float64(now-last))

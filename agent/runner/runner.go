@@ -7,6 +7,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -118,6 +119,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		interval = time.Duration(float64(time.Second) / s.Rate)
 	}
 	next := r.now()
+	failures := 0 // requests failed in a row
 	for i := 1; s.Requests == 0 || i <= s.Requests; i++ {
 		if interval > 0 {
 			next = next.Add(interval)
@@ -137,13 +139,28 @@ func (r *Runner) Run(ctx context.Context) error {
 			req = reqs.Next()
 		}
 		verify := s.VerifyEvery > 0 && (i-1)%s.VerifyEvery == 0
-		if err := r.serve(pd, fmt.Sprintf("req-%d", i), req, verify); err != nil && ctx.Err() == nil {
-			r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Request: fmt.Sprintf("req-%d", i), Status: statusOf(err), Message: event.Clip(err.Error(), maxMessage)}})
-			if r.Metrics != nil {
-				r.Metrics.Add("agent_errors_total", "Transfers that failed, by status.", 1, "status", statusOf(err))
-			}
-			r.logf("request %d: %v", i, err)
+		err := r.serve(pd, fmt.Sprintf("req-%d", i), req, verify)
+		if err == nil {
+			failures = 0
+			continue
 		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Request: fmt.Sprintf("req-%d", i), Status: statusOf(err), Message: event.Clip(err.Error(), maxMessage)}})
+		if r.Metrics != nil {
+			r.Metrics.Add("agent_errors_total", "Transfers that failed, by status.", 1, "status", statusOf(err))
+		}
+		r.logf("request %d: %s: %v", i, statusOf(err), err)
+		// Back off while requests keep failing (a P agent that is down is
+		// not dialled in a tight loop): 50 ms, doubling, at most 2 s.
+		failures++
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(min(50*time.Millisecond<<min(failures-1, 6), 2*time.Second)):
+		}
+		next = r.now()
 	}
 	return nil
 }
@@ -202,9 +219,18 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
 
+// statusOf names an error's status: NIXL's own (ERR_REMOTE_DISCONNECT)
+// when a NIXL call failed, the runner's when it knows the cause, else
+// ERR_BACKEND.
 func statusOf(err error) string {
-	if se, ok := err.(*statusError); ok {
+	var ne *transfer.NIXLError
+	if errors.As(err, &ne) {
+		return ne.StatusName()
+	}
+	var se *statusError
+	if errors.As(err, &se) {
 		return se.status
 	}
 	return "ERR_BACKEND"

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/kvscope/kvscope/agent/transfer"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/xfer"
 )
 
 // Config is a whole agent: a scenario, a backend and where to stream.
@@ -94,49 +96,68 @@ func Start(ctx context.Context, c Config) error {
 			r.Role = "both"
 		}
 		switch {
-		case c.Role == "d" && c.Backend != "" && c.Backend != "host":
-			return fmt.Errorf("agent: --role d reads P over TCP into host memory; --backend %q runs with --role both", c.Backend)
 		case c.Role == "d":
 			if c.Peer == "" {
 				return fmt.Errorf("agent: --role d needs --peer, the P agent's address")
 			}
-			if c.PeerConns <= 0 {
-				c.PeerConns = 4
+			switch c.Backend {
+			case "", "host":
+				if c.PeerConns <= 0 {
+					c.PeerConns = 4
+				}
+				r.Backend = transfer.NewRemote(c.Peer, c.PeerToken, c.PeerConns, c.HostLimit, kindOf)
+			case "nixl":
+				if r.Backend, err = transfer.NewNIXLRemote(c.Name, c.Peer, c.PeerToken, kinds); err != nil {
+					return r.failStart(c, st, err)
+				}
+			default:
+				return fmt.Errorf("agent: --backend %q: want host or nixl", c.Backend)
 			}
-			r.Backend = transfer.NewRemote(c.Peer, c.PeerToken, c.PeerConns, c.HostLimit, kindOf)
 		case c.Backend == "" || c.Backend == "host":
 			r.Backend = transfer.NewHost(c.HostLimit, kindOf)
 		case c.Backend == "nixl":
 			if r.Backend, err = transfer.NewNIXL(c.Name, kinds); err != nil {
-				return err
+				return r.failStart(c, st, err)
 			}
 		default:
 			return fmt.Errorf("agent: --backend %q: want host or nixl", c.Backend)
 		}
 		run = r.Run
 	case "p":
-		if c.Backend != "" && c.Backend != "host" {
-			return fmt.Errorf("agent: --role p serves host memory over TCP; --backend %q runs with --role both", c.Backend)
-		}
 		if c.Listen == "" {
 			return fmt.Errorf("agent: --role p needs --listen, the address D agents connect to")
 		}
-		host := transfer.NewHost(c.HostLimit, kindOf)
-		r.Backend = host
+		switch c.Backend {
+		case "", "host":
+			r.Backend = transfer.NewHost(c.HostLimit, kindOf)
+		case "nixl":
+			if r.Backend, err = transfer.NewNIXLSide(c.Name, xfer.P, kinds); err != nil {
+				return r.failStart(c, st, err)
+			}
+		default:
+			return fmt.Errorf("agent: --backend %q: want host or nixl", c.Backend)
+		}
 		ln, err := net.Listen("tcp", c.Listen)
 		if err != nil {
+			r.Backend.Close()
 			return fmt.Errorf("agent: --listen %s: %w", c.Listen, err)
 		}
 		logf("P agent listening on %s", ln.Addr())
-		run = func(ctx context.Context) error { return r.ServeP(ctx, host, ln, c.PeerToken) }
+		run = func(ctx context.Context) error { return r.ServeP(ctx, r.Backend, ln, c.PeerToken) }
 	default:
 		return fmt.Errorf("agent: --role %q: want both, p or d", c.Role)
 	}
 	defer r.Backend.Close()
-	if rm, ok := r.Backend.(*transfer.Remote); ok {
+	if _, ok := r.Backend.(transfer.Prefiller); ok {
 		// A P agent that stops answering must not hold D past its stop.
-		defer context.AfterFunc(ctx, func() { rm.Close() })()
+		defer context.AfterFunc(ctx, func() { r.Backend.Close() })()
 	}
+	return runStreaming(ctx, st, logf, run)
+}
+
+// runStreaming runs the agent's job with the event streamer beside it, and
+// sends what is queued when the job ends.
+func runStreaming(ctx context.Context, st *stream.Streamer, logf func(string, ...any), run func(context.Context) error) error {
 	var wg sync.WaitGroup
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
@@ -147,7 +168,7 @@ func Start(ctx context.Context, c Config) error {
 			st.Run(streamCtx)
 		}()
 	}
-	err = run(ctx)
+	err := run(ctx)
 	if err != nil {
 		logf("agent: %v", err)
 	}
@@ -162,6 +183,22 @@ func Start(ctx context.Context, c Config) error {
 	stopStream()
 	wg.Wait()
 	return err
+}
+
+// failStart reports a backend that could not start (NIXL's status name
+// in an error event, which reaches the server when one is given) and
+// returns the error.
+func (r *Runner) failStart(c Config, st *stream.Streamer, err error) error {
+	status := "ERR_BACKEND"
+	var ne *transfer.NIXLError
+	if errors.As(err, &ne) {
+		status = ne.StatusName()
+	}
+	err = fmt.Errorf("agent: --backend %s: %w", c.Backend, err)
+	return runStreaming(context.Background(), st, r.logf, func(context.Context) error {
+		r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Status: status, Message: event.Clip(err.Error(), maxMessage)}})
+		return err
+	})
 }
 
 // logSink is where events go when no server is given: each transfer is
@@ -182,7 +219,7 @@ func (l *logSink) Publish(e event.Event) {
 		l.logf("handshake: %s %s", e.Handshake.Summary, e.Handshake.Rejection)
 	case event.TransferDone:
 		d := e.Done
-		l.logf("%s: %d bytes, %d descriptors (%d merged), %.0f µs (%s), %.2f GB/s, %s", d.Request, d.Bytes, d.Descs, d.Merged, d.TransferUS, d.Timing, d.GBps, d.Verified)
+		l.logf("%s: %d bytes, %d descriptors (%d merged), %.0f µs (%s by %s), %.2f GB/s, %s", d.Request, d.Bytes, d.Descs, d.Merged, d.TransferUS, d.Timing, d.Source, d.GBps, d.Verified)
 	}
 }
 

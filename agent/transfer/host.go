@@ -108,15 +108,15 @@ func (h *Host) Metadata() ([]byte, error) {
 	}
 	var out []sideMD
 	for _, side := range []xfer.Side{xfer.P, xfer.D} {
-		if ranks := h.sideMetadata(side); len(ranks) > 0 {
+		if ranks := h.SideMetadata(side); len(ranks) > 0 {
 			out = append(out, sideMD{side, ranks})
 		}
 	}
 	return json.Marshal(out)
 }
 
-// sideMetadata is the version-15 metadata of one side's registered ranks.
-func (h *Host) sideMetadata(side xfer.Side) []xfer.Metadata {
+// SideMetadata is the version-15 metadata of one side's registered ranks.
+func (h *Host) SideMetadata(side xfer.Side) []xfer.Metadata {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []xfer.Metadata

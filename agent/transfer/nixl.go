@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -41,7 +40,8 @@ const HaveNIXL = true
 // per-batch times it reports are synthesized (see Poll).
 type NIXL struct {
 	mu       sync.Mutex
-	agents   [2]*nixlAgent // indexed by nixlSideIndex
+	agents   [2]*nixlAgent    // indexed by nixlSideIndex; nil for a side in another process
+	peers    [2]*nixlPeerSide // a side in another process, once its hello is loaded
 	kindOf   func(layer string) string
 	regs     map[xfer.Side][]*xfer.Registration
 	mem      map[nixlKey][]byte // views of C memory
@@ -51,6 +51,20 @@ type NIXL struct {
 	next     Handle
 	closed   bool
 	clock    func() time.Time
+}
+
+// nixlPeerSide is the other process's side: its NIXL agent and the
+// regions it advertised (real base addresses and sizes, per rank), which
+// every remote descriptor is checked against before it reaches NIXL.
+type nixlPeerSide struct {
+	agent   string
+	regions [][]nixlRegion // [rank][region]
+}
+
+// nixlRegion is one advertised region.
+type nixlRegion struct {
+	base  uint64
+	bytes int64
 }
 
 type nixlKey struct {
@@ -96,11 +110,29 @@ const (
 	nixlInProg  = 1 // NIXL_IN_PROG
 )
 
+// The shim's codes as nixl_status.go names them (a build without cgo has
+// no C): a mismatch does not compile.
+var (
+	_ = [1]struct{}{}[shimErrException-C.KVS_ERR_EXCEPTION]
+	_ = [1]struct{}{}[shimErrNoMemory-C.KVS_ERR_NO_MEMORY]
+	_ = [1]struct{}{}[shimErrArgument-C.KVS_ERR_ARGUMENT]
+)
+
 // NewNIXL creates the two agents of a backend, "<name>-P" and "<name>-D",
 // each with a UCX backend. kinds names each layer's kind for batch events.
 // It fails, naming the plugins NIXL found, when the UCX plugin cannot be
 // loaded (NIXL_PLUGIN_DIR points NIXL at it).
 func NewNIXL(name string, kinds map[string]string) (Backend, error) {
+	n, err := newNIXL(name, kinds, xfer.P, xfer.D)
+	if err != nil {
+		return nil, err // not a nil *NIXL in a non-nil Backend
+	}
+	return n, nil
+}
+
+// newNIXL creates a backend with an agent "<name>-<side>" for each side
+// given; the other side, if any, lives in another process (nixl_peer.go).
+func newNIXL(name string, kinds map[string]string, sides ...xfer.Side) (*NIXL, error) {
 	if name == "" {
 		name = "kvscope"
 	}
@@ -110,18 +142,22 @@ func NewNIXL(name string, kinds map[string]string) (Backend, error) {
 	}
 	n := &NIXL{kindOf: func(l string) string { return k[l] }, regs: map[xfer.Side][]*xfer.Registration{},
 		mem: map[nixlKey][]byte{}, prepared: map[*Prepared][]*nixlReq{}, xfers: map[Handle]*nixlXfer{}, clock: time.Now}
-	for i, side := range []xfer.Side{xfer.P, xfer.D} {
+	for _, side := range sides {
+		i, err := nixlSideIndex(side)
+		if err != nil {
+			return nil, err
+		}
 		a := &nixlAgent{side: side, name: name + "-" + string(side)}
 		cname := C.CString(a.name)
 		cbackend := C.CString("UCX")
-		_, err := nixlCall("create agent "+a.name, func(e *C.char, l C.size_t) C.int {
+		_, err = nixlCall("create agent "+a.name, func(e *C.char, l C.size_t) C.int {
 			return C.kvs_agent_new(cname, cbackend, 1, &a.h, e, l)
 		})
 		C.free(unsafe.Pointer(cname))
 		C.free(unsafe.Pointer(cbackend))
 		if err != nil {
 			n.Close()
-			return nil, err
+			return nil, nixlHint(err)
 		}
 		n.agents[i] = a
 	}
@@ -133,6 +169,14 @@ func (n *NIXL) Name() string { return "nixl/UCX" }
 
 // MemoryKind implements Backend: regions are host memory.
 func (n *NIXL) MemoryKind() string { return "DRAM" }
+
+// nixlIndex is a known side's agent index.
+func nixlIndex(s xfer.Side) int {
+	if s == xfer.D {
+		return 1
+	}
+	return 0
+}
 
 // nixlSideIndex is a side's agent.
 func nixlSideIndex(s xfer.Side) (int, error) {
@@ -162,6 +206,9 @@ func (n *NIXL) Register(regs []*xfer.Registration) error {
 		}
 		if r.Rank < 0 {
 			return fmt.Errorf("transfer: nixl: %s rank %d", r.Side, r.Rank)
+		}
+		if n.agents[i] == nil {
+			return fmt.Errorf("transfer: nixl: %s rank %d: this process holds no %s agent (that side is the peer's)", r.Side, r.Rank, r.Side)
 		}
 		if list := n.regs[r.Side]; r.Rank < len(list) && list[r.Rank] != nil {
 			return fmt.Errorf("transfer: nixl: %s rank %d is already registered", r.Side, r.Rank)
@@ -224,6 +271,9 @@ func (n *NIXL) Metadata() ([]byte, error) {
 	}
 	var out []nixlMD
 	for _, a := range n.agents {
+		if a == nil {
+			continue
+		}
 		md, err := a.localMD()
 		if err != nil {
 			return nil, err
@@ -250,6 +300,9 @@ func (n *NIXL) LoadRemote(md []byte) error {
 		i, err := nixlSideIndex(m.Side)
 		if err != nil {
 			return err
+		}
+		if n.agents[0] == nil || n.agents[1] == nil {
+			return errors.New("transfer: nixl: this backend holds one side: its peer's metadata comes through the two-agent handshake")
 		}
 		if m.Agent != n.agents[i].name {
 			return fmt.Errorf("transfer: nixl: metadata of agent %q: this backend holds both sides in one process (%s, %s) and loads only its own agents' metadata",
@@ -284,6 +337,45 @@ func (n *NIXL) Block(side xfer.Side, rank, region, block int) []byte {
 	return buf[lo : lo+r.BlockLen : lo+r.BlockLen]
 }
 
+// check validates one side of a descriptor: against this process's
+// registered regions (returning their bytes) or, for the peer's side,
+// against the regions the peer advertised (returning nil).
+func (n *NIXL) check(side xfer.Side, rank int, at xfer.Loc, l int64) ([]byte, error) {
+	i, err := nixlSideIndex(side)
+	if err != nil {
+		return nil, err
+	}
+	if n.agents[i] != nil {
+		return n.slice(side, rank, at, l)
+	}
+	_, err = n.peerAddr(side, rank, at.Region, at.Offset, l)
+	return nil, err
+}
+
+// peerAddr is the address of a descriptor in the peer's memory, after
+// checking it lies inside a region the peer advertised.
+func (n *NIXL) peerAddr(side xfer.Side, rank, region int, off, l int64) (uint64, error) {
+	i, err := nixlSideIndex(side)
+	if err != nil {
+		return 0, err
+	}
+	ps := n.peers[i]
+	if ps == nil {
+		return 0, fmt.Errorf("transfer: nixl: no %s agent loaded: the two-agent handshake comes first", side)
+	}
+	if rank < 0 || rank >= len(ps.regions) {
+		return 0, fmt.Errorf("transfer: nixl: %s rank %d: %s advertised %d ranks", side, rank, ps.agent, len(ps.regions))
+	}
+	if region < 0 || region >= len(ps.regions[rank]) {
+		return 0, fmt.Errorf("transfer: nixl: %s rank %d region %d: %s advertised %d regions", side, rank, region, ps.agent, len(ps.regions[rank]))
+	}
+	r := ps.regions[rank][region]
+	if l <= 0 || off < 0 || off > r.bytes-l {
+		return 0, fmt.Errorf("transfer: nixl: %s rank %d region %d: descriptor [%d, %d) outside the %d bytes %s advertised", side, rank, region, off, off+l, r.bytes, ps.agent)
+	}
+	return r.base + uint64(off), nil
+}
+
 // slice returns the bytes of one side of a descriptor after validating it.
 func (n *NIXL) slice(side xfer.Side, rank int, at xfer.Loc, l int64) ([]byte, error) {
 	_, reg, err := regionOf(n.regs[side], side, rank, at.Region)
@@ -314,12 +406,24 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 	if n.closed {
 		return nil, errNIXLClosed
 	}
-	initiator, target, op := n.agents[1], n.agents[0], C.int(nixlRead)
+	// Pull: D's agent READs from P; push: P's agent WRITEs to D.
+	ii, ti, op := 1, 0, C.int(nixlRead)
 	if x.Mode == xfer.Push {
-		initiator, target, op = n.agents[0], n.agents[1], nixlWrite
+		ii, ti, op = 0, 1, nixlWrite
 	}
-	if initiator.peer != target.name {
-		return nil, fmt.Errorf("transfer: nixl: agent %s has not loaded %s's metadata: call LoadRemote(Metadata()) after Register", initiator.name, target.name)
+	initiator := n.agents[ii]
+	if initiator == nil {
+		return nil, fmt.Errorf("transfer: nixl: a %s transfer is initiated by %s's agent, which lives in the peer's process", x.Mode, []xfer.Side{xfer.P, xfer.D}[ii])
+	}
+	var target string
+	switch {
+	case n.agents[ti] != nil:
+		target = n.agents[ti].name
+	case n.peers[ti] != nil:
+		target = n.peers[ti].agent
+	}
+	if target == "" || initiator.peer != target {
+		return nil, fmt.Errorf("transfer: nixl: agent %s has not loaded its peer's metadata: exchange it after Register (LoadRemote(Metadata()) in one process, the handshake between two)", initiator.name)
 	}
 	p := &Prepared{x: x}
 	var reqs []*nixlReq
@@ -329,11 +433,11 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 	}
 	for _, rp := range x.RankPairs {
 		_, err := p.addRankPair(rp, n.kindOf, func(q xfer.Pair) (copyOp, error) {
-			src, err := n.slice(xfer.P, rp.P, q.Src, q.Len)
+			src, err := n.check(xfer.P, rp.P, q.Src, q.Len)
 			if err != nil {
 				return copyOp{}, err
 			}
-			dst, err := n.slice(xfer.D, rp.D, q.Dst, q.Len)
+			dst, err := n.check(xfer.D, rp.D, q.Dst, q.Len)
 			if err != nil {
 				return copyOp{}, err
 			}
@@ -353,7 +457,7 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 		}
 		req := &nixlReq{rank: len(p.ranks) - 1}
 		reqs = append(reqs, req)
-		if err := n.makeReq(req, initiator, op, target.name, rp.Pairs, local, remote); err != nil {
+		if err := n.makeReq(req, initiator, op, target, rp.Pairs, local, remote); err != nil {
 			return fail(fmt.Errorf("rank pair P%d→D%d: %w", rp.P, rp.D, err))
 		}
 	}
@@ -383,19 +487,36 @@ func (n *NIXL) makeReq(req *nixlReq, a *nixlAgent, op C.int, target string, pair
 	if err != nil {
 		return err
 	}
-	addrs := func(e nixlEnd, d *dlist) (addr, lens []uint64) {
+	// Every entry, the slots that keep a run dense included, lies inside a
+	// region: this process's registered memory, or the peer's advertised.
+	addrs := func(e nixlEnd, d *dlist) (addr, lens []uint64, err error) {
 		addr, lens = make([]uint64, len(d.off)), make([]uint64, len(d.off))
+		mine := n.agents[nixlIndex(e.side)] != nil
 		for i := range d.off {
-			addr[i] = nixlAddr(n.mem[nixlKey{e.side, e.rank, d.region[i]}]) + uint64(d.off[i])
+			if mine {
+				var b []byte
+				if b, err = n.slice(e.side, e.rank, xfer.Loc{Region: d.region[i], Offset: d.off[i]}, d.len[i]); err != nil {
+					return nil, nil, err
+				}
+				addr[i] = nixlAddr(b)
+			} else if addr[i], err = n.peerAddr(e.side, e.rank, d.region[i], d.off[i], d.len[i]); err != nil {
+				return nil, nil, err
+			}
 			lens[i] = uint64(d.len[i])
 		}
-		return addr, lens
+		return addr, lens, nil
 	}
-	la, ll := addrs(local, ld)
+	la, ll, err := addrs(local, ld)
+	if err != nil {
+		return err
+	}
+	ra, rl, err := addrs(remote, rd)
+	if err != nil {
+		return err
+	}
 	if req.local, err = a.prepDlist("", la, ll, uint64(local.rank)); err != nil {
 		return err
 	}
-	ra, rl := addrs(remote, rd)
 	if req.remote, err = a.prepDlist(target, ra, rl, uint64(remote.rank)); err != nil {
 		return err
 	}
@@ -542,6 +663,9 @@ func (n *NIXL) Notifications() []string {
 	}
 	var out []string
 	for _, a := range n.agents {
+		if a == nil {
+			continue
+		}
 		msgs, _ := a.notifs()
 		out = append(out, msgs...)
 	}
@@ -621,37 +745,6 @@ func nixlRelease(reqs []*nixlReq) error {
 		}
 	}
 	return first
-}
-
-// NIXLError is a NIXL call that failed: the call, NIXL's status (or one of
-// the shim's own codes) and the shim's message.
-type NIXLError struct {
-	Op     string
-	Status int
-	Msg    string
-}
-
-func (e *NIXLError) Error() string {
-	return fmt.Sprintf("transfer: nixl %s: %s: %s", e.Op, nixlStatusName(e.Status), e.Msg)
-}
-
-// StatusName is the status as events name it ("ERR_BACKEND").
-func (e *NIXLError) StatusName() string { return strings.TrimPrefix(nixlStatusName(e.Status), "NIXL_") }
-
-// nixlStatusNames are nixl_status_t's names, and the shim's own codes.
-var nixlStatusNames = map[int]string{
-	nixlInProg: "NIXL_IN_PROG", nixlSuccess: "NIXL_SUCCESS", -1: "NIXL_ERR_NOT_POSTED", -2: "NIXL_ERR_INVALID_PARAM",
-	-3: "NIXL_ERR_BACKEND", -4: "NIXL_ERR_NOT_FOUND", -5: "NIXL_ERR_MISMATCH", -6: "NIXL_ERR_NOT_ALLOWED",
-	-7: "NIXL_ERR_REPOST_ACTIVE", -8: "NIXL_ERR_UNKNOWN", -9: "NIXL_ERR_NOT_SUPPORTED",
-	-10: "NIXL_ERR_REMOTE_DISCONNECT", -11: "NIXL_ERR_CANCELED", -12: "NIXL_ERR_NO_TELEMETRY",
-	C.KVS_ERR_EXCEPTION: "SHIM_ERR_EXCEPTION", C.KVS_ERR_NO_MEMORY: "SHIM_ERR_NO_MEMORY", C.KVS_ERR_ARGUMENT: "SHIM_ERR_ARGUMENT",
-}
-
-func nixlStatusName(st int) string {
-	if s, ok := nixlStatusNames[st]; ok {
-		return s
-	}
-	return fmt.Sprintf("NIXL_STATUS_%d", st) // a status newer than this table
 }
 
 // nixlCall runs one shim call with an error buffer and turns a negative

@@ -18,17 +18,24 @@ import (
 	"time"
 
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
-// Two agents, P and D, on two hosts: P serves its registered regions over
-// TCP and D reads them, as NIXL's D pulls from P.
+// Two agents, P and D, on two hosts. With the host backend P serves its
+// registered regions over TCP and D reads them, as NIXL's D pulls from P.
+// With the nixl backend this connection is only the control channel: the
+// handshake carries each side's NIXL metadata, and the bytes move by NIXL
+// over UCX (see nixl_peer.go).
 //
 // The wire protocol is a sequence of messages, each one type byte, a
 // big-endian uint32 length and a payload:
 //
-//	H  D→P  hello: JSON {token, d: D's version-15 metadata}
+//	H  D→P  hello: JSON {token, session, conn, d: D's version-15 metadata,
+//	        nixl: D's NIXL agent name and getLocalMD blob (nixl backend)}
 //	M  P→D  JSON: P's version-15 metadata, one entry per P rank
+//	N  P→D  JSON: P's NIXL agent name and blob (nixl backend), sent once P
+//	        checked D's token and loaded D's blob
 //	F  D→P  prefill: JSON {id, prompt_tokens, prefix_hit_tokens}; P plans
 //	        the same request and writes its blocks as a prefill would
 //	R  P→D  ready: JSON {id}
@@ -38,11 +45,15 @@ import (
 //	E  P→D  an error (text); P closes the connection after it
 //
 // A read names a rank, a region index, an offset and a length; P checks
-// each against its registered regions. Nothing on the wire is a memory
-// address: base addresses in the metadata are informational.
+// each against its registered regions. Nothing a TCP read sends is a
+// memory address: base addresses in the metadata are informational there.
+// With NIXL they are the real addresses the peer registered, as in vLLM's
+// handshake, and every remote descriptor is checked against the regions
+// the peer advertised before it reaches NIXL.
 const (
 	msgHello   = 'H'
 	msgMeta    = 'M'
+	msgNIXL    = 'N'
 	msgPrefill = 'F'
 	msgReady   = 'R'
 	msgRead    = 'Q'
@@ -72,6 +83,44 @@ type peerHello struct {
 	Session string          `json:"session"` // one D agent's connections share it
 	Conn    int             `json:"conn"`    // 0 is D's control connection
 	D       []xfer.Metadata `json:"d"`
+	NIXL    *NIXLHello      `json:"nixl,omitempty"`
+}
+
+// NIXLHello is one side's NIXL identity in the handshake: its agent's name
+// and its getLocalMD blob (which holds raw addresses: a peer loads it only
+// after the token check).
+type NIXLHello struct {
+	Agent string `json:"agent"`
+	MD    []byte `json:"md"`
+}
+
+// NIXLPeer is a NIXL backend holding one side of a two-agent deployment.
+type NIXLPeer interface {
+	// NIXLHello is this side's agent name and metadata blob.
+	NIXLHello() (NIXLHello, error)
+	// LoadPeer loads the other side's blob, after checking that it is the
+	// agent the hello names and not this one, and keeps the regions the
+	// peer advertised (md: its version-15 metadata, real base addresses)
+	// to check every remote descriptor against. A peer loaded before (an
+	// agent that restarted) is dropped first.
+	LoadPeer(h NIXLHello, side xfer.Side, md []xfer.Metadata) error
+}
+
+// NIXLSide is a NIXL backend holding one side of a two-agent deployment
+// (NewNIXLSide): a Backend, the memory a P agent serves from, and the
+// NIXL half of the handshake.
+type NIXLSide interface {
+	Backend
+	PeerMemory
+	NIXLPeer
+}
+
+// PeerMemory is what a P agent serves from: the registered memory a
+// prefill writes, and its version-15 metadata.
+type PeerMemory interface {
+	oracle.Memory
+	// SideMetadata is the version-15 metadata of one side's ranks.
+	SideMetadata(side xfer.Side) []xfer.Metadata
 }
 
 // PrefillRequest asks P to plan a request and fill its blocks.
@@ -130,10 +179,12 @@ func readMsg(r *bufio.Reader, limit int) (byte, []byte, error) {
 	return typ, buf, nil
 }
 
-// PeerServer serves P's registered regions to D agents.
+// PeerServer serves P's registered regions to D agents: over TCP reads
+// when Mem is a *Host, or as the control channel of NIXL when NIXL is set.
 type PeerServer struct {
-	Host  *Host
-	Token string // D must present it; empty accepts any D (loopback tests)
+	Mem   PeerMemory
+	NIXL  NIXLPeer // nil: D reads over TCP
+	Token string   // D must present it; empty accepts any D (loopback tests)
 	// Prefill plans a request and writes P's blocks for it.
 	Prefill func(PrefillRequest) error
 	// OnHandshake is told each D's metadata (may be nil).
@@ -261,16 +312,35 @@ func (s *PeerServer) handle(c net.Conn) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkBackend(hello); err != nil {
+		return fail("hello", err)
+	}
 	if err := s.join(c, hello); err != nil {
 		return fail("hello", err)
 	}
 	defer s.leave(c)
-	md, err := json.Marshal(s.Host.sideMetadata(xfer.P))
+	if s.NIXL != nil {
+		// The token is checked: D's blob (raw addresses) may be loaded.
+		if err := s.NIXL.LoadPeer(*hello.NIXL, xfer.D, hello.D); err != nil {
+			return fail("nixl", err)
+		}
+	}
+	md, err := json.Marshal(s.Mem.SideMetadata(xfer.P))
 	if err != nil {
 		return err
 	}
 	if err := writeMsg(w, msgMeta, md); err != nil {
 		return err
+	}
+	if s.NIXL != nil {
+		nh, err := s.NIXL.NIXLHello()
+		if err != nil {
+			return fail("nixl", err)
+		}
+		body, _ := json.Marshal(nh)
+		if err := writeMsg(w, msgNIXL, body); err != nil {
+			return err
+		}
 	}
 	if s.OnHandshake != nil && hello.Conn == 0 {
 		s.OnHandshake(c.RemoteAddr().String(), hello.D)
@@ -302,10 +372,14 @@ func (s *PeerServer) handle(c net.Conn) error {
 				return err
 			}
 		case msgRead:
+			host, ok := s.Mem.(*Host)
+			if !ok || s.NIXL != nil {
+				return fail("read", errors.New("P moves the bytes with NIXL: D reads with NIXL_READ, not over this connection"))
+			}
 			// Serve the read under the prefill lock, so no prefill rewrites
 			// the bytes while they are sent.
 			s.mu.Lock()
-			bufs, total, err := s.resolve(body)
+			bufs, total, err := resolve(host, body)
 			if err == nil {
 				c.SetWriteDeadline(time.Now().Add(opTimeout))
 				err = writeMsg(w, msgData, bufs...)
@@ -326,8 +400,21 @@ func (s *PeerServer) handle(c net.Conn) error {
 	}
 }
 
+// checkBackend refuses a D agent that moves bytes another way than P.
+func (s *PeerServer) checkBackend(h peerHello) error {
+	switch {
+	case s.NIXL != nil && h.NIXL == nil:
+		return errors.New("P moves the bytes with NIXL (--backend nixl): start D with --backend nixl too")
+	case s.NIXL == nil && h.NIXL != nil:
+		return errors.New("P serves its regions over TCP (--backend host): start D with --backend host, or P with --backend nixl")
+	case s.NIXL != nil && h.Conn != 0:
+		return errors.New("P moves the bytes with NIXL: the control connection is the only one")
+	}
+	return nil
+}
+
 // resolve validates a read's descriptors against P's regions.
-func (s *PeerServer) resolve(body []byte) ([][]byte, int64, error) {
+func resolve(host *Host, body []byte) ([][]byte, int64, error) {
 	if len(body) < 4 {
 		return nil, 0, errors.New("a read needs a descriptor count")
 	}
@@ -337,14 +424,14 @@ func (s *PeerServer) resolve(body []byte) ([][]byte, int64, error) {
 	}
 	out := make([][]byte, 0, n)
 	var total int64
-	s.Host.mu.Lock()
-	defer s.Host.mu.Unlock()
+	host.mu.Lock()
+	defer host.mu.Unlock()
 	for i := range n {
 		d := decodeDesc(body[4+i*readDescBytes:])
 		if d.n > maxReadBytes || d.offset > 1<<62 || int64(d.rank) > 1<<20 || int64(d.region) > 1<<20 {
 			return nil, 0, fmt.Errorf("descriptor %d: rank %d region %d [%d, +%d) is out of range", i, d.rank, d.region, d.offset, d.n)
 		}
-		b, err := s.Host.slice(xfer.P, int(d.rank), xfer.Loc{Region: int(d.region), Offset: int64(d.offset)}, int64(d.n))
+		b, err := host.slice(xfer.P, int(d.rank), xfer.Loc{Region: int(d.region), Offset: int64(d.offset)}, int64(d.n))
 		if err != nil {
 			return nil, 0, fmt.Errorf("descriptor %d: %w", i, err)
 		}
@@ -369,20 +456,48 @@ func decodeDesc(b []byte) readDesc {
 		offset: binary.BigEndian.Uint64(b[8:]), n: binary.BigEndian.Uint64(b[16:])}
 }
 
+// peerClient is D's control connection to a P agent: the hello, the
+// handshake checks, prefills, and a new handshake when P comes back.
+type peerClient struct {
+	addr, token string
+	session     string
+	pRegs       []*xfer.Registration // P's ranks as D planned them
+	dMD         []xfer.Metadata
+	nixl        NIXLPeer // nil: the bytes move over TCP
+	cmu         sync.Mutex
+	ctrl        *peerConn
+	closed      atomic.Bool
+}
+
+func newPeerClient(addr, token string) *peerClient {
+	var id [8]byte
+	rand.Read(id[:])
+	return &peerClient{addr: addr, token: token, session: hex.EncodeToString(id[:])}
+}
+
+// connect opens the control connection.
+func (pc *peerClient) connect() error {
+	c, err := pc.dial(0)
+	if err != nil {
+		return err
+	}
+	pc.cmu.Lock()
+	pc.ctrl = c
+	pc.cmu.Unlock()
+	if pc.closed.Load() { // close ran meanwhile
+		c.c.Close()
+	}
+	return nil
+}
+
 // Remote is D's backend in two-agent mode: D's regions in local host
 // memory, P's read over TCP from a PeerServer. Register performs the
 // handshake: P's metadata must be what D planned for P.
 type Remote struct {
 	*Host
-	addr, token string
-	conns       int
-	pRegs       []*xfer.Registration
-	dMD         []xfer.Metadata
-	session     string
-	cmu         sync.Mutex // guards ctrl's pointer
-	ctrl        *peerConn
-	pool        chan *peerConn
-	closed      atomic.Bool
+	*peerClient
+	conns int
+	pool  chan *peerConn
 }
 
 type peerConn struct {
@@ -394,41 +509,41 @@ type peerConn struct {
 // NewRemote makes D's backend, reading from the P agent at addr over conns
 // parallel connections once Register is called.
 func NewRemote(addr, token string, conns int, limit int64, kindOf func(string) string) *Remote {
-	var id [8]byte
-	rand.Read(id[:])
-	return &Remote{Host: NewHost(limit, kindOf), addr: addr, token: token, conns: max(1, conns), session: hex.EncodeToString(id[:])}
+	return &Remote{Host: NewHost(limit, kindOf), peerClient: newPeerClient(addr, token), conns: max(1, conns)}
 }
 
 // Name implements Backend.
 func (r *Remote) Name() string { return "host+tcp" }
 
+// splitRegs separates P's registrations from D's.
+func splitRegs(regs []*xfer.Registration) (p, d []*xfer.Registration) {
+	for _, reg := range regs {
+		if reg.Side == xfer.P {
+			p = append(p, reg)
+		} else {
+			d = append(d, reg)
+		}
+	}
+	return p, d
+}
+
 // Register allocates D's regions locally, connects to P and checks P's
 // metadata against P's registrations as D planned them.
 func (r *Remote) Register(regs []*xfer.Registration) error {
-	var dRegs []*xfer.Registration
-	for _, reg := range regs {
-		if reg.Side == xfer.P {
-			r.pRegs = append(r.pRegs, reg)
-		} else {
-			dRegs = append(dRegs, reg)
-		}
-	}
+	pRegs, dRegs := splitRegs(regs)
 	if err := r.Host.Register(dRegs); err != nil {
 		return err
 	}
-	r.dMD = r.Host.sideMetadata(xfer.D)
+	r.pRegs, r.dMD = pRegs, r.Host.SideMetadata(xfer.D)
 	r.pool = make(chan *peerConn, r.conns)
-	for i := 0; i <= r.conns; i++ {
+	if err := r.connect(); err != nil {
+		return err
+	}
+	for i := 1; i <= r.conns; i++ {
 		pc, err := r.dial(i)
 		if err != nil {
 			r.closeConns()
 			return err
-		}
-		if i == 0 {
-			r.cmu.Lock()
-			r.ctrl = pc
-			r.cmu.Unlock()
-			continue
 		}
 		r.pool <- pc
 	}
@@ -436,8 +551,9 @@ func (r *Remote) Register(regs []*xfer.Registration) error {
 }
 
 // dial opens a connection of D's session (0 is the control connection),
-// and checks P's metadata against what D planned for P.
-func (r *Remote) dial(conn int) (*peerConn, error) {
+// and checks P's metadata against what D planned for P. With NIXL, the
+// control connection then takes P's NIXL hello and loads P's blob.
+func (r *peerClient) dial(conn int) (*peerConn, error) {
 	if r.closed.Load() {
 		return nil, &PeerError{"dial", errors.New("the backend is closed")}
 	}
@@ -449,27 +565,50 @@ func (r *Remote) dial(conn int) (*peerConn, error) {
 		tc.SetNoDelay(true)
 	}
 	pc := &peerConn{c: c, r: bufio.NewReaderSize(c, 256<<10), w: bufio.NewWriterSize(c, 64<<10)}
-	hello, _ := json.Marshal(peerHello{Token: r.token, Session: r.session, Conn: conn, D: r.dMD})
+	h := peerHello{Token: r.token, Session: r.session, Conn: conn, D: r.dMD}
+	if r.nixl != nil {
+		nh, err := r.nixl.NIXLHello()
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		h.NIXL = &nh
+	}
+	hello, _ := json.Marshal(h)
+	fail := func(op string, err error) (*peerConn, error) {
+		c.Close()
+		return nil, &PeerError{op, err}
+	}
 	c.SetDeadline(time.Now().Add(peerTimeout))
 	if err := writeMsg(pc.w, msgHello, hello); err != nil {
-		c.Close()
-		return nil, &PeerError{"hello", err}
+		return fail("hello", err)
 	}
 	body, err := pc.expect(msgMeta, maxControlBytes)
 	if err != nil {
-		c.Close()
-		return nil, &PeerError{"hello", err}
+		return fail("hello", err)
 	}
-	c.SetDeadline(time.Time{})
 	var md []xfer.Metadata
 	if err := json.Unmarshal(body, &md); err != nil {
-		c.Close()
-		return nil, &PeerError{"hello", fmt.Errorf("P's metadata is not JSON: %v", err)}
+		return fail("hello", fmt.Errorf("P's metadata is not JSON: %v", err))
 	}
 	if err := checkPeerMetadata(r.pRegs, md); err != nil {
 		c.Close()
 		return nil, err
 	}
+	if r.nixl != nil {
+		body, err := pc.expect(msgNIXL, maxControlBytes)
+		if err != nil {
+			return fail("nixl", err)
+		}
+		var nh NIXLHello
+		if err := json.Unmarshal(body, &nh); err != nil {
+			return fail("nixl", fmt.Errorf("P's NIXL hello is not JSON: %v", err))
+		}
+		if err := r.nixl.LoadPeer(nh, xfer.P, md); err != nil {
+			return fail("nixl", err)
+		}
+	}
+	c.SetDeadline(time.Time{})
 	return pc, nil
 }
 
@@ -521,30 +660,36 @@ func checkPeerMetadata(want []*xfer.Registration, got []xfer.Metadata) error {
 // Prefill asks P to plan the request and write its blocks. When the
 // control connection has failed (P restarted, the network dropped), it
 // connects again (the handshake included) and retries once.
-func (r *Remote) Prefill(req PrefillRequest) error {
+func (r *peerClient) Prefill(req PrefillRequest) error {
 	r.cmu.Lock()
 	ctrl := r.ctrl
 	r.cmu.Unlock()
-	if ctrl == nil {
+	if ctrl == nil && r.pRegs == nil {
 		return &PeerError{"prefill", errors.New("not connected: Register first")}
 	}
 	body, _ := json.Marshal(req)
-	err := ctrl.prefill(body)
-	if err == nil || r.closed.Load() {
-		return err
+	var err error
+	if ctrl != nil {
+		if err = ctrl.prefill(body); err == nil || r.closed.Load() {
+			return err
+		}
+		ctrl.c.Close() // known dead: the next prefill dials at once
+		r.cmu.Lock()
+		if r.ctrl == ctrl {
+			r.ctrl = nil
+		}
+		r.cmu.Unlock()
 	}
-	ctrl.c.Close()
-	pc, derr := r.dial(0)
-	if derr != nil {
-		return fmt.Errorf("%w; reconnecting: %v", err, derr)
+	if derr := r.connect(); derr != nil {
+		if err != nil {
+			return fmt.Errorf("%w; reconnecting: %v", err, derr)
+		}
+		return fmt.Errorf("reconnecting: %w", derr)
 	}
 	r.cmu.Lock()
-	r.ctrl = pc
+	ctrl = r.ctrl
 	r.cmu.Unlock()
-	if r.closed.Load() { // Close ran meanwhile
-		pc.c.Close()
-	}
-	return pc.prefill(body)
+	return ctrl.prefill(body)
 }
 
 func (pc *peerConn) prefill(body []byte) error {
@@ -635,12 +780,18 @@ func (pc *peerConn) read(rank int, ops []copyOp) error {
 	return nil
 }
 
-func (r *Remote) closeConns() {
+// closeCtrl drops the control connection.
+func (r *peerClient) closeCtrl() {
+	r.closed.Store(true)
 	r.cmu.Lock()
 	if r.ctrl != nil {
 		r.ctrl.c.Close()
 	}
 	r.cmu.Unlock()
+}
+
+func (r *Remote) closeConns() {
+	r.closeCtrl()
 	for {
 		select {
 		case pc := <-r.pool:
@@ -653,7 +804,6 @@ func (r *Remote) closeConns() {
 
 // Close drops the connections and D's buffers; a transfer in flight fails.
 func (r *Remote) Close() error {
-	r.closed.Store(true)
 	r.closeConns()
 	return r.Host.Close()
 }

@@ -33,7 +33,7 @@ func startP(t *testing.T, m *model.Model, pd *xfer.PD, x *xfer.Transfer, token s
 // serveP serves P's registered host on ln, filling P's blocks for each
 // prefill as the P agent does, until the returned stop is called.
 func serveP(t *testing.T, m *model.Model, pd *xfer.PD, h *Host, ln net.Listener, token string) (stop func()) {
-	srv := &PeerServer{Host: h, Token: token, Logf: t.Logf, Prefill: func(q PrefillRequest) error {
+	srv := &PeerServer{Mem: h, Token: token, Logf: t.Logf, Prefill: func(q PrefillRequest) error {
 		px, err := pd.Compute(xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens}, true)
 		if err != nil {
 			return err
@@ -185,7 +185,6 @@ func TestPeerRefusesBadReads(t *testing.T) {
 // lies inside its registered region; nothing panics.
 func FuzzPeerRead(f *testing.F) {
 	h, _ := synthetic(f, 4096, 16)
-	s := &PeerServer{Host: h}
 	ok := make([]byte, 4+readDescBytes)
 	binary.BigEndian.PutUint32(ok, 1)
 	encodeDesc(ok[4:], readDesc{0, 0, 4096, 8192})
@@ -194,7 +193,7 @@ func FuzzPeerRead(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	region := h.buf(xfer.P, 0, 0)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		bufs, total, err := s.resolve(body)
+		bufs, total, err := resolve(h, body)
 		if err != nil {
 			return
 		}

@@ -1,0 +1,188 @@
+//go:build nixl && cgo
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests run kvscope-agent processes (this test binary, see TestMain)
+// with the nixl backend over UCX on loopback.
+
+// agentProc is one kvscope-agent process and its log.
+type agentProc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
+	done chan error
+}
+
+func (a *agentProc) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.log.Write(p)
+}
+
+// Log is what the process wrote so far.
+func (a *agentProc) Log() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.log.String()
+}
+
+// startAgent runs kvscope-agent with args and UCX on loopback TCP (tls
+// overrides UCX_TLS).
+func startAgent(t *testing.T, tls string, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{done: make(chan error, 1)}
+	a.cmd = exec.Command(os.Args[0], args...)
+	a.cmd.Env = append(os.Environ(), "KVSCOPE_AGENT_MAIN=1", "UCX_TLS="+tls, "UCX_NET_DEVICES=lo", "NIXL_LOG_LEVEL=ERROR")
+	a.cmd.Stdout, a.cmd.Stderr = a, a
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.done <- a.cmd.Wait() }()
+	t.Cleanup(func() {
+		a.cmd.Process.Kill()
+		<-a.done
+		if t.Failed() {
+			t.Logf("kvscope-agent %s:\n%s", strings.Join(args, " "), a.Log())
+		}
+	})
+	return a
+}
+
+// waitLog waits until the log matches re.
+func (a *agentProc) waitLog(t *testing.T, re *regexp.Regexp, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if re.MatchString(a.Log()) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no %q in the log within %s", re, within)
+}
+
+// wait waits for the process to exit.
+func (a *agentProc) wait(t *testing.T, within time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-a.done:
+		a.done <- err // for the cleanup
+		return err
+	case <-time.After(within):
+		t.Fatalf("kvscope-agent still running after %s", within)
+		return nil
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+var (
+	serving = regexp.MustCompile(`P agent serving \d+ ranks`)
+	exact   = regexp.MustCompile(`(?m)req-\d+: \d+ bytes, .*measured by nixl.*, exact$`)
+	landed  = regexp.MustCompile(`(?m)request req-\d+: every READ of D landed`)
+	wrong   = regexp.MustCompile(`(?m), wrong$`)
+)
+
+func startP(t *testing.T, addr string) *agentProc {
+	p := startAgent(t, "tcp,self", "--role", "p", "--backend", "nixl", "--listen", addr, "--peer-token", "tok", "--name", "kvs-p")
+	p.waitLog(t, serving, 30*time.Second)
+	return p
+}
+
+// TestTwoNIXLAgentProcesses: a P and a D kvscope-agent, the bytes moved by
+// NIXL over UCX (tcp on loopback), every request proven exact by D's
+// oracle, and P told of each by NIXL notifications.
+func TestTwoNIXLAgentProcesses(t *testing.T) {
+	for _, tc := range []struct{ name, tls string }{{"tcp,self", "tcp,self"}, {"tcp,shm,self", "tcp,shm,self"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := freePort(t)
+			p := startP(t, addr)
+			const n = 8
+			d := startAgent(t, tc.tls, "--role", "d", "--backend", "nixl", "--peer", addr, "--peer-token", "tok", "--name", "kvs-d",
+				"--requests", fmt.Sprint(n), "--verify-every", "1", "--rate", "0")
+			if err := d.wait(t, 90*time.Second); err != nil {
+				t.Fatalf("D: %v", err)
+			}
+			if got := len(exact.FindAllString(d.Log(), -1)); got != n {
+				t.Errorf("D proved %d transfers exact, want %d", got, n)
+			}
+			p.waitLog(t, regexp.MustCompile(fmt.Sprintf(`request req-%d: every READ of D landed`, n)), 10*time.Second)
+			if got := len(landed.FindAllString(p.Log(), -1)); got != n {
+				t.Errorf("P learnt of %d completed requests from NIXL notifications, want %d", got, n)
+			}
+		})
+	}
+}
+
+// TestNIXLAgentFailures: P killed while D runs (D reports errors naming the
+// cause, then a new handshake when P returns, and nothing it proved is
+// wrong), and UCX without tcp (a start-up error naming NIXL's status).
+func TestNIXLAgentFailures(t *testing.T) {
+	t.Run("P killed and restarted", func(t *testing.T) {
+		addr := freePort(t)
+		p := startP(t, addr)
+		d := startAgent(t, "tcp,self", "--role", "d", "--backend", "nixl", "--peer", addr, "--peer-token", "tok", "--name", "kvs-d",
+			"--duration", "30", "--verify-every", "1", "--rate", "0")
+		d.waitLog(t, exact, 30*time.Second)
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		p.done <- nil
+		failed := regexp.MustCompile(`(?m)request \d+: ERR_[A-Z_]+: `)
+		d.waitLog(t, failed, 20*time.Second)
+		before := len(exact.FindAllString(d.Log(), -1))
+		startP(t, addr)
+		deadline := time.Now().Add(30 * time.Second)
+		for len(exact.FindAllString(d.Log(), -1)) < before+3 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if got := len(exact.FindAllString(d.Log(), -1)); got < before+3 {
+			t.Fatalf("D proved %d transfers after P came back, want at least 3", got-before)
+		}
+		if wrong.MatchString(d.Log()) {
+			t.Error("D proved a transfer wrong")
+		}
+		errLines := regexp.MustCompile(`(?m)request \d+: ERR_.*$`).FindAllString(d.Log(), -1)
+		t.Logf("D's errors while P was down (%d): first %q", len(errLines), errLines[0])
+		for _, line := range failed.FindAllString(d.Log(), -1) {
+			if !strings.Contains(line, "ERR_REMOTE_DISCONNECT") {
+				t.Errorf("an error names %q, want NIXL's ERR_REMOTE_DISCONNECT", line)
+			}
+		}
+		d.cmd.Process.Signal(os.Interrupt)
+		d.wait(t, 20*time.Second)
+	})
+
+	t.Run("UCX_TLS without tcp", func(t *testing.T) {
+		a := startAgent(t, "shm,self", "--role", "p", "--backend", "nixl", "--listen", freePort(t), "--peer-token", "tok", "--name", "kvs-notcp")
+		err := a.wait(t, 30*time.Second)
+		if err == nil {
+			t.Fatal("the agent started without tcp in UCX_TLS")
+		}
+		log := a.Log()
+		if !strings.Contains(log, "NIXL_ERR_") || !strings.Contains(log, "leaves out tcp") {
+			t.Errorf("the start-up error does not name NIXL's status and the cause:\n%s", log)
+		}
+	})
+}
