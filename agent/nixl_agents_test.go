@@ -99,10 +99,11 @@ func freePort(t *testing.T) string {
 }
 
 var (
-	serving = regexp.MustCompile(`P agent serving \d+ ranks`)
-	exact   = regexp.MustCompile(`(?m)req-\d+: \d+ bytes, .*measured by nixl.*, exact$`)
-	landed  = regexp.MustCompile(`(?m)request req-\d+: every READ of D landed`)
-	wrong   = regexp.MustCompile(`(?m), wrong$`)
+	serving  = regexp.MustCompile(`P agent serving \d+ ranks`)
+	exact    = regexp.MustCompile(`(?m)req-\d+: \d+ bytes, .*measured by nixl.*, exact$`)
+	landed   = regexp.MustCompile(`(?m)request req-\d+: every READ of D landed`)
+	pushedRe = regexp.MustCompile(`(?m)pushed \d+ bytes into D`)
+	wrong    = regexp.MustCompile(`(?m), wrong$`)
 )
 
 func startP(t *testing.T, addr string) *agentProc {
@@ -115,22 +116,36 @@ func startP(t *testing.T, addr string) *agentProc {
 // NIXL over UCX (tcp on loopback), every request proven exact by D's
 // oracle, and P told of each by NIXL notifications.
 func TestTwoNIXLAgentProcesses(t *testing.T) {
-	for _, tc := range []struct{ name, tls string }{{"tcp,self", "tcp,self"}, {"tcp,shm,self", "tcp,shm,self"}} {
+	pull := []string{"--connector", "nixl"}
+	push := []string{"--connector", "nixl-push", "--p-tensor-parallel-size", "4", "--d-tensor-parallel-size", "2"}
+	for _, tc := range []struct {
+		name, tls string
+		engines   []string
+		pLearns   *regexp.Regexp // what P logs per request
+	}{
+		{"pull over tcp,self", "tcp,self", pull, landed},
+		{"pull over tcp,shm,self", "tcp,shm,self", pull, landed},
+		{"push over tcp,self", "tcp,self", push, pushedRe},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := freePort(t)
-			p := startP(t, addr)
+			p := startAgent(t, tc.tls, append([]string{"--role", "p", "--backend", "nixl", "--listen", addr, "--peer-token", "tok", "--name", "kvs-p"}, tc.engines...)...)
+			p.waitLog(t, serving, 30*time.Second)
 			const n = 8
-			d := startAgent(t, tc.tls, "--role", "d", "--backend", "nixl", "--peer", addr, "--peer-token", "tok", "--name", "kvs-d",
-				"--requests", fmt.Sprint(n), "--verify-every", "1", "--rate", "0")
+			d := startAgent(t, tc.tls, append([]string{"--role", "d", "--backend", "nixl", "--peer", addr, "--peer-token", "tok", "--name", "kvs-d",
+				"--requests", fmt.Sprint(n), "--verify-every", "1", "--rate", "0"}, tc.engines...)...)
 			if err := d.wait(t, 90*time.Second); err != nil {
 				t.Fatalf("D: %v", err)
 			}
 			if got := len(exact.FindAllString(d.Log(), -1)); got != n {
 				t.Errorf("D proved %d transfers exact, want %d", got, n)
 			}
-			p.waitLog(t, regexp.MustCompile(fmt.Sprintf(`request req-%d: every READ of D landed`, n)), 10*time.Second)
-			if got := len(landed.FindAllString(p.Log(), -1)); got != n {
-				t.Errorf("P learnt of %d completed requests from NIXL notifications, want %d", got, n)
+			deadline := time.Now().Add(10 * time.Second)
+			for len(tc.pLearns.FindAllString(p.Log(), -1)) < n && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if got := len(tc.pLearns.FindAllString(p.Log(), -1)); got != n {
+				t.Errorf("P logged %d completed requests (%s), want %d", got, tc.pLearns, n)
 			}
 		})
 	}

@@ -41,6 +41,8 @@ func (r *Runner) ServeP(ctx context.Context, b transfer.Backend, ln net.Listener
 	}
 	var prefills atomic.Int64
 	track := &completions{pending: map[string]*completion{}}
+	var lmu sync.Mutex
+	var last *xfer.Transfer // the last prefilled request, which a push moves
 	srv := &transfer.PeerServer{
 		Mem: mem, Token: token, Logf: r.Logf,
 		Prefill: func(q transfer.PrefillRequest) error {
@@ -50,6 +52,9 @@ func (r *Runner) ServeP(ctx context.Context, b transfer.Backend, ln net.Listener
 			}
 			prefills.Add(1)
 			track.expect(q.ID, x)
+			lmu.Lock()
+			last = x
+			lmu.Unlock()
 			return oracle.FillP(r.Model, x, mem)
 		},
 		OnHandshake: func(remote string, d []xfer.Metadata) {
@@ -63,10 +68,42 @@ func (r *Runner) ServeP(ctx context.Context, b transfer.Backend, ln net.Listener
 		srv.NIXL = ns
 		served, requests = track.bytes.Load, track.done.Load
 		go r.collect(ctx, b, track)
+		if first.Mode == xfer.Push {
+			srv.Push = func(notif string) (*transfer.Stats, error) {
+				lmu.Lock()
+				x := last
+				lmu.Unlock()
+				if x == nil {
+					return nil, fmt.Errorf("push before any prefill")
+				}
+				return r.push(b, x, notif, track)
+			}
+		}
 	}
 	go r.sampleServed(ctx, served, requests)
 	r.logf("P agent serving %d ranks on %s", len(first.PRegs), ln.Addr())
 	return srv.Serve(ctx, ln)
+}
+
+// push WRITEs a prefilled request into D (connector nixl-push between two
+// agents) and waits for NIXL to complete it.
+func (r *Runner) push(b transfer.Backend, x *xfer.Transfer, notif string, c *completions) (*transfer.Stats, error) {
+	p, err := b.Prepare(x)
+	if err != nil {
+		return nil, err
+	}
+	h, err := b.Post(p, notif)
+	if err != nil {
+		return nil, err
+	}
+	st, err := transfer.WaitFor(b, h, transferLimit)
+	if err != nil {
+		return nil, err
+	}
+	c.bytes.Add(st.Bytes)
+	c.done.Add(1)
+	r.logf("pushed %d bytes into D (NIXL WRITE, %.0f µs by NIXL's telemetry)", st.Bytes, st.TransferUS)
+	return st, nil
 }
 
 // completions tallies, per request, the NIXL notifications P received:

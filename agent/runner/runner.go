@@ -80,8 +80,8 @@ func (r *Runner) logf(format string, args ...any) {
 // runner goes on.
 func (r *Runner) Run(ctx context.Context) error {
 	s := r.Scenario
-	if r.Role == "d" && s.Connector == "nixl-push" {
-		return fmt.Errorf("runner: two-agent mode moves the bytes by D reading from P (pull); run connector nixl-push with --role both")
+	if pp, ok := r.Backend.(transfer.PeerPusher); r.Role == "d" && s.Connector == "nixl-push" && !(ok && pp.PeerPushes()) {
+		return fmt.Errorf("runner: two agents over TCP move the bytes by D reading from P (pull); run connector nixl-push with --backend nixl, or with --role both")
 	}
 	pd, reqs, firstReq, first, err := r.begin()
 	if err != nil {
@@ -209,6 +209,10 @@ func (r *Runner) registered(reg *xfer.Registration) {
 		Regions: len(reg.Regions), Bytes: bytes, Memory: r.Backend.MemoryKind()}})
 }
 
+// transferLimit is how long a posted transfer may take before the runner
+// gives it up (a peer that vanished mid-transfer without NIXL noticing).
+const transferLimit = 2 * time.Minute
+
 // maxMessage bounds an error event's message.
 const maxMessage = 2048
 
@@ -271,7 +275,7 @@ func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) er
 	if err != nil {
 		return err
 	}
-	st, err := transfer.Wait(r.Backend, h)
+	st, err := transfer.WaitFor(r.Backend, h, transferLimit)
 	r.Backend.Notifications() // the completion notification; nothing else reads them
 	if err != nil {
 		return err

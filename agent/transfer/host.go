@@ -362,16 +362,38 @@ func (h *Host) Done(id Handle) <-chan struct{} {
 
 // Wait waits for a transfer to complete: on its completion channel where
 // the backend has one (Host), by polling otherwise (NIXL).
-func Wait(b Backend, id Handle) (*Stats, error) {
+func Wait(b Backend, id Handle) (*Stats, error) { return WaitFor(b, id, 0) }
+
+// WaitFor is Wait with a limit (0: none). A transfer still pending at the
+// limit is cancelled where the backend can (NIXL releases its requests)
+// and reported as an error.
+func WaitFor(b Backend, id Handle, limit time.Duration) (*Stats, error) {
+	var deadline time.Time
+	if limit > 0 {
+		deadline = time.Now().Add(limit)
+	}
 	if d, ok := b.(interface{ Done(Handle) <-chan struct{} }); ok {
 		if ch := d.Done(id); ch != nil {
-			<-ch
+			if limit > 0 {
+				select {
+				case <-ch:
+				case <-time.After(limit):
+				}
+			} else {
+				<-ch
+			}
 		}
 	}
 	for {
 		done, st, err := b.Poll(id)
 		if done || err != nil {
 			return st, err
+		}
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			if c, ok := b.(interface{ Cancel(Handle) error }); ok {
+				c.Cancel(id)
+			}
+			return nil, fmt.Errorf("transfer: transfer %d did not complete in %s", id, limit)
 		}
 		time.Sleep(20 * time.Microsecond)
 	}

@@ -626,6 +626,19 @@ func (n *NIXL) Poll(h Handle) (bool, *Stats, error) {
 	return true, st, nixlRelease(x.reqs)
 }
 
+// Cancel gives up a posted transfer: its requests are released, which
+// makes NIXL cancel what is still under way.
+func (n *NIXL) Cancel(h Handle) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	x, ok := n.xfers[h]
+	if !ok {
+		return fmt.Errorf("transfer: no transfer %d", h)
+	}
+	delete(n.xfers, h)
+	return nixlRelease(x.reqs)
+}
+
 // nixlSynthesize lays a rank pair's batches over [from, to) nanoseconds, in
 // order, each for its share of the bytes.
 func nixlSynthesize(ro rankOps, from, to int64) []event.BatchData {

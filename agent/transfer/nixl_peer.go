@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/kvscope/kvscope/core/xfer"
 )
@@ -183,9 +184,28 @@ func nixlHint(err error) error {
 // reached with NIXL_READ once the control channel's handshake loaded P's
 // metadata. Prefill asks P to fill its blocks; a lost control connection
 // is dialled again, with a new handshake (P may have restarted).
+//
+// With connector nixl-push the WRITEs are P's: Post asks P over the
+// control channel to push the request it prefilled last, and the transfer
+// is done once P reported NIXL's statistics and D's agent received the
+// notification of every rank pair's WRITE (NIXL sends it after the data).
 type NIXLRemote struct {
 	*NIXL
 	ctl *peerClient
+
+	pmu    sync.Mutex
+	pushes map[Handle]*nixlPush
+	npush  Handle // push handles count down from -1: NIXL's count up
+}
+
+// nixlPush is a push P performs for D.
+type nixlPush struct {
+	notif string
+	want  int // notifications: one per busy rank pair
+	got   int
+	done  chan struct{}
+	st    *Stats
+	err   error
 }
 
 // NewNIXLRemote makes D's backend, the P agent being at addr.
@@ -196,7 +216,113 @@ func NewNIXLRemote(name, addr, token string, kinds map[string]string) (Backend, 
 	}
 	ctl := newPeerClient(addr, token)
 	ctl.nixl = n
-	return &NIXLRemote{NIXL: n, ctl: ctl}, nil
+	return &NIXLRemote{NIXL: n, ctl: ctl, pushes: map[Handle]*nixlPush{}}, nil
+}
+
+// Prepare implements Backend. A pull is D's own READs; a push is checked
+// here too (D's side against D's regions, P's against what P advertised)
+// before P is asked to WRITE it.
+func (r *NIXLRemote) Prepare(x *xfer.Transfer) (*Prepared, error) {
+	if x.Mode != xfer.Push {
+		return r.NIXL.Prepare(x)
+	}
+	start := r.clock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errNIXLClosed
+	}
+	p := &Prepared{x: x}
+	for _, rp := range x.RankPairs {
+		if _, err := p.addRankPair(rp, r.kindOf, func(q xfer.Pair) (copyOp, error) {
+			if _, err := r.check(xfer.P, rp.P, q.Src, q.Len); err != nil {
+				return copyOp{}, err
+			}
+			dst, err := r.check(xfer.D, rp.D, q.Dst, q.Len)
+			return copyOp{dst: dst, pair: q}, err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	p.prepUS = float64(r.clock().Sub(start).Nanoseconds()) / 1e3
+	return p, nil
+}
+
+// Post implements Backend; a push asks P to WRITE and returns at once.
+func (r *NIXLRemote) Post(p *Prepared, notif string) (Handle, error) {
+	if p.x.Mode != xfer.Push {
+		return r.NIXL.Post(p, notif)
+	}
+	if notif == "" {
+		return 0, errors.New("transfer: nixl: a push needs a notification: D knows the WRITEs landed by it")
+	}
+	x := &nixlPush{notif: notif, done: make(chan struct{})}
+	for _, rp := range p.ranks {
+		if len(rp.batches) > 0 {
+			x.want++
+		}
+	}
+	r.pmu.Lock()
+	r.npush--
+	h := r.npush
+	r.pushes[h] = x
+	r.pmu.Unlock()
+	go func() {
+		defer close(x.done)
+		x.st, x.err = r.ctl.push(notif)
+	}()
+	return h, nil
+}
+
+// Poll implements Backend. A push is done when P reported and every
+// notification of it arrived.
+func (r *NIXLRemote) Poll(h Handle) (bool, *Stats, error) {
+	r.pmu.Lock()
+	x, ok := r.pushes[h]
+	r.pmu.Unlock()
+	if !ok {
+		return r.NIXL.Poll(h)
+	}
+	select {
+	case <-x.done:
+	default:
+		return false, nil, nil
+	}
+	if x.err != nil {
+		r.forget(h)
+		return true, nil, x.err
+	}
+	for _, msg := range r.NIXL.Notifications() {
+		if msg == x.notif {
+			x.got++
+		}
+	}
+	if x.got < x.want {
+		return false, nil, nil
+	}
+	r.forget(h)
+	return true, x.st, nil
+}
+
+// PeerPushes implements PeerPusher: P's agent can WRITE into this one.
+func (r *NIXLRemote) PeerPushes() bool { return true }
+
+// Cancel gives up a transfer: a push P still performs is forgotten here.
+func (r *NIXLRemote) Cancel(h Handle) error {
+	r.pmu.Lock()
+	_, ok := r.pushes[h]
+	r.pmu.Unlock()
+	if ok {
+		r.forget(h)
+		return nil
+	}
+	return r.NIXL.Cancel(h)
+}
+
+func (r *NIXLRemote) forget(h Handle) {
+	r.pmu.Lock()
+	delete(r.pushes, h)
+	r.pmu.Unlock()
 }
 
 // Register registers D's ranks with D's agent, then connects to P: the

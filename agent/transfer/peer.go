@@ -39,6 +39,10 @@ import (
 //	F  D→P  prefill: JSON {id, prompt_tokens, prefix_hit_tokens}; P plans
 //	        the same request and writes its blocks as a prefill would
 //	R  P→D  ready: JSON {id}
+//	W  D→P  push (nixl backend, connector nixl-push): JSON {notif}; P
+//	        WRITEs the last prefilled request's blocks into D over NIXL,
+//	        each request carrying notif
+//	D  P→D  pushed: JSON, NIXL's statistics of the WRITEs
 //	Q  D→P  read: uint32 count, then per descriptor uint32 rank, uint32
 //	        region, uint64 offset, uint64 length
 //	B  P→D  the bytes of every descriptor of the read, in order
@@ -56,6 +60,8 @@ const (
 	msgNIXL    = 'N'
 	msgPrefill = 'F'
 	msgReady   = 'R'
+	msgPush    = 'W'
+	msgPushed  = 'D'
 	msgRead    = 'Q'
 	msgData    = 'B'
 	msgError   = 'E'
@@ -130,6 +136,34 @@ type PrefillRequest struct {
 	PrefixHitTokens int    `json:"prefix_hit_tokens"`
 }
 
+// pushRequest asks P to push the last prefilled request.
+type pushRequest struct {
+	Notif string `json:"notif"`
+}
+
+// pushed is P's report of a push: NIXL's numbers, measured on P.
+type pushed struct {
+	Bytes      int64             `json:"bytes"`
+	Descs      int               `json:"descs"`
+	Merged     int               `json:"descs_merged"`
+	PrepUS     float64           `json:"prep_us"`
+	PostUS     float64           `json:"post_us"`
+	TransferUS float64           `json:"transfer_us"`
+	Timing     event.Timing      `json:"timing"`
+	Source     string            `json:"source"`
+	Batches    []event.BatchData `json:"batches"`
+}
+
+func pushedOf(st *Stats) pushed {
+	return pushed{Bytes: st.Bytes, Descs: st.Descs, Merged: st.Merged, PrepUS: st.PrepUS, PostUS: st.PostUS, TransferUS: st.TransferUS,
+		Timing: st.Timing, Source: st.Source, Batches: st.Batches}
+}
+
+func (p pushed) stats() *Stats {
+	return &Stats{Bytes: p.Bytes, Descs: p.Descs, Merged: p.Merged, PrepUS: p.PrepUS, PostUS: p.PostUS, TransferUS: p.TransferUS,
+		Timing: p.Timing, Source: p.Source, Batches: p.Batches}
+}
+
 type readDesc struct {
 	rank, region uint32
 	offset, n    uint64
@@ -187,6 +221,10 @@ type PeerServer struct {
 	Token string   // D must present it; empty accepts any D (loopback tests)
 	// Prefill plans a request and writes P's blocks for it.
 	Prefill func(PrefillRequest) error
+	// Push WRITEs the last prefilled request into D, each NIXL request
+	// carrying notif, and returns once they completed (nil: P does not
+	// push; the nixl backend with connector nixl-push does).
+	Push func(notif string) (*Stats, error)
 	// OnHandshake is told each D's metadata (may be nil).
 	OnHandshake func(remote string, d []xfer.Metadata)
 	Logf        func(format string, args ...any)
@@ -371,6 +409,24 @@ func (s *PeerServer) handle(c net.Conn) error {
 			if err := writeMsg(w, msgReady, ack); err != nil {
 				return err
 			}
+		case msgPush:
+			var req pushRequest
+			if err := json.Unmarshal(body, &req); err != nil {
+				return fail("push", fmt.Errorf("not JSON: %v", err))
+			}
+			if s.Push == nil {
+				return fail("push", errors.New("this P agent does not push: D reads (connector nixl)"))
+			}
+			s.mu.Lock()
+			st, err := s.Push(req.Notif)
+			s.mu.Unlock()
+			if err != nil {
+				return fail("push", err)
+			}
+			out, _ := json.Marshal(pushedOf(st))
+			if err := writeMsg(w, msgPushed, out); err != nil {
+				return err
+			}
 		case msgRead:
 			host, ok := s.Mem.(*Host)
 			if !ok || s.NIXL != nil {
@@ -464,6 +520,7 @@ type peerClient struct {
 	pRegs       []*xfer.Registration // P's ranks as D planned them
 	dMD         []xfer.Metadata
 	nixl        NIXLPeer // nil: the bytes move over TCP
+	xmu         sync.Mutex // one control exchange at a time
 	cmu         sync.Mutex
 	ctrl        *peerConn
 	closed      atomic.Bool
@@ -661,6 +718,8 @@ func checkPeerMetadata(want []*xfer.Registration, got []xfer.Metadata) error {
 // control connection has failed (P restarted, the network dropped), it
 // connects again (the handshake included) and retries once.
 func (r *peerClient) Prefill(req PrefillRequest) error {
+	r.xmu.Lock()
+	defer r.xmu.Unlock()
 	r.cmu.Lock()
 	ctrl := r.ctrl
 	r.cmu.Unlock()
@@ -690,6 +749,44 @@ func (r *peerClient) Prefill(req PrefillRequest) error {
 	ctrl = r.ctrl
 	r.cmu.Unlock()
 	return ctrl.prefill(body)
+}
+
+// push asks P to WRITE the last prefilled request into D and waits for
+// P's report. A failure drops the control connection (P closed it); the
+// next prefill dials again.
+func (r *peerClient) push(notif string) (*Stats, error) {
+	r.xmu.Lock()
+	defer r.xmu.Unlock()
+	r.cmu.Lock()
+	ctrl := r.ctrl
+	r.cmu.Unlock()
+	if ctrl == nil {
+		return nil, &PeerError{"push", errors.New("not connected to P")}
+	}
+	body, _ := json.Marshal(pushRequest{Notif: notif})
+	ctrl.c.SetDeadline(time.Now().Add(opTimeout))
+	defer ctrl.c.SetDeadline(time.Time{})
+	fail := func(err error) (*Stats, error) {
+		ctrl.c.Close()
+		r.cmu.Lock()
+		if r.ctrl == ctrl {
+			r.ctrl = nil
+		}
+		r.cmu.Unlock()
+		return nil, &PeerError{"push", err}
+	}
+	if err := writeMsg(ctrl.w, msgPush, body); err != nil {
+		return fail(err)
+	}
+	out, err := ctrl.expect(msgPushed, maxControlBytes)
+	if err != nil {
+		return fail(err)
+	}
+	var p pushed
+	if err := json.Unmarshal(out, &p); err != nil {
+		return fail(fmt.Errorf("P's report is not JSON: %v", err))
+	}
+	return p.stats(), nil
 }
 
 func (pc *peerConn) prefill(body []byte) error {
@@ -732,6 +829,12 @@ func (r *Remote) Post(p *Prepared, notif string) (Handle, error) {
 		r.pool <- pc
 		return out, err
 	})
+}
+
+// PeerPusher is a D backend whose P agent can push into it (connector
+// nixl-push between two agents: NIXLRemote).
+type PeerPusher interface {
+	PeerPushes() bool
 }
 
 // Prefiller is a backend whose P lives in another agent: it asks that
