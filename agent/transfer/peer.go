@@ -519,7 +519,7 @@ type peerClient struct {
 	session     string
 	pRegs       []*xfer.Registration // P's ranks as D planned them
 	dMD         []xfer.Metadata
-	nixl        NIXLPeer // nil: the bytes move over TCP
+	nixl        NIXLPeer   // nil: the bytes move over TCP
 	xmu         sync.Mutex // one control exchange at a time
 	cmu         sync.Mutex
 	ctrl        *peerConn
