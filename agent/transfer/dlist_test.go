@@ -8,6 +8,26 @@ import (
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
+// dlist is one side's layout and a request's indices into it.
+type dlist struct {
+	*dlistLayout
+	idx []int32
+}
+
+// buildDlist lays out one side of pairs over regions of the given sizes
+// and indexes the pairs.
+func buildDlist(pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc, size func(region int) int64) (*dlist, error) {
+	l, err := newLayout(nil, pairs, at, func(r int) (int64, error) { return size(r), nil })
+	if err != nil {
+		return nil, err
+	}
+	idx, err := l.indices(pairs, at)
+	if err != nil {
+		return nil, err
+	}
+	return &dlist{l, idx}, nil
+}
+
 // nixlRun is one run of a prepared list as NIXL v1.4 compresses it
 // (nixlMemSection::populate): count entries of one length in one
 // registered buffer, stride bytes apart, from list index start.
@@ -141,11 +161,11 @@ func TestDlistLetsNIXLMergeWhatKvscopeCounts(t *testing.T) {
 				}
 				src := func(p *xfer.Pair) xfer.Loc { return p.Src }
 				dst := func(p *xfer.Pair) xfer.Loc { return p.Dst }
-				pl, err := buildDlist(rp.Pairs, src)
+				pl, err := buildDlist(rp.Pairs, src, func(r int) int64 { return x.PRegs[rp.P].Regions[r].Bytes() })
 				if err != nil {
 					t.Fatal(err)
 				}
-				dl, err := buildDlist(rp.Pairs, dst)
+				dl, err := buildDlist(rp.Pairs, dst, func(r int) int64 { return x.DRegs[rp.D].Regions[r].Bytes() })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -194,11 +214,12 @@ func TestDlistEdgeCases(t *testing.T) {
 			}
 			src := func(p *xfer.Pair) xfer.Loc { return p.Src }
 			dst := func(p *xfer.Pair) xfer.Loc { return p.Dst }
-			pl, err := buildDlist(tt.pairs, src)
+			size := func(int) int64 { return 256 }
+			pl, err := buildDlist(tt.pairs, src, size)
 			if err != nil {
 				t.Fatal(err)
 			}
-			dl, err := buildDlist(tt.pairs, dst)
+			dl, err := buildDlist(tt.pairs, dst, size)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +230,24 @@ func TestDlistEdgeCases(t *testing.T) {
 			}
 		})
 	}
-	if _, err := buildDlist([]xfer.Pair{pair(0, 0, 0, 0, 0)}, func(p *xfer.Pair) xfer.Loc { return p.Src }); err == nil {
+	at := func(p *xfer.Pair) xfer.Loc { return p.Src }
+	if _, err := buildDlist([]xfer.Pair{pair(0, 0, 0, 0, 0)}, at, func(int) int64 { return 256 }); err == nil {
 		t.Error("a zero-length pair was laid out")
+	}
+	if _, err := buildDlist([]xfer.Pair{pair(0, 252, 0, 0, 8)}, at, func(int) int64 { return 256 }); err == nil {
+		t.Error("a pair past its region's end was indexed")
+	}
+	// A layout a later request outgrows keeps its classes.
+	l, err := newLayout(nil, []xfer.Pair{pair(0, 0, 0, 0, 8)}, at, func(int) (int64, error) { return 64, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := []xfer.Pair{pair(0, 3, 0, 0, 8)}
+	if l.covers(more, at) {
+		t.Fatal("a layout covers a class it lacks")
+	}
+	l2, err := newLayout(l, more, at, func(int) (int64, error) { return 64, nil })
+	if err != nil || !l2.covers(more, at) || !l2.covers([]xfer.Pair{pair(0, 56, 0, 0, 8)}, at) || len(l2.off) != 8+7 {
+		t.Fatalf("grown layout: %d entries, %v", len(l2.off), err)
 	}
 }

@@ -47,6 +47,8 @@ type NIXL struct {
 	mem      map[nixlKey][]byte // views of C memory
 	bufs     []unsafe.Pointer   // every allocation, freed by Close
 	prepared map[*Prepared][]*nixlReq
+	lists    map[nixlListKey]*nixlList // prepared descriptor lists, per initiator, side and rank
+	stale    []*C.kvs_dlist           // lists a later request outgrew, released by Close
 	xfers    map[Handle]*nixlXfer
 	next     Handle
 	closed   bool
@@ -65,6 +67,20 @@ type nixlPeerSide struct {
 type nixlRegion struct {
 	base  uint64
 	bytes int64
+}
+
+// nixlListKey names one prepared list: the agent that prepared it (the
+// initiator) and the rank whose memory it describes.
+type nixlListKey struct {
+	agent string
+	side  xfer.Side
+	rank  int
+}
+
+// nixlList is a prepared list and its layout.
+type nixlList struct {
+	layout *dlistLayout
+	h      *C.kvs_dlist
 }
 
 type nixlKey struct {
@@ -88,8 +104,7 @@ type nixlRegList struct {
 
 // nixlReq is one NIXL request: a rank pair's descriptors.
 type nixlReq struct {
-	x             *C.kvs_xfer
-	local, remote *C.kvs_dlist // its prepared lists
+	x    *C.kvs_xfer
 	rank          int          // index into Prepared.ranks
 	done          bool         // a Post or Poll saw it complete
 }
@@ -141,7 +156,7 @@ func newNIXL(name string, kinds map[string]string, sides ...xfer.Side) (*NIXL, e
 		k[l] = v
 	}
 	n := &NIXL{kindOf: func(l string) string { return k[l] }, regs: map[xfer.Side][]*xfer.Registration{},
-		mem: map[nixlKey][]byte{}, prepared: map[*Prepared][]*nixlReq{}, xfers: map[Handle]*nixlXfer{}, clock: time.Now}
+		mem: map[nixlKey][]byte{}, prepared: map[*Prepared][]*nixlReq{}, lists: map[nixlListKey]*nixlList{}, xfers: map[Handle]*nixlXfer{}, clock: time.Now}
 	for _, side := range sides {
 		i, err := nixlSideIndex(side)
 		if err != nil {
@@ -473,54 +488,102 @@ type nixlEnd struct {
 	at   func(*xfer.Pair) xfer.Loc
 }
 
-// makeReq prepares both sides' descriptor lists of one rank pair's pairs
-// (prepXferDlist: the initiator's own memory, and the target's as its
-// loaded metadata describes it) and makes the request from the pairs'
-// indices into them (makeXferReq). The lists are laid out by buildDlist so
-// that NIXL merges what kvscope's geometry says is contiguous.
+// makeReq makes one rank pair's request from the pairs' indices into both
+// sides' prepared lists (makeXferReq), preparing a list first where this
+// request needs entries it lacks.
 func (n *NIXL) makeReq(req *nixlReq, a *nixlAgent, op C.int, target string, pairs []xfer.Pair, local, remote nixlEnd) error {
-	ld, err := buildDlist(pairs, local.at)
+	ll, err := n.list(a, "", local, pairs)
 	if err != nil {
 		return err
 	}
-	rd, err := buildDlist(pairs, remote.at)
+	rl, err := n.list(a, target, remote, pairs)
 	if err != nil {
 		return err
 	}
-	// Every entry, the slots that keep a run dense included, lies inside a
-	// region: this process's registered memory, or the peer's advertised.
-	addrs := func(e nixlEnd, d *dlist) (addr, lens []uint64, err error) {
-		addr, lens = make([]uint64, len(d.off)), make([]uint64, len(d.off))
-		mine := n.agents[nixlIndex(e.side)] != nil
-		for i := range d.off {
-			if mine {
-				var b []byte
-				if b, err = n.slice(e.side, e.rank, xfer.Loc{Region: d.region[i], Offset: d.off[i]}, d.len[i]); err != nil {
-					return nil, nil, err
-				}
-				addr[i] = nixlAddr(b)
-			} else if addr[i], err = n.peerAddr(e.side, e.rank, d.region[i], d.off[i], d.len[i]); err != nil {
-				return nil, nil, err
-			}
-			lens[i] = uint64(d.len[i])
+	li, err := ll.layout.indices(pairs, local.at)
+	if err != nil {
+		return err
+	}
+	ri, err := rl.layout.indices(pairs, remote.at)
+	if err != nil {
+		return err
+	}
+	req.x, err = a.makeXfer(op, ll.h, li, rl.h, ri)
+	return err
+}
+
+// list is agent a's prepared list of one rank's memory (prepXferDlist:
+// its own memory when remote is "", else the named peer's, as its loaded
+// metadata describes it). A list is prepared once and kept; a request
+// with descriptors of a class the list lacks gets a new list with every
+// class, the old one kept until Close. Every entry lies inside a region:
+// this process's registered memory, or what the peer advertised.
+func (n *NIXL) list(a *nixlAgent, remote string, e nixlEnd, pairs []xfer.Pair) (*nixlList, error) {
+	key := nixlListKey{a.name, e.side, e.rank}
+	cur := n.lists[key]
+	if cur != nil && cur.layout.covers(pairs, e.at) {
+		return cur, nil
+	}
+	mine := n.agents[nixlIndex(e.side)] != nil
+	regionBytes := func(region int) (int64, error) {
+		if mine {
+			_, r, err := regionOf(n.regs[e.side], e.side, e.rank, region)
+			return r.Bytes(), err
 		}
-		return addr, lens, nil
+		ps := n.peers[nixlIndex(e.side)]
+		if ps == nil || e.rank >= len(ps.regions) || region < 0 || region >= len(ps.regions[e.rank]) {
+			return 0, fmt.Errorf("transfer: nixl: %s rank %d region %d was not advertised", e.side, e.rank, region)
+		}
+		return ps.regions[e.rank][region].bytes, nil
 	}
-	la, ll, err := addrs(local, ld)
+	var old *dlistLayout
+	if cur != nil {
+		old = cur.layout
+	}
+	l, err := newLayout(old, pairs, e.at, regionBytes)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ra, rl, err := addrs(remote, rd)
+	addr, lens := make([]uint64, len(l.off)), make([]uint64, len(l.off))
+	for i := range l.off {
+		if mine {
+			addr[i] = nixlAddr(n.mem[nixlKey{e.side, e.rank, l.region[i]}]) + uint64(l.off[i])
+		} else if addr[i], err = n.peerAddr(e.side, e.rank, l.region[i], l.off[i], l.len[i]); err != nil {
+			return nil, err
+		}
+		lens[i] = uint64(l.len[i])
+	}
+	h, err := a.prepDlist(remote, addr, lens, uint64(e.rank))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if req.local, err = a.prepDlist("", la, ll, uint64(local.rank)); err != nil {
-		return err
+	if cur != nil {
+		n.stale = append(n.stale, cur.h)
 	}
-	if req.remote, err = a.prepDlist(target, ra, rl, uint64(remote.rank)); err != nil {
-		return err
+	nl := &nixlList{layout: l, h: h}
+	n.lists[key] = nl
+	return nl, nil
+}
+
+// dropLists releases the prepared lists of one side (every side when
+// side is ""), and the outgrown ones: the peer they describe is gone.
+func (n *NIXL) dropLists(side xfer.Side) error {
+	var errs []error
+	for k, l := range n.lists {
+		if side == "" || k.side == side {
+			errs = append(errs, nixlFreeDlist(l.h))
+			delete(n.lists, k)
+		}
 	}
-	req.x, err = a.makeXfer(op, req.local, ld.idx, req.remote, rd.idx)
+	for _, h := range n.stale {
+		errs = append(errs, nixlFreeDlist(h))
+	}
+	n.stale = nil
+	return errors.Join(errs...)
+}
+
+func nixlFreeDlist(h *C.kvs_dlist) error {
+	_, err := nixlCall("releasedDlistH", func(e *C.char, l C.size_t) C.int { return C.kvs_dlist_free(h, e, l) })
 	return err
 }
 
@@ -703,6 +766,7 @@ func (n *NIXL) Close() error {
 		errs = append(errs, nixlRelease(x.reqs))
 		delete(n.xfers, h)
 	}
+	errs = append(errs, n.dropLists(""))
 	for _, a := range n.agents {
 		if a == nil {
 			continue
@@ -734,26 +798,14 @@ func (n *NIXL) Close() error {
 
 var errNIXLClosed = errors.New("transfer: nixl: the backend is closed")
 
-// nixlRelease releases requests and then their prepared lists, keeping
-// the first error.
+// nixlRelease releases requests, keeping the first error.
 func nixlRelease(reqs []*nixlReq) error {
 	var first error
-	keep := func(err error) {
-		if err != nil && first == nil {
-			first = err
-		}
-	}
 	for _, r := range reqs {
 		if x := r.x; x != nil {
 			r.x = nil
-			_, err := nixlCall("releaseXferReq", func(e *C.char, l C.size_t) C.int { return C.kvs_xfer_free(x, e, l) })
-			keep(err)
-		}
-		for _, d := range []**C.kvs_dlist{&r.local, &r.remote} {
-			if h := *d; h != nil {
-				*d = nil
-				_, err := nixlCall("releasedDlistH", func(e *C.char, l C.size_t) C.int { return C.kvs_dlist_free(h, e, l) })
-				keep(err)
+			if _, err := nixlCall("releaseXferReq", func(e *C.char, l C.size_t) C.int { return C.kvs_xfer_free(x, e, l) }); err != nil && first == nil {
+				first = err
 			}
 		}
 	}

@@ -113,6 +113,9 @@ func (n *NIXL) LoadPeer(h NIXLHello, side xfer.Side, md []xfer.Metadata) error {
 		return err
 	}
 	i := nixlIndex(side)
+	if err := n.dropLists(side); err != nil {
+		return fmt.Errorf("dropping the lists of %s's memory: %w", a.peer, err)
+	}
 	if old := a.peer; old != "" {
 		// The peer came back (a new process, maybe a new blob): forget
 		// the old one before loading the new.
