@@ -48,7 +48,7 @@ type NIXL struct {
 	bufs     []unsafe.Pointer   // every allocation, freed by Close
 	prepared map[*Prepared][]*nixlReq
 	lists    map[nixlListKey]*nixlList // prepared descriptor lists, per initiator, side and rank
-	stale    []*C.kvs_dlist           // lists a later request outgrew, released by Close
+	stale    []*C.kvs_dlist            // lists a later request outgrew, released by Close
 	xfers    map[Handle]*nixlXfer
 	next     Handle
 	closed   bool
@@ -105,8 +105,8 @@ type nixlRegList struct {
 // nixlReq is one NIXL request: a rank pair's descriptors.
 type nixlReq struct {
 	x    *C.kvs_xfer
-	rank          int          // index into Prepared.ranks
-	done          bool         // a Post or Poll saw it complete
+	rank int  // index into Prepared.ranks
+	done bool // a Post or Poll saw it complete
 }
 
 // nixlXfer is a posted transfer.
