@@ -53,10 +53,16 @@ func (l *dlistLayout) covers(pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc) bo
 	if l == nil {
 		return false
 	}
+	var last dlistClass
 	for i := range pairs {
-		if _, ok := l.first[classOf(at(&pairs[i]), pairs[i].Len)]; !ok {
+		c := classOf(at(&pairs[i]), pairs[i].Len)
+		if i > 0 && c == last {
+			continue // most pairs share their neighbour's class
+		}
+		if _, ok := l.first[c]; !ok {
 			return false
 		}
+		last = c
 	}
 	return true
 }
@@ -111,13 +117,18 @@ func newLayout(old *dlistLayout, pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc
 // the layout lacks, or outside its region, is an error.
 func (l *dlistLayout) indices(pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc) ([]int32, error) {
 	out := make([]int32, len(pairs))
+	var last dlistClass
+	first := -1
 	for i := range pairs {
 		p := &pairs[i]
 		loc := at(p)
 		c := classOf(loc, p.Len)
-		first, ok := l.first[c]
-		if !ok {
-			return nil, fmt.Errorf("transfer: descriptor pair %d: no list entry for region %d [%d, +%d)", i, loc.Region, loc.Offset, p.Len)
+		if first < 0 || c != last {
+			f, ok := l.first[c]
+			if !ok {
+				return nil, fmt.Errorf("transfer: descriptor pair %d: no list entry for region %d [%d, +%d)", i, loc.Region, loc.Offset, p.Len)
+			}
+			first, last = f, c
 		}
 		e := first + int((loc.Offset-c.mod)/c.len)
 		if e >= len(l.off) || l.region[e] != loc.Region || l.off[e] != loc.Offset {

@@ -172,18 +172,18 @@ func (h *Host) slice(side xfer.Side, rank int, at xfer.Loc, n int64) ([]byte, er
 // Prepare validates every descriptor against both sides' regions and
 // groups the pairs into per-layer batches.
 func (h *Host) Prepare(x *xfer.Transfer) (*Prepared, error) {
-	return h.prepare(x, func(rank int, q xfer.Pair) ([]byte, error) { return h.slice(xfer.P, rank, q.Src, q.Len) })
+	return h.prepare(x, func(rank int, q *xfer.Pair) ([]byte, error) { return h.slice(xfer.P, rank, q.Src, q.Len) })
 }
 
 // prepare validates D's side of every descriptor here and P's side with
 // src, and groups the pairs into per-layer batches.
-func (h *Host) prepare(x *xfer.Transfer, src func(rank int, q xfer.Pair) ([]byte, error)) (*Prepared, error) {
+func (h *Host) prepare(x *xfer.Transfer, src func(rank int, q *xfer.Pair) ([]byte, error)) (*Prepared, error) {
 	start := h.clock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := &Prepared{x: x}
 	for _, rp := range x.RankPairs {
-		_, err := p.addRankPair(rp, h.kindOf, func(q xfer.Pair) (copyOp, error) {
+		_, err := p.addRankPair(rp, h.kindOf, func(q *xfer.Pair) (copyOp, error) {
 			s, err := src(rp.P, q)
 			if err != nil {
 				return copyOp{}, err
@@ -192,7 +192,7 @@ func (h *Host) prepare(x *xfer.Transfer, src func(rank int, q xfer.Pair) ([]byte
 			if err != nil {
 				return copyOp{}, err
 			}
-			return copyOp{src: s, dst: dst, pair: q}, nil
+			return copyOp{src: s, dst: dst}, nil
 		})
 		if err != nil {
 			return nil, err

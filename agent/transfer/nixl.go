@@ -83,10 +83,13 @@ type nixlList struct {
 	h      *C.kvs_dlist
 }
 
+// nixlKey is one region of one rank (side as nixlIndex: hashing an int
+// is cheaper than a string on the per-descriptor path).
 type nixlKey struct {
-	side         xfer.Side
-	rank, region int
+	side, rank, region int
 }
+
+func memKey(side xfer.Side, rank, region int) nixlKey { return nixlKey{nixlIndex(side), rank, region} }
 
 // nixlAgent is one side's NIXL agent.
 type nixlAgent struct {
@@ -245,7 +248,7 @@ func (n *NIXL) Register(regs []*xfer.Registration) error {
 				return fmt.Errorf("%s rank %d region %d: %w", r.Side, r.Rank, j, err)
 			}
 			n.bufs = append(n.bufs, p) // freed by Close, registered or not
-			views[nixlKey{r.Side, r.Rank, j}] = unsafe.Slice((*byte)(p), size)
+			views[memKey(r.Side, r.Rank, j)] = unsafe.Slice((*byte)(p), size)
 			rl.addr = append(rl.addr, uint64(uintptr(p)))
 			rl.len = append(rl.len, uint64(size))
 			rl.dev = append(rl.dev, uint64(r.Rank))
@@ -340,7 +343,7 @@ func (n *NIXL) LoadRemote(md []byte) error {
 func (n *NIXL) Block(side xfer.Side, rank, region, block int) []byte {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	buf, ok := n.mem[nixlKey{side, rank, region}]
+	buf, ok := n.mem[memKey(side, rank, region)]
 	if !ok {
 		return nil
 	}
@@ -352,19 +355,42 @@ func (n *NIXL) Block(side xfer.Side, rank, region, block int) []byte {
 	return buf[lo : lo+r.BlockLen : lo+r.BlockLen]
 }
 
-// check validates one side of a descriptor: against this process's
-// registered regions (returning their bytes) or, for the peer's side,
-// against the regions the peer advertised (returning nil).
-func (n *NIXL) check(side xfer.Side, rank int, at xfer.Loc, l int64) ([]byte, error) {
+// checker validates one side's descriptors of one rank: against this
+// process's registered regions (returning their bytes) or, for the peer's
+// side, against the regions the peer advertised (returning nil). The rank's
+// regions are looked up once, not per descriptor.
+func (n *NIXL) checker(side xfer.Side, rank int) func(at xfer.Loc, l int64) ([]byte, error) {
 	i, err := nixlSideIndex(side)
 	if err != nil {
-		return nil, err
+		return func(xfer.Loc, int64) ([]byte, error) { return nil, err }
 	}
-	if n.agents[i] != nil {
-		return n.slice(side, rank, at, l)
+	if n.agents[i] == nil {
+		return func(at xfer.Loc, l int64) ([]byte, error) {
+			_, err := n.peerAddr(side, rank, at.Region, at.Offset, l)
+			return nil, err
+		}
 	}
-	_, err = n.peerAddr(side, rank, at.Region, at.Offset, l)
-	return nil, err
+	regs := n.regs[side]
+	var views [][]byte
+	if rank >= 0 && rank < len(regs) && regs[rank] != nil {
+		for j := range regs[rank].Regions {
+			views = append(views, n.mem[memKey(side, rank, j)])
+		}
+	}
+	return func(at xfer.Loc, l int64) ([]byte, error) {
+		_, reg, err := regionOf(regs, side, rank, at.Region)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkRange(side, rank, reg, at.Offset, l); err != nil {
+			return nil, err
+		}
+		buf := views[at.Region]
+		if at.Offset+l > int64(len(buf)) {
+			return nil, fmt.Errorf("transfer: %s rank %d region %d: descriptor [%d, %d) outside its %d allocated bytes", side, rank, at.Region, at.Offset, at.Offset+l, len(buf))
+		}
+		return buf[at.Offset : at.Offset+l : at.Offset+l], nil
+	}
 }
 
 // peerAddr is the address of a descriptor in the peer's memory, after
@@ -389,22 +415,6 @@ func (n *NIXL) peerAddr(side xfer.Side, rank, region int, off, l int64) (uint64,
 		return 0, fmt.Errorf("transfer: nixl: %s rank %d region %d: descriptor [%d, %d) outside the %d bytes %s advertised", side, rank, region, off, off+l, r.bytes, ps.agent)
 	}
 	return r.base + uint64(off), nil
-}
-
-// slice returns the bytes of one side of a descriptor after validating it.
-func (n *NIXL) slice(side xfer.Side, rank int, at xfer.Loc, l int64) ([]byte, error) {
-	_, reg, err := regionOf(n.regs[side], side, rank, at.Region)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkRange(side, rank, reg, at.Offset, l); err != nil {
-		return nil, err
-	}
-	buf := n.mem[nixlKey{side, rank, at.Region}]
-	if at.Offset+l > int64(len(buf)) {
-		return nil, fmt.Errorf("transfer: %s rank %d region %d: descriptor [%d, %d) outside its %d allocated bytes", side, rank, at.Region, at.Offset, at.Offset+l, len(buf))
-	}
-	return buf[at.Offset : at.Offset+l : at.Offset+l], nil
 }
 
 // nixlAddr is the address of a slice's first byte.
@@ -447,16 +457,17 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 		return nil, err
 	}
 	for _, rp := range x.RankPairs {
-		_, err := p.addRankPair(rp, n.kindOf, func(q xfer.Pair) (copyOp, error) {
-			src, err := n.check(xfer.P, rp.P, q.Src, q.Len)
+		pCheck, dCheck := n.checker(xfer.P, rp.P), n.checker(xfer.D, rp.D)
+		_, err := p.addRankPair(rp, n.kindOf, func(q *xfer.Pair) (copyOp, error) {
+			src, err := pCheck(q.Src, q.Len)
 			if err != nil {
 				return copyOp{}, err
 			}
-			dst, err := n.check(xfer.D, rp.D, q.Dst, q.Len)
+			dst, err := dCheck(q.Dst, q.Len)
 			if err != nil {
 				return copyOp{}, err
 			}
-			return copyOp{src: src, dst: dst, pair: q}, nil
+			return copyOp{src: src, dst: dst}, nil
 		})
 		if err != nil {
 			return fail(err)
@@ -547,7 +558,7 @@ func (n *NIXL) list(a *nixlAgent, remote string, e nixlEnd, pairs []xfer.Pair) (
 	addr, lens := make([]uint64, len(l.off)), make([]uint64, len(l.off))
 	for i := range l.off {
 		if mine {
-			addr[i] = nixlAddr(n.mem[nixlKey{e.side, e.rank, l.region[i]}]) + uint64(l.off[i])
+			addr[i] = nixlAddr(n.mem[memKey(e.side, e.rank, l.region[i])]) + uint64(l.off[i])
 		} else if addr[i], err = n.peerAddr(e.side, e.rank, l.region[i], l.off[i], l.len[i]); err != nil {
 			return nil, err
 		}

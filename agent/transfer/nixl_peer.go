@@ -46,7 +46,7 @@ func (n *NIXL) SideMetadata(side xfer.Side) []xfer.Metadata {
 		}
 		md := xfer.MetadataOf(r)
 		for j := range md.BaseAddrs {
-			md.BaseAddrs[j] = nixlAddr(n.mem[nixlKey{side, r.Rank, j}])
+			md.BaseAddrs[j] = nixlAddr(n.mem[memKey(side, r.Rank, j)])
 		}
 		out = append(out, md)
 	}
@@ -237,12 +237,13 @@ func (r *NIXLRemote) Prepare(x *xfer.Transfer) (*Prepared, error) {
 	}
 	p := &Prepared{x: x}
 	for _, rp := range x.RankPairs {
-		if _, err := p.addRankPair(rp, r.kindOf, func(q xfer.Pair) (copyOp, error) {
-			if _, err := r.check(xfer.P, rp.P, q.Src, q.Len); err != nil {
+		pCheck, dCheck := r.checker(xfer.P, rp.P), r.checker(xfer.D, rp.D)
+		if _, err := p.addRankPair(rp, r.kindOf, func(q *xfer.Pair) (copyOp, error) {
+			if _, err := pCheck(q.Src, q.Len); err != nil {
 				return copyOp{}, err
 			}
-			dst, err := r.check(xfer.D, rp.D, q.Dst, q.Len)
-			return copyOp{dst: dst, pair: q}, err
+			dst, err := dCheck(q.Dst, q.Len)
+			return copyOp{dst: dst}, err
 		}); err != nil {
 			return nil, err
 		}

@@ -130,6 +130,12 @@ int kvs_agent_new(const char *name, const char *backend, int prog_thread, kvs_ag
         *out = nullptr;
         nixlAgentConfig cfg;
         cfg.useProgThread = prog_thread != 0;
+        // The UCX backend's progress thread polls its workers' event fds
+        // with this as the timeout (rounded up to whole milliseconds). The
+        // default 0 makes it spin, a core per agent, which starves
+        // everything else on a small host: wake on events, and at least
+        // every millisecond (NIXL's guard against a missed wake-up).
+        cfg.pthrDelay = 1000;
         // The progress thread and our calls (serialised by the Go side)
         // share the agent: let NIXL lock its own state.
         cfg.syncMode = nixl_thread_sync_t::NIXL_THREAD_SYNC_STRICT;

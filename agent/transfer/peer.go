@@ -804,7 +804,7 @@ func (pc *peerConn) prefill(body []byte) error {
 // Prepare validates D's side of each descriptor against D's regions and
 // P's side against P's regions as planned (P checks them again).
 func (r *Remote) Prepare(x *xfer.Transfer) (*Prepared, error) {
-	return r.Host.prepare(x, func(rank int, q xfer.Pair) ([]byte, error) {
+	return r.Host.prepare(x, func(rank int, q *xfer.Pair) ([]byte, error) {
 		_, reg, err := regionOf(r.pRegs, xfer.P, rank, q.Src.Region)
 		if err == nil {
 			err = checkRange(xfer.P, rank, reg, q.Src.Offset, q.Len)

@@ -81,8 +81,8 @@ func (s *Stats) GBps() float64 {
 
 // copyOp is one validated descriptor pair, in region-local offsets.
 type copyOp struct {
-	src, dst []byte // exact slices (host backend), or nil where memory is remote
-	pair     xfer.Pair
+	src, dst []byte     // exact slices (host backend), or nil where memory is remote
+	pair     *xfer.Pair // the transfer's own, set by group
 }
 
 // batch is the ops of one layer and group pair between two ranks.
@@ -112,7 +112,7 @@ type Prepared struct {
 
 // addRankPair validates and groups one rank pair's descriptors (op checks
 // and resolves each) and adds them to the prepared transfer.
-func (p *Prepared) addRankPair(rp xfer.RankPair, kindOf func(string) string, op func(xfer.Pair) (copyOp, error)) ([]batch, error) {
+func (p *Prepared) addRankPair(rp xfer.RankPair, kindOf func(string) string, op func(*xfer.Pair) (copyOp, error)) ([]batch, error) {
 	batches, bytes, err := group(rp.Pairs, kindOf, op)
 	if err != nil {
 		return nil, err
@@ -148,17 +148,18 @@ func checkRange(side xfer.Side, rank int, reg xfer.Region, off, n int64) error {
 
 // group splits a rank pair's pairs into batches of consecutive pairs of
 // one layer and group pair.
-func group(pairs []xfer.Pair, kindOf func(string) string, op func(xfer.Pair) (copyOp, error)) ([]batch, int64, error) {
+func group(pairs []xfer.Pair, kindOf func(string) string, op func(*xfer.Pair) (copyOp, error)) ([]batch, int64, error) {
 	var out []batch
 	var total int64
 	all := make([]copyOp, len(pairs)) // one allocation; batches are runs of it
 	start := 0
 	for i := range pairs {
 		p := &pairs[i]
-		c, err := op(*p)
+		c, err := op(p)
 		if err != nil {
 			return nil, 0, err
 		}
+		c.pair = p
 		all[i] = c
 		n := len(out)
 		if n == 0 || out[n-1].layer != p.Layer || out[n-1].pGroup != p.PGroup || out[n-1].dGroup != p.DGroup {

@@ -83,8 +83,10 @@ func MetadataOf(r *Registration) Metadata {
 	}
 	md := Metadata{
 		Version: HandshakeVersion, EngineID: engineID, TPSize: r.TP, TPRank: r.Rank,
-		BlockSize: r.plan.BlockSize, KVCacheLayout: "HND", BlocksFirst: r.Layout == BlocksFirst,
-		NumBlocks: r.NumBlocks, CompatHash: compatHash(r.model, r.plan),
+		KVCacheLayout: "HND", BlocksFirst: r.Layout == BlocksFirst, NumBlocks: r.NumBlocks,
+	}
+	if r.plan != nil && r.model != nil { // nil for a registration built by hand (benchmarks)
+		md.BlockSize, md.CompatHash = r.plan.BlockSize, compatHash(r.model, r.plan)
 	}
 	md.Members = make([][]Member, len(r.Regions))
 	for _, reg := range r.Regions {
