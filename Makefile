@@ -13,7 +13,7 @@ AGENT    := bin/kvscope-agent
 # go-nvml's cgo preamble trips a deprecation warning in newer C compilers.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: run build wasm assets test check unit fuzz bench sweep site clean nixl test-nixl
+.PHONY: run build wasm assets test check unit fuzz bench bench-nixl sweep site clean nixl test-nixl
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8080
@@ -88,6 +88,20 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./agent/...
 	$(GO) test -run '^$$' -bench LiveEvents -benchtime 20000x ./server
+	@$(MAKE) --no-print-directory bench-nixl
+
+# The nixl backend's nixlbench-style table (agent/transfer/nixl_bench_test.go),
+# one process over UCX_TLS=tcp,self and two processes over tcp,self and
+# tcp,shm,self, as markdown rows (skipped without NIXL, as test-nixl is).
+bench-nixl:
+	@why=$$(mktemp); trap 'rm -f $$why' EXIT; \
+	if env=$$(./$(NIXL_ENV) 2>$$why); then \
+		eval "$$env" && UCX_TLS=tcp,self UCX_NET_DEVICES=lo NIXL_LOG_LEVEL=ERROR \
+		$(GO) test -tags nixl -run '^$$' -bench 'BenchmarkNIXL$$' -benchtime 200ms ./agent/transfer | tee bench-nixl.txt | \
+		awk -f agent/transfer/benchtable.awk; \
+	else \
+		echo "skipping the NIXL benchmark: $$(cat $$why)"; \
+	fi
 
 # The full oracle sweep (about a minute on 2 cores); make test runs the quick one.
 sweep: build

@@ -2,18 +2,7 @@
 
 package transfer
 
-/*
-#cgo CXXFLAGS: -std=c++17 -I/opt/nvidia/nvda_nixl/include -I/usr/local/nixl/include
-#cgo LDFLAGS: -L/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu -Wl,-rpath,/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu
-#cgo LDFLAGS: -L/usr/local/nixl/lib/x86_64-linux-gnu -Wl,-rpath,/usr/local/nixl/lib/x86_64-linux-gnu
-#cgo LDFLAGS: -lnixl -lnixl_build -lstdc++
-#include <stdlib.h>
-#include "nixl_shim.h"
-*/
-import "C"
-
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,7 +37,7 @@ type NIXL struct {
 	bufs     []unsafe.Pointer   // every allocation, freed by Close
 	prepared map[*Prepared][]*nixlReq
 	lists    map[nixlListKey]*nixlList // prepared descriptor lists, per initiator, side and rank
-	stale    []*C.kvs_dlist            // lists a later request outgrew, released by Close
+	stale    []cDlist                  // lists a later request outgrew, released by Close
 	xfers    map[Handle]*nixlXfer
 	next     Handle
 	closed   bool
@@ -80,7 +69,7 @@ type nixlListKey struct {
 // nixlList is a prepared list and its layout.
 type nixlList struct {
 	layout *dlistLayout
-	h      *C.kvs_dlist
+	h      cDlist
 }
 
 // nixlKey is one region of one rank (side as nixlIndex: hashing an int
@@ -91,50 +80,11 @@ type nixlKey struct {
 
 func memKey(side xfer.Side, rank, region int) nixlKey { return nixlKey{nixlIndex(side), rank, region} }
 
-// nixlAgent is one side's NIXL agent.
-type nixlAgent struct {
-	side xfer.Side
-	name string
-	h    *C.kvs_agent
-	regs []nixlRegList // what it registered, for deregistration
-	peer string        // the agent whose metadata it loaded
-}
-
-// nixlRegList is one registerMem call: parallel arrays of buffers.
-type nixlRegList struct {
-	addr, len, dev []uint64
-}
-
-// nixlReq is one NIXL request: a rank pair's descriptors.
-type nixlReq struct {
-	x    *C.kvs_xfer
-	rank int  // index into Prepared.ranks
-	done bool // a Post or Poll saw it complete
-}
-
 // nixlXfer is a posted transfer.
 type nixlXfer struct {
 	p    *Prepared
 	reqs []*nixlReq
 }
-
-// The memory kind and operations of the shim (nixl_mem_t, nixl_xfer_op_t
-// values), and NIXL's two non-error statuses.
-const (
-	nixlDRAM    = C.KVS_MEM_DRAM
-	nixlRead    = C.KVS_READ
-	nixlWrite   = C.KVS_WRITE
-	nixlSuccess = 0 // NIXL_SUCCESS
-	nixlInProg  = 1 // NIXL_IN_PROG
-)
-
-// The shim's codes as nixl_status.go names them (a build without cgo has
-// no C): a mismatch does not compile.
-var (
-	_ = [1]struct{}{}[shimErrException-C.KVS_ERR_EXCEPTION]
-	_ = [1]struct{}{}[shimErrNoMemory-C.KVS_ERR_NO_MEMORY]
-	_ = [1]struct{}{}[shimErrArgument-C.KVS_ERR_ARGUMENT]
-)
 
 // NewNIXL creates the two agents of a backend, "<name>-P" and "<name>-D",
 // each with a UCX backend. kinds names each layer's kind for batch events.
@@ -166,14 +116,7 @@ func newNIXL(name string, kinds map[string]string, sides ...xfer.Side) (*NIXL, e
 			return nil, err
 		}
 		a := &nixlAgent{side: side, name: name + "-" + string(side)}
-		cname := C.CString(a.name)
-		cbackend := C.CString("UCX")
-		_, err = nixlCall("create agent "+a.name, func(e *C.char, l C.size_t) C.int {
-			return C.kvs_agent_new(cname, cbackend, 1, &a.h, e, l)
-		})
-		C.free(unsafe.Pointer(cname))
-		C.free(unsafe.Pointer(cbackend))
-		if err != nil {
+		if err := a.create("UCX"); err != nil {
 			n.Close()
 			return nil, nixlHint(err)
 		}
@@ -241,10 +184,8 @@ func (n *NIXL) Register(regs []*xfer.Registration) error {
 			if size <= 0 {
 				return fmt.Errorf("transfer: nixl: %s rank %d region %d has %d bytes", r.Side, r.Rank, j, size)
 			}
-			var p unsafe.Pointer
-			if _, err := nixlCall("alloc", func(e *C.char, l C.size_t) C.int {
-				return C.kvs_mem_alloc(C.uint64_t(size), &p, e, l)
-			}); err != nil {
+			p, err := nixlAlloc(size)
+			if err != nil {
 				return fmt.Errorf("%s rank %d region %d: %w", r.Side, r.Rank, j, err)
 			}
 			n.bufs = append(n.bufs, p) // freed by Close, registered or not
@@ -432,7 +373,7 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 		return nil, errNIXLClosed
 	}
 	// Pull: D's agent READs from P; push: P's agent WRITEs to D.
-	ii, ti, op := 1, 0, C.int(nixlRead)
+	ii, ti, op := 1, 0, nixlRead
 	if x.Mode == xfer.Push {
 		ii, ti, op = 0, 1, nixlWrite
 	}
@@ -502,7 +443,7 @@ type nixlEnd struct {
 // makeReq makes one rank pair's request from the pairs' indices into both
 // sides' prepared lists (makeXferReq), preparing a list first where this
 // request needs entries it lacks.
-func (n *NIXL) makeReq(req *nixlReq, a *nixlAgent, op C.int, target string, pairs []xfer.Pair, local, remote nixlEnd) error {
+func (n *NIXL) makeReq(req *nixlReq, a *nixlAgent, op int, target string, pairs []xfer.Pair, local, remote nixlEnd) error {
 	ll, err := n.list(a, "", local, pairs)
 	if err != nil {
 		return err
@@ -591,11 +532,6 @@ func (n *NIXL) dropLists(side xfer.Side) error {
 	}
 	n.stale = nil
 	return errors.Join(errs...)
-}
-
-func nixlFreeDlist(h *C.kvs_dlist) error {
-	_, err := nixlCall("releasedDlistH", func(e *C.char, l C.size_t) C.int { return C.kvs_dlist_free(h, e, l) })
-	return err
 }
 
 // Post posts every rank pair's request, each carrying notif (when not
@@ -795,12 +731,12 @@ func (n *NIXL) Close() error {
 	}
 	for i, a := range n.agents {
 		if a != nil {
-			C.kvs_agent_free(a.h)
+			a.free()
 			n.agents[i] = nil
 		}
 	}
 	for _, p := range n.bufs {
-		C.kvs_mem_free(p)
+		nixlFree(p)
 	}
 	n.bufs = nil
 	n.mem, n.regs = map[nixlKey][]byte{}, map[xfer.Side][]*xfer.Registration{}
@@ -808,177 +744,3 @@ func (n *NIXL) Close() error {
 }
 
 var errNIXLClosed = errors.New("transfer: nixl: the backend is closed")
-
-// nixlRelease releases requests, keeping the first error.
-func nixlRelease(reqs []*nixlReq) error {
-	var first error
-	for _, r := range reqs {
-		if x := r.x; x != nil {
-			r.x = nil
-			if _, err := nixlCall("releaseXferReq", func(e *C.char, l C.size_t) C.int { return C.kvs_xfer_free(x, e, l) }); err != nil && first == nil {
-				first = err
-			}
-		}
-	}
-	return first
-}
-
-// nixlCall runs one shim call with an error buffer and turns a negative
-// status into a *NIXLError.
-func nixlCall(op string, f func(err *C.char, errlen C.size_t) C.int) (int, error) {
-	var buf [512]C.char
-	st := int(f(&buf[0], C.size_t(len(buf))))
-	if st < 0 {
-		return st, &NIXLError{Op: op, Status: st, Msg: C.GoString(&buf[0])}
-	}
-	return st, nil
-}
-
-// nixlU64s passes a slice to C (Go memory without Go pointers, not retained).
-func nixlU64s(s []uint64) *C.uint64_t {
-	if len(s) == 0 {
-		return nil
-	}
-	return (*C.uint64_t)(unsafe.Pointer(&s[0]))
-}
-
-func (a *nixlAgent) register(rl nixlRegList, undo bool) error {
-	op := "registerMem"
-	if undo {
-		op = "deregisterMem"
-	}
-	_, err := nixlCall(op+" ("+a.name+")", func(e *C.char, l C.size_t) C.int {
-		if undo {
-			return C.kvs_deregister(a.h, nixlDRAM, nixlU64s(rl.addr), nixlU64s(rl.len), nixlU64s(rl.dev), C.size_t(len(rl.addr)), e, l)
-		}
-		return C.kvs_register(a.h, nixlDRAM, nixlU64s(rl.addr), nixlU64s(rl.len), nixlU64s(rl.dev), C.size_t(len(rl.addr)), e, l)
-	})
-	return err
-}
-
-func (a *nixlAgent) localMD() ([]byte, error) {
-	var p unsafe.Pointer
-	var size C.size_t
-	if _, err := nixlCall("getLocalMD ("+a.name+")", func(e *C.char, l C.size_t) C.int {
-		return C.kvs_local_md(a.h, &p, &size, e, l)
-	}); err != nil {
-		return nil, err
-	}
-	defer C.kvs_buf_free(p)
-	return C.GoBytes(p, C.int(size)), nil
-}
-
-func (a *nixlAgent) loadMD(md []byte) (string, error) {
-	if len(md) == 0 {
-		return "", fmt.Errorf("transfer: nixl: empty metadata for agent %s", a.name)
-	}
-	cmd := C.CBytes(md)
-	defer C.free(cmd)
-	var name [256]C.char
-	if _, err := nixlCall("loadRemoteMD ("+a.name+")", func(e *C.char, l C.size_t) C.int {
-		return C.kvs_load_md(a.h, cmd, C.size_t(len(md)), &name[0], C.size_t(len(name)), e, l)
-	}); err != nil {
-		return "", err
-	}
-	return C.GoString(&name[0]), nil
-}
-
-func (a *nixlAgent) invalidate(remote string) error {
-	cr := C.CString(remote)
-	defer C.free(unsafe.Pointer(cr))
-	_, err := nixlCall("invalidateRemoteMD ("+a.name+")", func(e *C.char, l C.size_t) C.int {
-		return C.kvs_invalidate_md(a.h, cr, e, l)
-	})
-	return err
-}
-
-// prepDlist prepares descriptors of the agent's own memory (remote "")
-// or of a peer's.
-func (a *nixlAgent) prepDlist(remote string, addr, lens []uint64, dev uint64) (*C.kvs_dlist, error) {
-	var cr *C.char
-	if remote != "" {
-		cr = C.CString(remote)
-		defer C.free(unsafe.Pointer(cr))
-	}
-	var d *C.kvs_dlist
-	_, err := nixlCall("prepXferDlist ("+a.name+")", func(e *C.char, l C.size_t) C.int {
-		return C.kvs_dlist_prep(a.h, cr, nixlDRAM, nixlU64s(addr), nixlU64s(lens), C.uint64_t(dev), C.size_t(len(addr)), &d, e, l)
-	})
-	return d, err
-}
-
-func (a *nixlAgent) makeXfer(op C.int, local *C.kvs_dlist, lidx []int32, remote *C.kvs_dlist, ridx []int32) (*C.kvs_xfer, error) {
-	var x *C.kvs_xfer
-	_, err := nixlCall("makeXferReq ("+a.name+")", func(e *C.char, l C.size_t) C.int {
-		return C.kvs_xfer_make(a.h, op, local, (*C.int32_t)(unsafe.Pointer(&lidx[0])), remote, (*C.int32_t)(unsafe.Pointer(&ridx[0])),
-			C.size_t(len(lidx)), &x, e, l)
-	})
-	return x, err
-}
-
-func (a *nixlAgent) notifs() ([]string, error) {
-	var p unsafe.Pointer
-	var size, count C.size_t
-	_, err := nixlCall("getNotifs ("+a.name+")", func(e *C.char, l C.size_t) C.int {
-		return C.kvs_notifs(a.h, &p, &size, &count, e, l)
-	})
-	if p == nil {
-		return nil, err
-	}
-	buf := C.GoBytes(p, C.int(size))
-	C.kvs_buf_free(p)
-	out := make([]string, 0, int(count))
-	next := func() (string, bool) {
-		if len(buf) < 4 {
-			return "", false
-		}
-		k := int(binary.NativeEndian.Uint32(buf))
-		if len(buf) < 4+k {
-			return "", false
-		}
-		s := string(buf[4 : 4+k])
-		buf = buf[4+k:]
-		return s, true
-	}
-	for len(buf) > 0 {
-		_, ok1 := next() // the sender; records come ordered by it
-		msg, ok2 := next()
-		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("transfer: nixl getNotifs (%s): malformed records", a.name)
-		}
-		out = append(out, msg)
-	}
-	return out, err
-}
-
-func (r *nixlReq) post(notif string) (int, error) {
-	var cn *C.char
-	if notif != "" {
-		cn = C.CString(notif)
-		defer C.free(unsafe.Pointer(cn))
-	}
-	has := C.int(0)
-	if notif != "" {
-		has = 1
-	}
-	return nixlCall("postXferReq", func(e *C.char, l C.size_t) C.int {
-		return C.kvs_xfer_post(r.x, has, cn, C.size_t(len(notif)), e, l)
-	})
-}
-
-// nixlTelem is one request's getXferTelemetry, in microseconds.
-type nixlTelem struct {
-	startUS, postUS, xferUS, bytes, descs uint64
-}
-
-func (r *nixlReq) telemetry() (nixlTelem, error) {
-	var c [5]C.uint64_t
-	_, err := nixlCall("getXferTelemetry", func(e *C.char, l C.size_t) C.int {
-		return C.kvs_xfer_telemetry(r.x, &c[0], &c[1], &c[2], &c[3], &c[4], e, l)
-	})
-	return nixlTelem{uint64(c[0]), uint64(c[1]), uint64(c[2]), uint64(c[3]), uint64(c[4])}, err
-}
-
-func (r *nixlReq) status() (int, error) {
-	return nixlCall("getXferStatus", func(e *C.char, l C.size_t) C.int { return C.kvs_xfer_status(r.x, e, l) })
-}
