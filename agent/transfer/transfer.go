@@ -10,12 +10,15 @@
 //     copies, rank pairs in parallel, timed per layer batch (measured). P
 //     and D can live in one process, or in two agents where D reads P's
 //     bytes over TCP after a handshake carrying the version-15 metadata
-//     (Serve and Dial).
+//     (PeerServer and Remote).
 //   - NIXL (build tag nixl, with cgo): the same operations through NIXL's
 //     UCX backend, over a small C++ shim of our own against NIXL's installed
-//     headers. NIXL reports completion per request only, so its
-//     per-descriptor times are synthesized. Without the tag, NewNIXL returns
-//     an error saying to rebuild with -tags nixl.
+//     headers, both sides in one process (NewNIXL) or one per agent process
+//     (NewNIXLSide for P, NewNIXLRemote for D), the peer connection then
+//     carrying NIXL's metadata in its handshake. Totals are NIXL's own
+//     telemetry; NIXL reports completion per request only, so per-batch
+//     times are synthesized. Without the tag, the constructors return an
+//     error saying to rebuild with -tags nixl.
 package transfer
 
 import (
