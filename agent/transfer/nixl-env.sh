@@ -6,6 +6,7 @@
 #   NIXL_PREFIX set:      that installation (headers in include/, libraries
 #                         in lib/x86_64-linux-gnu, lib64 or lib, the UCX
 #                         plugin in their plugins/)
+#   pkg-config nixl:      the installation its nixl.pc describes
 #   otherwise:            NIXL v1.4.0 with UCX from ../shared/third_party/nixl,
 #                         installed into the user cache on first use
 #                         (NIXL_INSTALL names another installer)
@@ -27,6 +28,18 @@ export NIXL_PLUGIN_DIR="\${NIXL_PLUGIN_DIR:-$lib/plugins}"
 export LD_LIBRARY_PATH="$lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export CGO_CPPFLAGS="-I$NIXL_PREFIX/include \${CGO_CPPFLAGS:-}"
 export CGO_LDFLAGS="-L$lib -lnixl -lnixl_build -Wl,-rpath,$lib \${CGO_LDFLAGS:-}"
+export UCX_TLS="\${UCX_TLS:-tcp,self}"
+ENV
+  exit 0
+fi
+if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists nixl 2>/dev/null; then
+  lib=$(pkg-config --variable=libdir nixl)
+  [ -e "$lib/libnixl.so" ] || { echo "pkg-config nixl names libdir $lib, which has no libnixl.so" >&2; exit 1; }
+  cat <<ENV
+export NIXL_PLUGIN_DIR="\${NIXL_PLUGIN_DIR:-$lib/plugins}"
+export LD_LIBRARY_PATH="$lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export CGO_CPPFLAGS="$(pkg-config --cflags nixl) \${CGO_CPPFLAGS:-}"
+export CGO_LDFLAGS="$(pkg-config --libs nixl) -lnixl_build -Wl,-rpath,$lib \${CGO_LDFLAGS:-}"
 export UCX_TLS="\${UCX_TLS:-tcp,self}"
 ENV
   exit 0
