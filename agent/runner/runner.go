@@ -89,6 +89,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	regs := append(append([]*xfer.Registration(nil), first.PRegs...), first.DRegs...)
 	if err := r.Backend.Register(regs); err != nil {
+		// Registration includes the two-agent handshake: a refused peer
+		// (its token, plan or NIXL agent) is reported, not only logged.
+		r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Status: statusOf(err), Message: event.Clip(err.Error(), maxMessage)}})
 		return err
 	}
 	for _, reg := range regs {
