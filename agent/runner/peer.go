@@ -176,34 +176,20 @@ func (c *completions) notified(msg string) (string, bool) {
 
 // collect reads P's NIXL notifications until ctx ends.
 func (r *Runner) collect(ctx context.Context, b transfer.Backend, c *completions) {
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Millisecond, func() {
 		for _, msg := range b.Notifications() {
 			if id, done := c.notified(msg); done {
 				r.logf("request %s: every READ of D landed (NIXL notifications)", id)
 			}
 		}
-	}
+	})
 }
 
 // sampleServed emits P's 1 Hz samples: the bytes D agents moved in the
 // last second and the requests served so far.
 func (r *Runner) sampleServed(ctx context.Context, served, requests func() int64) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
 	last := served()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Second, func() {
 		now := served()
 		r.emit(event.Event{Kind: event.Sample, Sample: &event.SampleData{GBps: float64(now-last) / 1e9, Requests: int(requests()),
 			DroppedEvents: r.Sink.Dropped()}})
@@ -211,5 +197,19 @@ func (r *Runner) sampleServed(ctx context.Context, served, requests func() int64
 			r.Metrics.Add("agent_tx_bytes_total", "Bytes the agent's transfers moved.", float64(now-last))
 		}
 		last = now
+	})
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
 	}
 }

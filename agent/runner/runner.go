@@ -353,14 +353,7 @@ func fits(x *xfer.Transfer) error {
 // sample emits a sample every second: throughput and latency over the
 // last second, requests served, and the sink's drops.
 func (r *Runner) sample(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Second, func() {
 		now := r.now()
 		r.mu.Lock()
 		var keep []done
@@ -383,5 +376,5 @@ func (r *Runner) sample(ctx context.Context) {
 		if r.Metrics != nil {
 			r.Metrics.Set("kvscope_agent_dropped_events", "Events the agent's queue dropped so far.", float64(r.Sink.Dropped()))
 		}
-	}
+	})
 }

@@ -74,24 +74,6 @@ func newNIXL(t *testing.T, name string, m *model.Model, x *xfer.Transfer) transf
 	return b
 }
 
-// waitNIXL polls a transfer until it completes or a deadline passes.
-func waitNIXL(t *testing.T, b transfer.Backend, h transfer.Handle) *transfer.Stats {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		done, st, err := b.Poll(h)
-		if err != nil {
-			t.Fatalf("Poll: %v", err)
-		}
-		if done {
-			return st
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
-	t.Fatal("the transfer did not complete in 60 s")
-	return nil
-}
-
 func TestNIXLTransfersAreExact(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -106,21 +88,9 @@ func TestNIXLTransfersAreExact(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m, x := nixlTransfer(t, tt.pTP, tt.dTP, tt.connector)
 			b := newNIXL(t, fmt.Sprintf("kvscope-test-%d", i), m, x)
-			prover, err := oracle.NewProver(m, x, b, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := b.Prepare(x)
-			if err != nil {
-				t.Fatal(err)
-			}
-			h, err := b.Post(p, "req-1:done")
-			if err != nil {
-				t.Fatal(err)
-			}
-			st := waitNIXL(t, b, h)
-			if res := prover.Verify(); res.Verdict != oracle.Exact {
-				t.Fatalf("verdict %s: %s", res.Verdict, res.Mismatch)
+			v, st := move(t, b, m, x, "req-1:done")
+			if v != oracle.Exact {
+				t.Fatalf("verdict %s", v)
 			}
 			if st.Bytes != x.Bytes || st.Descs != x.Descs || st.Merged != x.Merged {
 				t.Errorf("stats bytes %d descs %d merged %d, want %d %d %d", st.Bytes, st.Descs, st.Merged, x.Bytes, x.Descs, x.Merged)
@@ -237,9 +207,9 @@ type agreeCase struct {
 	connector string
 }
 
-// move runs x through a backend and returns the oracle's verdict and the
-// backend's statistics.
-func move(t *testing.T, b transfer.Backend, m *model.Model, x *xfer.Transfer) (oracle.Verdict, *transfer.Stats) {
+// move runs x through a backend, each request carrying notif, and returns
+// the oracle's verdict and the backend's statistics.
+func move(t *testing.T, b transfer.Backend, m *model.Model, x *xfer.Transfer, notif string) (oracle.Verdict, *transfer.Stats) {
 	t.Helper()
 	prover, err := oracle.NewProver(m, x, b, false)
 	if err != nil {
@@ -249,11 +219,11 @@ func move(t *testing.T, b transfer.Backend, m *model.Model, x *xfer.Transfer) (o
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := b.Post(p, "req:done")
+	h, err := b.Post(p, notif)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := transfer.Wait(b, h)
+	st, err := transfer.WaitFor(b, h, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +277,7 @@ func TestNIXLAndHostAgree(t *testing.T) {
 			}
 			nixl := newNIXL(t, fmt.Sprintf("kvscope-agree-%d", i), m, x)
 			for _, b := range []transfer.Backend{host, nixl} {
-				v, st := move(t, b, m, x)
+				v, st := move(t, b, m, x, "req:done")
 				if v != oracle.Exact {
 					t.Errorf("%s: verdict %s, want exact", b.Name(), v)
 				}
@@ -329,7 +299,7 @@ func TestNIXLAndHostAgree(t *testing.T) {
 				q.Dst.Offset -= 4
 			}
 			for _, b := range []transfer.Backend{host, nixl} {
-				if v, _ := move(t, b, m, &bad); v != oracle.Wrong {
+				if v, _ := move(t, b, m, &bad, "req:done"); v != oracle.Wrong {
 					t.Errorf("%s: a shifted descriptor gives %s, want wrong", b.Name(), v)
 				}
 			}
