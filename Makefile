@@ -97,7 +97,7 @@ bench-nixl:
 	@why=$$(mktemp); trap 'rm -f $$why' EXIT; \
 	if env=$$(./$(NIXL_ENV) 2>$$why); then \
 		eval "$$env" && UCX_TLS=tcp,self UCX_NET_DEVICES=lo NIXL_LOG_LEVEL=ERROR \
-		$(GO) test -tags nixl -run '^$$' -bench 'BenchmarkNIXL$$' -benchtime 200ms ./agent/transfer | tee bench-nixl.txt | \
+		$(GO) test -tags nixl -run '^$$' -bench 'BenchmarkNIXL$$|BenchmarkNIXLPrepare' -benchtime 200ms ./agent/transfer | tee bench-nixl.txt | \
 		awk -f agent/transfer/benchtable.awk; \
 	else \
 		echo "skipping the NIXL benchmark: $$(cat $$why)"; \

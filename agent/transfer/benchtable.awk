@@ -8,3 +8,4 @@
   for (i = 3; i < NF; i += 2) m[$(i+1)] = $i
   printf "| %s | %s | %s | %.3f | %.1f | %.1f / %.0f | %.1f / %.0f | %.0f / %.0f | %.3f | %.2f |\n", mode, page, batch, m["GB/s"], m["us/desc"], m["prep-us"], m["prep-p99-us"], m["post-us"], m["post-p99-us"], m["xfer-us"], m["xfer-p99-us"], m["host-GB/s"], m["x-host"]
 }
+/^BenchmarkNIXLPrepare\// { print }
