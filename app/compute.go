@@ -83,6 +83,18 @@ func Compute(s Settings, cat model.Catalog, clock func() time.Time) *Result {
 	}
 	r.Model = m
 	pe, de := s.Engines()
+	for side, e := range map[string]plan.Engine{"p-": pe, "d-": de} {
+		if err := e.CheckFlags(); err != nil {
+			key := side + flagOf(err)
+			if key == side+"vllm-version" {
+				key = "vllm-version"
+			}
+			r.Errors[key] = err.Error()
+		}
+	}
+	if len(r.Errors) > 0 {
+		return r
+	}
 	conn, err := xfer.ParseConnector(s.Connector)
 	if err != nil {
 		r.Errors["connector"] = err.Error()

@@ -86,6 +86,12 @@ func api(cat model.Catalog, fn func(cat model.Catalog, req apiRequest) (any, err
 			return
 		}
 		req.versioned()
+		for _, e := range []plan.Engine{req.Engine, req.P, req.D} {
+			if err := e.CheckFlags(); err != nil {
+				writeAPIError(w, http.StatusBadRequest, &badData{err})
+				return
+			}
+		}
 		res, err := fn(cat, req)
 		if err != nil {
 			var bd *badData

@@ -57,4 +57,9 @@ func TestAPICheckAndRefusal(t *testing.T) {
 	if code != 200 || out["vllm_version"] != "0.19.0" {
 		t.Errorf("plan at 0.19: %d %v", code, out["vllm_version"])
 	}
+	// A block size vLLM's CLI refuses is refused before any planning.
+	code, out = postJSON(t, srv, "/api/pd", map[string]any{"model": "openai/gpt-oss-20b", "d": map[string]any{"block_size": 1 << 20}})
+	if code != 400 || out["error_type"] != "bad_data" || !strings.Contains(out["error"].(string), "--block-size 1048576") {
+		t.Errorf("block size: %d %v", code, out)
+	}
 }

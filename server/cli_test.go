@@ -104,6 +104,16 @@ func TestPlanErrorsAreOneClearLine(t *testing.T) {
 		{"an unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"a broken config", []string{"plan", "--model", writeTemp(t, `{"num_hidden_layers": -1}`)}, 1, "num_hidden_layers = -1: must be positive"},
 		{"MTP on a model without MTP", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--draft", "mtp"}, 1, "no MTP layers"},
+		// Hostile sizes (issue 10): each refused, naming the flag and the cap.
+		{"a config that never ends", []string{"plan", "--model", "/dev/zero"}, 1, "--model /dev/zero: larger than the 4194304-byte limit"},
+		{"a block size vLLM's CLI refuses", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--block-size", "1048576"}, 2, "--block-size 1048576: vLLM 0.33.0 refuses it (argparse: invalid choice"},
+		{"a block size between the choices", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--block-size", "48"}, 2, "--block-size 48: vLLM 0.33.0 refuses it"},
+		{"a block override that would overflow", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--num-gpu-blocks-override", "9223372036854775807"}, 1, "--num-gpu-blocks-override 9223372036854775807: must be between 0 and 4294967296"},
+		{"a size that is not a number", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--kv-cache-memory-bytes", "NaNGiB"}, 2, `--kv-cache-memory-bytes "NaNGiB": want a positive size`},
+		{"an infinite size", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--kv-cache-memory-bytes", "InfGiB"}, 2, `--kv-cache-memory-bytes "InfGiB": want a positive size`},
+		{"a count past int", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--max-model-len", "99999999999999999999"}, 2, `--max-model-len "99999999999999999999": want a positive integer`},
+		{"a sweep with a worker per request", []string{"oracle", "--sweep", "--workers", "100000"}, 1, "--workers 100000: at most"},
+		{"a log that never ends", []string{"check", "/dev/zero", "--model", modelPath("openai__gpt-oss-20b")}, 1, "/dev/zero: larger than the"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,9 +38,19 @@ func readCapped(name string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s: larger than the %d-byte limit", name, limit)
+		return nil, &tooLargeError{name, limit}
 	}
 	return data, nil
+}
+
+// tooLargeError is a file over readCapped's limit.
+type tooLargeError struct {
+	name  string
+	limit int64
+}
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("%s: larger than the %d-byte limit", e.name, e.limit)
 }
 
 func runCheck(args []string, stdout io.Writer) error {

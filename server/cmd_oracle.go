@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -24,7 +25,11 @@ func runOracle(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *sweep {
-		return runSweep(stdout, *quick, *workers, *asJSON)
+		n, err := sweepWorkers(*workers, runtime.NumCPU())
+		if err != nil {
+			return err
+		}
+		return runSweep(stdout, *quick, n, *asJSON)
 	}
 	s, err := f.setup(true)
 	if err != nil {
@@ -54,6 +59,20 @@ func runOracle(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "WRONG: %s\n", res.Mismatch)
 	}
 	return nil
+}
+
+// sweepWorkers checks --workers: 0 is every core, and more than four
+// workers a core only adds memory (each holds a case's buffers), so a
+// larger count is refused with the cap named.
+func sweepWorkers(n, cores int) (int, error) {
+	limit := 4 * cores
+	switch {
+	case n < 0:
+		return 0, fmt.Errorf("--workers %d: must not be negative", n)
+	case n > limit:
+		return 0, fmt.Errorf("--workers %d: at most %d on this machine (4 a core: more only adds memory)", n, limit)
+	}
+	return n, nil
 }
 
 func runSweep(stdout io.Writer, quick bool, workers int, asJSON bool) error {

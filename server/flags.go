@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -171,7 +172,7 @@ func (ef *engineFlags) engine(side string) (plan.Engine, error) {
 	case boolean("no-enable-prefix-caching"):
 		e.PrefixCaching = "off"
 	}
-	return e, nil
+	return e, e.CheckFlags()
 }
 
 // overlay applies the engine flags given on the command line (and only
@@ -243,7 +244,8 @@ func parseBytes(s string) (int64, error) {
 	for _, u := range units {
 		if num, ok := strings.CutSuffix(s, u.suffix); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-			if err != nil || f <= 0 || f*u.scale > 1<<50 {
+			if err != nil || !(f > 0 && f*u.scale <= 1<<50) { // NaN fails both
+
 				return 0, fmt.Errorf("want a positive size such as 40GiB")
 			}
 			return int64(f * u.scale), nil
@@ -291,9 +293,17 @@ func (mf modelFlags) load(cat model.Catalog) (*model.Model, error) {
 	}
 }
 
+// maxConfigBytes caps a config.json read from a path: the largest real
+// config is tens of KiB.
+const maxConfigBytes = 4 << 20
+
 func readModel(cat model.Catalog, ref string) (*model.Model, error) {
 	name := ref
-	data, err := os.ReadFile(ref)
+	data, err := readCapped(ref, maxConfigBytes)
+	var big *tooLargeError
+	if errors.As(err, &big) {
+		return nil, fmt.Errorf("--model %w", err)
+	}
 	if err != nil {
 		var lerr error
 		name, data, lerr = cat.Lookup(ref)

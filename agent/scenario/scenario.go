@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 
@@ -50,11 +51,22 @@ func Default() Scenario {
 	}
 }
 
+// maxFileBytes caps a scenario file (an inline config included).
+const maxFileBytes = 4 << 20
+
 // Load reads a scenario file over the defaults.
 func Load(path string) (Scenario, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return Default(), fmt.Errorf("scenario: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return Default(), fmt.Errorf("scenario: %w", err)
+	}
+	if len(data) > maxFileBytes {
+		return Default(), fmt.Errorf("scenario: %s: larger than the %d-byte limit", path, maxFileBytes)
 	}
 	s, err := Parse(data)
 	if err != nil {

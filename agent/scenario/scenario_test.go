@@ -98,3 +98,11 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestLoadCapsTheFile: a scenario path that never ends is refused with
+// the cap named, not read until memory runs out.
+func TestLoadCapsTheFile(t *testing.T) {
+	if _, err := Load("/dev/zero"); err == nil || !strings.Contains(err.Error(), "larger than the 4194304-byte limit") {
+		t.Fatalf("Load(/dev/zero): %v", err)
+	}
+}

@@ -96,6 +96,22 @@ func flagErr(flag string, v any, reason string) error {
 	return &FlagError{Flag: flag, Value: fmt.Sprint(v), Reason: reason}
 }
 
+// CheckFlags refuses what a user gave that this version's vLLM refuses at
+// its command line, before the planner runs: today --block-size outside
+// its choices. Only user input goes through it; kvscope's own engines (a
+// TP-invariant layout's block size) are planned as vLLM would plan the
+// sizes it computes internally.
+func (e Engine) CheckFlags() error {
+	prof, err := e.Profile()
+	if err != nil {
+		return err
+	}
+	if why := prof.BlockSizeRefusal(e.BlockSize); why != "" {
+		return flagErr("--block-size", e.BlockSize, why)
+	}
+	return nil
+}
+
 // Profile returns the engine's vLLM version profile.
 func (e Engine) Profile() (vllm.Profile, error) {
 	p, err := vllm.Lookup(e.VLLMVersion)
@@ -185,7 +201,7 @@ func (e Engine) resolved(modelMaxLen int, hybrid, mambaAll bool) (Engine, vllm.P
 		{e.MinGroupLayers > 0 && e.MinGroupLayers <= 1<<16, "--min-kv-cache-group-layers", e.MinGroupLayers, "must be positive"},
 		{e.GroupSize >= 0 && e.GroupSize <= 1<<16, "--kv-cache-group-size", e.GroupSize, "must be positive"},
 		{e.BalancedLambda > 0 && e.BalancedLambda < 1e9, "--balanced-lambda", e.BalancedLambda, "must be positive"},
-		{e.NumGPUBlocksOverride >= 0, "--num-gpu-blocks-override", e.NumGPUBlocksOverride, "must not be negative"},
+		{e.NumGPUBlocksOverride >= 0 && e.NumGPUBlocksOverride <= maxBlocksOverride, "--num-gpu-blocks-override", e.NumGPUBlocksOverride, "must be between 0 and 4294967296"},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -204,6 +220,11 @@ func (e Engine) resolved(modelMaxLen int, hybrid, mambaAll bool) (Engine, vllm.P
 	}
 	return e, prof, notes, nil
 }
+
+// maxBlocksOverride bounds --num-gpu-blocks-override: far above any GPU's
+// block count, and low enough that blocks times bytes per block and
+// blocks times tokens per block cannot overflow.
+const maxBlocksOverride = 1 << 32
 
 // mambaMode resolves the state cache mode and prefix caching: an explicit
 // --mamba-cache-mode wins (where the version has the flag); otherwise

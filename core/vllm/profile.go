@@ -340,3 +340,24 @@ func pyRound2(x float64) string {
 	}
 	return s
 }
+
+// BlockSizeRefusal is why this version's vLLM refuses --block-size n at
+// its command line, or "" when it takes it (0: not given). Releases and
+// main take the CLI's choices, vLLM's BlockSize literal: 1, 8, 16, 32, 64,
+// 128, and 256 in later releases (kvscope accepts 256 for every release:
+// inferred, the release that added it is not pinned). The branch profile
+// takes any size up to 2^20, since its TP-invariant plans set sizes the
+// choices do not list.
+func (p Profile) BlockSizeRefusal(n int) string {
+	if p.Name == Branch {
+		if n < 0 || n > 1<<20 {
+			return "must be between 1 and 1048576"
+		}
+		return ""
+	}
+	switch n {
+	case 0, 1, 8, 16, 32, 64, 128, 256:
+		return ""
+	}
+	return "vLLM " + p.Name + " refuses it (argparse: invalid choice; choose from 1, 8, 16, 32, 64, 128, 256)"
+}
