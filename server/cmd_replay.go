@@ -19,6 +19,7 @@ func runReplay(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	speed := fs.Float64("speed", 1, "playback speed: 2 plays twice as fast; 0 plays without pauses")
+	token := fs.String("token", "", "the token browsers and scripts need (as for kvscope serve); required to listen beyond loopback")
 	files, err := parseWithArgs(fs, args)
 	if err != nil {
 		return err
@@ -38,9 +39,14 @@ func runReplay(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", files[0], err)
 	}
-	o := serveOptions{Addr: *addr, Agent: "none", Token: randomToken(), Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
+	// serve's listen rules: beyond loopback only with a token, which then
+	// guards every route. No agent connects to a replay.
+	o := serveOptions{Addr: *addr, Agent: "none", Token: *token, RequireToken: *token != "", Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
 	if err := o.check(); err != nil {
 		return &usageError{err}
+	}
+	if o.Token == "" {
+		o.Token = randomToken()
 	}
 	srv := newServer(catalog(), o, nil)
 	return srv.listenAndServe(o, func(ctx context.Context, _ string) {

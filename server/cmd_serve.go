@@ -34,23 +34,30 @@ import (
 
 // serveOptions configure the kvscope server.
 type serveOptions struct {
-	Addr   string
-	Token  string // agents' bearer token; a random one when empty (only the embedded agent knows it)
-	Agent  string // embedded or none
-	Record string // --record: a JSONL file of every event
-	Logf   func(format string, args ...any)
+	Addr  string
+	Token string // agents' bearer token; a random one when empty (only the embedded agent knows it)
+	// RequireToken: the token was given (--token), so browsers and scripts
+	// need it too (see access).
+	RequireToken bool
+	AllowedHosts []string // --allowed-host: more Host names to answer to
+	Agent        string   // embedded or none
+	Record       string   // --record: a JSONL file of every event
+	Logf         func(format string, args ...any)
 }
 
 func runServe(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	token := fs.String("token", "", "bearer token agents present on /ws/agent; required to listen beyond loopback")
+	token := fs.String("token", "", "the server's token: agents present it on /ws/agent, browsers log in with it at /login, scripts send it as a bearer; required to listen beyond loopback")
+	var allowed hostList
+	fs.Var(&allowed, "allowed-host", "a Host name the server also answers to (repeatable; loopback names and the --addr host always)")
 	agent := fs.String("agent", "embedded", "embedded (a host-memory agent in this process, streaming the default scenario) or none")
 	record := fs.String("record", "", "append every agent event to this JSONL file (kvscope replay plays it back)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	o := serveOptions{Addr: *addr, Token: *token, Agent: *agent, Record: *record, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
+	o := serveOptions{Addr: *addr, Token: *token, RequireToken: *token != "", AllowedHosts: allowed, Agent: *agent, Record: *record,
+		Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
 	if err := o.check(); err != nil {
 		return &usageError{err}
 	}
@@ -81,7 +88,7 @@ func (srv *server) listenAndServe(o serveOptions, started func(ctx context.Conte
 	if err != nil {
 		return err
 	}
-	hs := newHTTPServer(srv.mux)
+	hs := newHTTPServer(srv.handler)
 	o.Logf("serving the app on http://%s (open it in a browser)", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -151,7 +158,7 @@ func newHTTPServer(h http.Handler) *http.Server {
 
 // server is the kvscope server's handlers and state.
 type server struct {
-	mux     *http.ServeMux
+	handler http.Handler // the routes behind the access rules
 	hub     *hub
 	metrics *metrics.Registry
 }
@@ -172,11 +179,28 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	mux.Handle("/ws/live", h.liveHandler())
 	mux.Handle("/metrics", h.metricsHandler())
 	mux.Handle("/", appHandler())
-	return &server{mux: mux, hub: h, metrics: reg}
+	uiToken := ""
+	if o.RequireToken {
+		uiToken = o.Token
+	}
+	return &server{handler: newAccess(o.Addr, uiToken, o.AllowedHosts).wrap(mux), hub: h, metrics: reg}
 }
 
 // newMux is the server's handler with no recording.
-func newMux(cat model.Catalog, o serveOptions) *http.ServeMux { return newServer(cat, o, nil).mux }
+func newMux(cat model.Catalog, o serveOptions) http.Handler { return newServer(cat, o, nil).handler }
+
+// hostList is a repeatable string flag.
+type hostList []string
+
+func (h *hostList) String() string { return strings.Join(*h, ",") }
+
+func (h *hostList) Set(v string) error {
+	if v == "" || strings.ContainsAny(v, "/:@ ") {
+		return fmt.Errorf("want a host name such as kvscope.example")
+	}
+	*h = append(*h, v)
+	return nil
+}
 
 // appHandler is go-app's handler with every asset served from this binary:
 // nothing is loaded from another host.
@@ -214,10 +238,12 @@ func (a *assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.serveWasm(w, r)
 		return
 	}
+	// Only the app's assets: the static tree, and from the web root only
+	// app.wasm (above), never its Go or README files.
 	for _, candidate := range []struct {
 		fsys fs.FS
 		name string
-	}{{a.staticFS, name}, {a.staticFS, "vendor/" + name}, {a.webFS, name}} {
+	}{{a.staticFS, name}, {a.staticFS, "vendor/" + name}} {
 		data, err := fs.ReadFile(candidate.fsys, candidate.name)
 		if err != nil {
 			continue

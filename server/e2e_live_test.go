@@ -57,7 +57,7 @@ func TestLiveView(t *testing.T) {
 	ctx, _, urls := browser(t)
 	const tok = "live-view-test-token"
 	srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: tok, Agent: "embedded", Logf: t.Logf}, nil)
-	ts := httptest.NewServer(srv.mux)
+	ts := httptest.NewServer(srv.handler)
 	defer ts.Close()
 
 	// The page subscribes before the agent starts, so it sees the agent's

@@ -50,7 +50,7 @@ func startLive(t testing.TB, addr, token string, rec io.Writer) *liveServer {
 		t.Fatal(err)
 	}
 	l := &liveServer{srv: newServer(catalog(), serveOptions{Addr: ln.Addr().String(), Token: token, Logf: t.Logf}, rec), addr: ln.Addr().String(), done: make(chan struct{})}
-	l.hs = newHTTPServer(l.srv.mux)
+	l.hs = newHTTPServer(l.srv.handler)
 	go func() {
 		defer close(l.done)
 		l.hs.Serve(ln)
