@@ -7,8 +7,8 @@
 //	kvscope oracle [--sweep | the pd flags] [--json]
 //	kvscope check  LOG [--model M] [--draft D] [--vllm-version V] [--json]
 //	kvscope versions [--json]
-//	kvscope serve  [--addr A] [--token T] [--agent embedded|none] [--record FILE.jsonl]
-//	kvscope replay [--speed S] FILE.jsonl
+//	kvscope serve  [--addr A] [--token T] [--allowed-host H] [--agent embedded|none] [--record FILE.jsonl]
+//	kvscope replay [--speed S] [--addr A] [--token T] FILE.jsonl
 //	kvscope models
 //
 // Every subcommand is a function of its arguments and an output writer, so
