@@ -41,7 +41,7 @@ type liveSession struct {
 	retryID     app.Value
 	attempt     int  // reconnection attempts since the last open
 	everOpen    bool // a connection opened since the page loaded
-	history     bool // the next frame is the hub's replay of what came before
+	history     int  // frames of the hub's replay still to come (-1: its count, the first message, is awaited)
 	paused      bool
 	pauseTotal  uint64 // Ring.Total when paused
 	dark        bool
@@ -136,7 +136,7 @@ func (s *liveSession) connect() {
 	}
 	on("open", func([]app.Value) {
 		s.mu.Lock()
-		s.everOpen, s.attempt, s.history = true, 0, true
+		s.everOpen, s.attempt, s.history = true, 0, -1
 		s.mu.Unlock()
 		s.setStatus("open", "")
 	})
@@ -147,10 +147,18 @@ func (s *liveSession) connect() {
 		}
 		frame := []byte(data.String())
 		s.mu.Lock()
-		if s.history { // the hub's replay comes first on every connection
+		switch {
+		case s.history < 0: // every connection starts with {"history": N}
+			if n, ok := event.HistoryCount(frame); ok {
+				s.history = n
+			} else { // a hub that sends its replay as one frame
+				s.live.AddHistory(frame, time.Now())
+				s.history = 0
+			}
+		case s.history > 0: // then the hub's replay, in N frames
 			s.live.AddHistory(frame, time.Now())
-			s.history = false
-		} else {
+			s.history--
+		default:
 			s.live.AddFrame(frame, time.Now())
 		}
 		s.mu.Unlock()

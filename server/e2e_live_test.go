@@ -122,6 +122,12 @@ func TestLiveView(t *testing.T) {
 	if rows, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="live-transfers"] [data-testid="live-transfer"][data-verified="exact"]').length`)); rows == 0 {
 		t.Errorf("the recent transfers list no exact transfer")
 	}
+	// The hub's {"history": N} header and history frames were read as such:
+	// nothing was dropped as malformed.
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="live-malformed"]').length`)); n != 0 {
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="live-malformed"]').parentElement.innerText`))
+		t.Errorf("the live view dropped malformed frames: %s", text)
+	}
 	// Their totals say whose clock measured them: the host backend's.
 	if timing, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="live-transfer"][data-source="host"] .timing')?.innerText || ""`)); timing != "measured by host" {
 		t.Errorf("a transfer's timing cell says %q, want %q", timing, "measured by host")

@@ -28,8 +28,8 @@ type hub struct {
 	subs          map[*subscriber]struct{}
 	lastSeq       map[string]uint64          // per agent: the last sequence stored
 	lastTS        map[string]int64           // per agent: that event's timestamp
-	recent        *event.Ring                // replayed to a new subscriber
-	state         map[string][]event.Event   // per agent: its hello, latest handshakes and registrations
+	recent        recentEvents               // replayed to a new subscriber
+	state         map[string][]stored        // per agent: its hello, latest handshakes and registrations
 	conns         map[string]*websocket.Conn // per agent: its live connection
 	seen          map[string]time.Time       // per agent: when it last connected or disconnected
 	record        io.Writer                  // --record: one event per line
@@ -39,7 +39,19 @@ type hub struct {
 	logf          func(format string, args ...any)
 	stopped       context.Context // done once the hub closes
 	stop          context.CancelFunc
+
+	// A new subscriber's history is packed outside mu, at most
+	// historyBuilders at a time (a storm of subscribers cannot take every
+	// core from the agents), and reused by the next subscriber while no
+	// event arrived (version counts publishes that stored events).
+	builders      chan struct{}
+	version       uint64
+	cachedVersion uint64
+	cached        [][]byte
 }
+
+// historyBuilders bounds the subscribers packing their history at once.
+const historyBuilders = 2
 
 type subscriber struct {
 	frames  chan []byte
@@ -51,9 +63,9 @@ func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) 
 		logf = func(string, ...any) {}
 	}
 	stopped, stop := context.WithCancel(context.Background())
-	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, lastTS: map[string]int64{}, recent: event.NewRing(2048), state: map[string][]event.Event{},
+	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, lastTS: map[string]int64{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20}, state: map[string][]stored{},
 		conns: map[string]*websocket.Conn{}, seen: map[string]time.Time{},
-		record: record, metrics: reg, subQueue: 64, logf: logf, stopped: stopped, stop: stop}
+		record: record, metrics: reg, subQueue: 64, logf: logf, stopped: stopped, stop: stop, builders: make(chan struct{}, historyBuilders)}
 }
 
 // close ends every agent and browser connection with "going away" (the
@@ -67,18 +79,57 @@ func (h *hub) closeOnStop(conn *websocket.Conn) func() bool {
 	return context.AfterFunc(h.stopped, func() { conn.Close(websocket.StatusGoingAway, "server stopping") })
 }
 
+// stored is an event the hub keeps, with its encoding (done once, when it
+// arrives: every frame that carries it reuses the bytes).
+type stored struct {
+	e   event.Event
+	raw []byte
+}
+
+// recentEvents is the hub's replay buffer, bounded in events and bytes:
+// the oldest go first when either bound is passed. Entries are never
+// written in place, so a snapshot (a slice of it) stays valid; dropped
+// entries are let go by copying the rest to a new array once they are
+// half the buffer or a quarter of the byte bound.
+type recentEvents struct {
+	buf                 []stored // buf[start:] is the buffer
+	start               int
+	bytes, dropped      int // bytes of buf[start:], and of buf[:start]
+	maxEvents, maxBytes int
+}
+
+func (r *recentEvents) add(s stored) {
+	r.buf = append(r.buf, s)
+	r.bytes += len(s.raw)
+	for len(r.buf)-r.start > r.maxEvents || r.bytes > r.maxBytes && len(r.buf)-r.start > 1 {
+		n := len(r.buf[r.start].raw)
+		r.bytes, r.dropped = r.bytes-n, r.dropped+n
+		r.start++
+	}
+	if r.start > len(r.buf)/2 || r.dropped > r.maxBytes/4 {
+		r.buf = append(make([]stored, 0, r.maxEvents+1), r.buf[r.start:]...)
+		r.start, r.dropped = 0, 0
+	}
+}
+
+// events is the buffer, oldest first (a snapshot: do not modify).
+func (r *recentEvents) events() []stored {
+	return r.buf[r.start:len(r.buf):len(r.buf)]
+}
+
 // publish stores an agent's events: it drops the ones already stored (an
 // agent resends after reconnecting), records and counts the rest, and
-// queues one frame of them to every subscriber. It returns the last
-// sequence number stored for the agent, which the agent is acknowledged.
+// queues frames of them to every subscriber. It returns the last sequence
+// number stored for the agent, which the agent is acknowledged. Each event
+// is encoded once, here; subscribers' frames are made of those bytes.
 func (h *hub) publish(events []event.Event) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var fresh []event.Event
+	var fresh [][]byte
 	var last uint64
 	for _, e := range events {
 		if h.lastSeq[e.Agent] > 0 && event.Restarted(e, h.lastTS[e.Agent]) {
-			h.logf("agent %s restarted: its sequence starts again", e.Agent)
+			h.logf("agent %q restarted: its sequence starts again", e.Agent)
 			delete(h.lastSeq, e.Agent)
 		}
 		if e.Seq <= h.lastSeq[e.Agent] {
@@ -87,23 +138,50 @@ func (h *hub) publish(events []event.Event) uint64 {
 		}
 		h.lastSeq[e.Agent], h.lastTS[e.Agent] = e.Seq, e.TS
 		last = e.Seq
-		fresh = append(fresh, e)
-		h.recent.Add(e)
-		h.remember(e)
+		raw, err := event.Encode(e)
+		if err != nil || len(raw) > maxEventBytes {
+			h.reject("event_too_big") // no frame can carry it to a browser
+			continue
+		}
+		st := stored{e, raw}
+		fresh = append(fresh, raw)
+		h.recent.add(st)
+		h.remember(st)
 		h.count(e)
-		h.write(e)
+		h.write(raw)
 	}
-	if len(fresh) == 0 {
-		return last
+	if len(fresh) > 0 {
+		h.version++
 	}
-	frame, err := event.EncodeFrame(fresh)
-	if err != nil {
-		return last
-	}
-	for s := range h.subs {
-		h.offer(s, frame)
+	for _, frame := range packFrames(fresh) {
+		for s := range h.subs {
+			h.offer(s, frame)
+		}
 	}
 	return last
+}
+
+// maxEventBytes is the largest event a frame can carry.
+const maxEventBytes = event.MaxFrameBytes - 2
+
+// packFrames packs encoded events, in order, into frames within a
+// browser's limits (event.MaxFrameBytes, event.MaxFrameEvents).
+func packFrames(events [][]byte) [][]byte {
+	var frames [][]byte
+	var cur [][]byte
+	size := 2
+	for _, e := range events {
+		if len(cur) > 0 && (size+len(e)+1 > event.MaxFrameBytes || len(cur) >= event.MaxFrameEvents) {
+			frames = append(frames, event.JoinFrame(cur))
+			cur, size = nil, 2
+		}
+		cur = append(cur, e)
+		size += len(e) + 1
+	}
+	if len(cur) > 0 {
+		frames = append(frames, event.JoinFrame(cur))
+	}
+	return frames
 }
 
 // offer queues a frame for a subscriber, dropping its oldest frame when
@@ -143,14 +221,11 @@ func (h *hub) count(e event.Event) {
 
 // write appends an event to the recording; a failed write is logged
 // (once until writes work again) and counted.
-func (h *hub) write(e event.Event) {
+func (h *hub) write(raw []byte) {
 	if h.record == nil {
 		return
 	}
-	line, err := json.Marshal(e)
-	if err == nil {
-		_, err = h.record.Write(append(line, '\n'))
-	}
+	_, err := h.record.Write(append(raw[:len(raw):len(raw)], '\n'))
 	if err != nil {
 		h.metrics.Add("kvscope_hub_record_errors_total", "Events the recording could not take.", 1)
 		if !h.recordFailing {
@@ -160,82 +235,160 @@ func (h *hub) write(e event.Event) {
 	h.recordFailing = err != nil
 }
 
-// maxState bounds the state events kept per agent.
-const maxState = 64
+// maxState and maxStateBytes bound the state events kept per agent.
+const (
+	maxState      = 64
+	maxStateBytes = 256 << 10
+)
 
 // remember keeps the events that describe an agent rather than a moment
 // (its hello, handshakes and registrations), so a browser that subscribes
 // long after they happened still learns who the agent is. A hello starts
-// the list again.
-func (h *hub) remember(e event.Event) {
-	switch e.Kind {
+// the list again; past either bound the oldest after the hello goes.
+func (h *hub) remember(st stored) {
+	switch st.e.Kind {
 	case event.Hello:
-		h.state[e.Agent] = []event.Event{e}
+		h.state[st.e.Agent] = []stored{st}
 	case event.Handshake, event.Registration:
-		st := h.state[e.Agent]
-		if len(st) >= maxState {
-			st = append(st[:1], st[2:]...) // keep the hello, drop the oldest after it
+		list := append(h.state[st.e.Agent], st) // appends past what snapshots see
+		size := 0
+		for _, x := range list {
+			size += len(x.raw)
 		}
-		h.state[e.Agent] = append(st, e)
+		drop := 0
+		for len(list)-drop > 2 && (len(list)-drop > maxState || size > maxStateBytes) {
+			size -= len(list[1+drop].raw)
+			drop++
+		}
+		if drop > 0 { // a new slice: snapshots keep theirs (the hello stays first)
+			list = append(append(make([]stored, 0, len(list)-drop), list[0]), list[1+drop:]...)
+		}
+		h.state[st.e.Agent] = list
 	}
 }
 
-// history is what a new subscriber gets first: each agent's state events
-// older than the recent ring, and the ring.
-func (h *hub) history() (state, recent []event.Event) {
-	recent = h.recent.Events()
+// snapshot is what a new subscriber's history is made of: each agent's
+// state and the replay buffer. It copies a map of slice headers under
+// h.mu and nothing more: the slices are never written in place (remember
+// and recentEvents.add replace or append), so they stay as they were.
+func (h *hub) snapshot() (map[string][]stored, []stored) {
+	state := make(map[string][]stored, len(h.state))
+	for a, list := range h.state {
+		state[a] = list[:len(list):len(list)]
+	}
+	return state, h.recent.events()
+}
+
+// history groups a snapshot per agent: its state events older than its
+// recent ones, then its recent ones.
+func history(state map[string][]stored, recent []stored) map[string][]stored {
+	out := map[string][]stored{}
 	oldest := map[string]uint64{}
-	for _, e := range recent {
-		if _, ok := oldest[e.Agent]; !ok {
-			oldest[e.Agent] = e.Seq
+	for _, st := range recent {
+		if _, ok := oldest[st.e.Agent]; !ok {
+			oldest[st.e.Agent] = st.e.Seq
 		}
 	}
-	for agent, st := range h.state {
-		for _, e := range st {
-			if first, ok := oldest[agent]; !ok || e.Seq < first {
-				state = append(state, e)
+	for agent, list := range state {
+		for _, st := range list {
+			if first, ok := oldest[agent]; !ok || st.e.Seq < first {
+				out[agent] = append(out[agent], st)
 			}
 		}
 	}
-	sort.Slice(state, func(i, j int) bool {
-		if state[i].Agent != state[j].Agent {
-			return state[i].Agent < state[j].Agent
-		}
-		return state[i].Seq < state[j].Seq
-	})
-	return state, recent
-}
-
-// historyFrame encodes the history, dropping its oldest recent events
-// until the frame fits a browser's limits; the state events stay.
-func (h *hub) historyFrame() []byte {
-	state, recent := h.history()
-	for {
-		events := append(state[:len(state):len(state)], recent...)
-		if len(events) == 0 {
-			return nil
-		}
-		frame, err := event.EncodeFrame(events)
-		if err != nil {
-			return nil
-		}
-		if len(frame) <= event.MaxFrameBytes && len(events) <= event.MaxFrameEvents || len(recent) == 0 {
-			return frame
-		}
-		recent = recent[max(1, len(recent)/4):]
+	for _, st := range recent {
+		out[st.e.Agent] = append(out[st.e.Agent], st)
 	}
+	return out
 }
 
-func (h *hub) subscribe() *subscriber {
+// historyFrames packs a history into frames within a browser's limits,
+// each agent wholly in one frame (its state events, then as many of its
+// most recent events as fit), agents in name order. It runs without h.mu.
+func historyFrames(hist map[string][]stored) [][]byte {
+	agents := make([]string, 0, len(hist))
+	for a := range hist {
+		agents = append(agents, a)
+	}
+	sort.Strings(agents)
+	var frames [][]byte
+	var cur [][]byte
+	size := 2
+	flush := func() {
+		if len(cur) > 0 {
+			frames = append(frames, event.JoinFrame(cur))
+			cur, size = nil, 2
+		}
+	}
+	for _, a := range agents {
+		list := hist[a]
+		n, bytes := 0, 2
+		for _, st := range list {
+			n, bytes = n+1, bytes+len(st.raw)+1
+		}
+		// Too much for one frame: drop its oldest recent events (the
+		// state events, first in the list, stay).
+		states := 0
+		for states < len(list) && isState(list[states].e.Kind) {
+			states++
+		}
+		rest := list[states:]
+		for len(rest) > 0 && (bytes > event.MaxFrameBytes || n > event.MaxFrameEvents) {
+			n, bytes = n-1, bytes-len(rest[0].raw)-1
+			rest = rest[1:]
+		}
+		list = append(list[:states:states], rest...)
+		if len(cur)+n > event.MaxFrameEvents || size+bytes > event.MaxFrameBytes {
+			flush()
+		}
+		for _, st := range list {
+			cur = append(cur, st.raw)
+			size += len(st.raw) + 1
+		}
+	}
+	flush()
+	return frames
+}
+
+// isState reports the kinds remember keeps.
+func isState(k event.Kind) bool {
+	return k == event.Hello || k == event.Handshake || k == event.Registration
+}
+
+// subscribe registers a subscriber and returns its history frames. Under
+// h.mu it only registers and copies slice headers (or takes the frames
+// the last subscriber packed, when no event arrived since); the packing
+// happens afterwards, so agents never wait for a subscriber (frames
+// published meanwhile queue for it).
+func (h *hub) subscribe() (*subscriber, [][]byte) {
+	h.builders <- struct{}{}
+	defer func() { <-h.builders }()
 	s := &subscriber{frames: make(chan []byte, h.subQueue)}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if frame := h.historyFrame(); frame != nil {
-		s.frames <- frame
+	version := h.version
+	var state map[string][]stored
+	var recent []stored
+	frames := h.cached
+	fresh := h.cachedVersion == version && frames != nil
+	if !fresh {
+		state, recent = h.snapshot()
 	}
 	h.subs[s] = struct{}{}
-	h.metrics.Set("kvscope_hub_subscribers", "Browsers subscribed to /ws/live.", float64(len(h.subs)))
-	return s
+	n := len(h.subs)
+	h.mu.Unlock()
+	h.metrics.Set("kvscope_hub_subscribers", "Browsers subscribed to /ws/live.", float64(n))
+	if !fresh {
+		frames = historyFrames(history(state, recent))
+		if frames == nil {
+			frames = [][]byte{}
+		}
+		h.mu.Lock()
+		if version >= h.cachedVersion {
+			h.cached, h.cachedVersion = frames, version
+		}
+		h.mu.Unlock()
+	}
+	return s, frames
 }
 
 func (h *hub) unsubscribe(s *subscriber) {
@@ -258,9 +411,9 @@ func (h *hub) agentHandler(token string) http.Handler {
 			return
 		}
 		name := r.URL.Query().Get("agent")
-		if name == "" || len(name) > event.MaxAgentName {
+		if err := event.CheckAgentName(name); err != nil {
 			h.reject("agent_name")
-			http.Error(w, fmt.Sprintf("name the agent (1 to %d characters): /ws/agent?agent=NAME", event.MaxAgentName), http.StatusBadRequest)
+			http.Error(w, fmt.Sprintf("/ws/agent?agent=NAME: %v", err), http.StatusBadRequest)
 			return
 		}
 		conn, err := websocket.Accept(w, r, nil)
@@ -290,7 +443,7 @@ func (h *hub) agentHandler(token string) http.Handler {
 			}
 			if err != nil {
 				h.reject("malformed")
-				h.logf("agent %s: frame rejected: %v", name, err)
+				h.logf("agent %q: frame rejected: %q", name, err.Error())
 				conn.Close(websocket.StatusUnsupportedData, event.Clip(err.Error(), 123))
 				return
 			}
@@ -380,17 +533,28 @@ func (h *hub) liveHandler() http.Handler {
 		defer conn.CloseNow()
 		defer h.closeOnStop(conn)()
 		ctx := conn.CloseRead(r.Context()) // read-only: anything sent closes it
-		s := h.subscribe()
+		s, hist := h.subscribe()
 		defer h.unsubscribe(s)
+		send := func(frame []byte) bool {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return conn.Write(wctx, websocket.MessageText, frame) == nil
+		}
+		// {"history": N}, then the N frames of history, then live frames.
+		if !send(event.HistoryHeader(len(hist))) {
+			return
+		}
+		for _, frame := range hist {
+			if !send(frame) {
+				return
+			}
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case frame := <-s.frames:
-				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				err := conn.Write(wctx, websocket.MessageText, frame)
-				cancel()
-				if err != nil {
+				if !send(frame) {
 					return
 				}
 			}

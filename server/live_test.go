@@ -84,6 +84,9 @@ func (s *liveSub) follow(ctx context.Context, addr string) error {
 		if err != nil {
 			return err
 		}
+		if _, ok := event.HistoryCount(data); ok {
+			continue // the header before the history frames
+		}
 		evs, err := event.DecodeFrame(data)
 		if err != nil {
 			return err
@@ -224,7 +227,7 @@ func TestLivePipeline(t *testing.T) {
 		b.srv.hub.mu.Lock()
 		defer b.srv.hub.mu.Unlock()
 		st := b.srv.hub.state["test-agent"]
-		return len(st) > 0 && st[0].Kind == event.Hello && st[0].Seq > before
+		return len(st) > 0 && st[0].e.Kind == event.Hello && st[0].e.Seq > before
 	})
 	stopAgent()
 	cancel()
@@ -426,7 +429,7 @@ func TestLiveChecksOrigin(t *testing.T) {
 	if websocket.CloseStatus(err) != websocket.StatusPolicyViolation && !errors.Is(err, io.EOF) {
 		t.Logf("writing to /ws/live: %v", err)
 	}
-	if n := len(l.srv.hub.recent.Events()); n != 0 {
+	if n := len(l.srv.hub.recent.events()); n != 0 {
 		t.Fatalf("a subscriber's message reached the hub (%d events)", n)
 	}
 }
@@ -436,7 +439,8 @@ func TestLiveChecksOrigin(t *testing.T) {
 // every frame.
 func TestHubSlowSubscriber(t *testing.T) {
 	h := newHub(metrics.New(), nil, nil)
-	slow, fast := h.subscribe(), h.subscribe()
+	slow, _ := h.subscribe()
+	fast, _ := h.subscribe()
 	got := make(chan int)
 	go func() {
 		n := 0
@@ -491,7 +495,7 @@ func TestReplay(t *testing.T) {
 		events = append(events, event.Event{V: 1, Agent: "rec", Seq: uint64(i), TS: ts, Kind: event.Sample, Sample: &event.SampleData{Requests: i}})
 	}
 	h := newHub(metrics.New(), nil, nil)
-	s := h.subscribe()
+	s, _ := h.subscribe()
 	replay(context.Background(), h, events, 0)
 	var sizes []int
 	var seq uint64
@@ -581,8 +585,11 @@ func TestHubHistory(t *testing.T) {
 	for range 5000 {
 		pub(batchEvent())
 	}
-	s := h.subscribe()
-	frame := <-s.frames
+	_, hist := h.subscribe()
+	if len(hist) != 1 {
+		t.Fatalf("%d history frames for one agent, want 1", len(hist))
+	}
+	frame := hist[0]
 	if len(frame) > event.MaxFrameBytes {
 		t.Fatalf("history frame of %d bytes", len(frame))
 	}
@@ -610,8 +617,10 @@ func TestHubHistory(t *testing.T) {
 	if ack := pub(batchEvent()); ack != 2 {
 		t.Fatalf("after the restart: ack %d, want 2", ack)
 	}
-	st, _ := h.history()
-	if len(st) != 1 || st[0].Hello == nil || st[0].Hello.Host != "h2" {
+	h.mu.Lock()
+	st := h.state["a"]
+	h.mu.Unlock()
+	if len(st) != 1 || st[0].e.Hello == nil || st[0].e.Hello.Host != "h2" {
 		t.Fatalf("state after the restart: %+v, want only the new hello", st)
 	}
 }

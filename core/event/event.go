@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -208,8 +209,81 @@ func (e *FrameError) Error() string {
 	return fmt.Sprintf("event: event %d: %s: %s", e.Index, e.Field, e.Reason)
 }
 
+// CheckAgentName refuses an agent name that is empty, longer than
+// MaxAgentName bytes, or holds anything but letters, digits and . _ - : @ /
+// + (a newline in a name would forge a line in the server's log).
+func CheckAgentName(name string) error {
+	if name == "" || len(name) > MaxAgentName {
+		return fmt.Errorf("an agent name is 1 to %d characters", MaxAgentName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._-:@/+", c) >= 0 {
+			continue
+		}
+		return fmt.Errorf("agent name %q: character %q at byte %d: use letters, digits and . _ - : @ / +", name, c, i)
+	}
+	return nil
+}
+
 // EncodeFrame writes events as one frame: a JSON array.
-func EncodeFrame(events []Event) ([]byte, error) { return json.Marshal(events) }
+func EncodeFrame(events []Event) ([]byte, error) {
+	parts := make([][]byte, len(events))
+	for i, e := range events {
+		b, err := Encode(e)
+		if err != nil {
+			return nil, err
+		}
+		parts[i] = b
+	}
+	return JoinFrame(parts), nil
+}
+
+// Encode is one event's JSON, without HTML escaping: a "<" an agent sent
+// reaches subscribers as one byte, not six.
+func Encode(e Event) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// JoinFrame makes a frame of encoded events.
+func JoinFrame(events [][]byte) []byte {
+	n := 2
+	for _, e := range events {
+		n += len(e) + 1
+	}
+	out := make([]byte, 0, n)
+	out = append(out, '[')
+	for i, e := range events {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, e...)
+	}
+	return append(out, ']')
+}
+
+// HistoryHeader is the first message the hub sends a subscriber: how many
+// frames of history (each agent's state and recent events, one agent
+// wholly in one frame) come before the live frames.
+func HistoryHeader(frames int) []byte { return []byte(fmt.Sprintf(`{"history":%d}`, frames)) }
+
+// HistoryCount reads a HistoryHeader; ok is false for anything else.
+func HistoryCount(msg []byte) (int, bool) {
+	var h struct {
+		History *int `json:"history"`
+	}
+	msg = bytes.TrimSpace(msg)
+	if len(msg) == 0 || msg[0] != '{' || json.Unmarshal(msg, &h) != nil || h.History == nil || *h.History < 0 || *h.History > 1<<20 {
+		return 0, false
+	}
+	return *h.History, true
+}
 
 // DecodeFrame reads and validates one frame.
 func DecodeFrame(data []byte) ([]Event, error) {
@@ -268,8 +342,8 @@ func (e *Event) Validate() error {
 	switch {
 	case e.V != Version:
 		return bad("v", fmt.Sprintf("version %d, want %d", e.V, Version))
-	case e.Agent == "" || len(e.Agent) > MaxAgentName:
-		return bad("agent", fmt.Sprintf("must be 1 to %d characters", MaxAgentName))
+	case CheckAgentName(e.Agent) != nil:
+		return bad("agent", CheckAgentName(e.Agent).Error())
 	case e.Seq == 0:
 		return bad("seq", "must be positive")
 	}

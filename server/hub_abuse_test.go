@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// bigHello is a hello whose host name is n bytes of '<' (a string field an
+// agent controls: escaped as HTML it would be six times as large).
+func bigHello(agent string, seq uint64, n int) event.Event {
+	return event.Event{V: 1, Agent: agent, Seq: seq, TS: int64(seq), Kind: event.Hello, Hello: &event.HelloData{Host: strings.Repeat("<", n)}}
+}
+
+func registration(agent string, seq uint64, rank int) event.Event {
+	return event.Event{V: 1, Agent: agent, Seq: seq, TS: int64(seq), Kind: event.Registration, Registration: &event.RegistrationData{Side: "P", Rank: rank}}
+}
+
+// TestHubBoundsItsMemory: the replay buffer and each agent's state are
+// bounded in bytes as well as events, whatever size the events are.
+func TestHubBoundsItsMemory(t *testing.T) {
+	h := newHub(metrics.New(), nil, nil)
+	// 40 events of ~512 KiB: 20 MiB offered to an 8 MiB buffer.
+	for i := 1; i <= 40; i++ {
+		h.publish([]event.Event{bigHello(fmt.Sprintf("a%d", i%4), uint64(i), 512<<10)})
+	}
+	total := 0
+	for _, st := range h.recent.events() {
+		total += len(st.raw)
+	}
+	if total != h.recent.bytes || total > 8<<20 || len(h.recent.events()) == 0 {
+		t.Fatalf("the replay buffer holds %d bytes in %d events (counted %d), want at most 8 MiB", total, len(h.recent.events()), h.recent.bytes)
+	}
+	// One agent's hello and 500 registrations of ~4 KiB of state each.
+	h.publish([]event.Event{bigHello("s", 1, 1)})
+	for i := 2; i <= 500; i++ {
+		e := registration("s", uint64(i), i)
+		e.Registration.Side = strings.Repeat("P", 4<<10)
+		h.publish([]event.Event{e})
+	}
+	size := 0
+	for _, st := range h.state["s"] {
+		size += len(st.raw)
+	}
+	if st := h.state["s"]; len(st) > maxState || size > maxStateBytes || st[0].e.Kind != event.Hello {
+		t.Fatalf("agent s's state: %d events, %d bytes, first %s; want at most %d events, %d bytes, the hello first", len(st), size, st[0].e.Kind, maxState, maxStateBytes)
+	}
+}
+
+// TestHubHistoryFitsTheBrowser: 200 agents' hellos and registrations
+// (12,800 events) reach a new subscriber in frames within the app's
+// limits, each agent whole in one frame, its hello first.
+func TestHubHistoryFitsTheBrowser(t *testing.T) {
+	h := newHub(metrics.New(), nil, nil)
+	for a := range 200 {
+		name := fmt.Sprintf("agent-%03d", a)
+		evs := []event.Event{bigHello(name, 1, 10)}
+		for r := range 63 {
+			evs = append(evs, registration(name, uint64(r+2), r))
+		}
+		h.publish(evs)
+	}
+	_, frames := h.subscribe()
+	seen := map[string]int{} // agent -> the frame it was in
+	for i, f := range frames {
+		if len(f) > event.MaxFrameBytes {
+			t.Fatalf("history frame %d: %d bytes", i, len(f))
+		}
+		evs, err := event.DecodeFrame(f)
+		if err != nil {
+			t.Fatalf("history frame %d: %v", i, err)
+		}
+		for _, e := range evs {
+			if j, ok := seen[e.Agent]; ok && j != i {
+				t.Fatalf("agent %s is split over frames %d and %d", e.Agent, j, i)
+			} else if !ok && e.Kind != event.Hello {
+				t.Fatalf("agent %s starts with a %s", e.Agent, e.Kind)
+			}
+			seen[e.Agent] = i
+		}
+	}
+	if len(seen) != 200 || len(frames) < 4 {
+		t.Fatalf("%d agents in %d frames, want 200 in at least 4 (12,800 events)", len(seen), len(frames))
+	}
+}
+
+// TestHubFramesAreNotHTMLEscaped: "<" an agent sends is one byte in the
+// subscribers' frames and the recording, not "\u003c".
+func TestHubFramesAreNotHTMLEscaped(t *testing.T) {
+	var rec bytes.Buffer
+	h := newHub(metrics.New(), &rec, nil)
+	s, _ := h.subscribe()
+	h.publish([]event.Event{bigHello("a", 1, 1000)})
+	frame := <-s.frames
+	if bytes.Contains(frame, []byte(`\u003c`)) || !bytes.Contains(frame, bytes.Repeat([]byte("<"), 1000)) || len(frame) > 1300 {
+		t.Fatalf("a frame of %d bytes for 1,000 '<': escaped", len(frame))
+	}
+	if bytes.Contains(rec.Bytes(), []byte(`\u003c`)) {
+		t.Fatal("the recording escapes '<'")
+	}
+}
+
+// TestAgentNames: names are letters, digits and . _ - : @ / +; anything
+// else (a newline would forge a log line) is refused with the reason.
+func TestAgentNames(t *testing.T) {
+	for _, ok := range []string{"embedded", "gpu-node-07/p", "vm/d", "user@host:7700", "a.b_c+1"} {
+		if err := event.CheckAgentName(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a\nkvscope: forged line", "tab\there", "<script>", "sp ace", strings.Repeat("x", 129), "ünï"} {
+		if err := event.CheckAgentName(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	srv := httptest.NewServer(newMux(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: "tok", Agent: "none"}))
+	defer srv.Close()
+	req, _ := http.NewRequest("GET", srv.URL+"/ws/agent?agent="+url.QueryEscape("a\nkvscope: forged"), nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("a name with a newline: %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestHubAcksNeverWaitForSubscribers: 200 subscribers joining and
+// leaving (each takes a large history, holds its subscription for a
+// millisecond as a connection would, and comes back 10 ms later) while an
+// agent publishes: the publish that precedes each ack stays under 100 ms.
+func TestHubAcksNeverWaitForSubscribers(t *testing.T) {
+	h := newHub(metrics.New(), nil, nil)
+	for a := range 200 {
+		name := fmt.Sprintf("agent-%03d", a)
+		evs := []event.Event{bigHello(name, 1, 2000)}
+		for r := range 20 {
+			evs = append(evs, registration(name, uint64(r+2), r))
+		}
+		h.publish(evs)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s, hist := h.subscribe()
+				_ = hist
+				time.Sleep(time.Millisecond)
+				h.unsubscribe(s)
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	var lat []time.Duration
+	for i := 1; i <= 300; i++ {
+		start := time.Now()
+		h.publish([]event.Event{{V: 1, Agent: "streamer", Seq: uint64(i), TS: int64(i), Kind: event.Sample, Sample: &event.SampleData{}}})
+		lat = append(lat, time.Since(start))
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	slices.Sort(lat)
+	p99 := lat[len(lat)*99/100]
+	t.Logf("publish latency with 200 subscribers churning: p50 %v, p99 %v, max %v", lat[len(lat)/2], p99, lat[len(lat)-1])
+	if p99 > 100*time.Millisecond*time.Duration(slack()) {
+		t.Fatalf("publish p99 %v with subscribers churning, want under 100 ms", p99)
+	}
+}
