@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/kvscope/kvscope/core/check"
 	"github.com/kvscope/kvscope/core/model"
@@ -27,6 +30,10 @@ type apiError struct {
 	// EstimatedMaxModelLen is vLLM's estimate of the longest max_model_len
 	// that would start, for error_type refused.
 	EstimatedMaxModelLen int `json:"estimated_max_model_len,omitempty"`
+	// Estimate and Limit are the request's estimated cost and the limit it
+	// passed, for error_type too_large (bytes, or descriptor pairs).
+	Estimate int64 `json:"estimate,omitempty"`
+	Limit    int64 `json:"limit,omitempty"`
 }
 
 // apiRequest is the body of /api/plan, /api/pd and /api/oracle: a model by
@@ -67,9 +74,22 @@ type badData struct{ err error }
 func (e *badData) Error() string { return e.err.Error() }
 func (e *badData) Unwrap() error { return e.err }
 
+// apiServer is what the API's endpoints share: the model catalog, the
+// limits and the admission of heavy work.
+type apiServer struct {
+	cat model.Catalog
+	lim limits
+	adm *admission
+}
+
+func newAPIServer(cat model.Catalog, lim limits) *apiServer {
+	return &apiServer{cat: cat, lim: lim, adm: newAdmission(lim)}
+}
+
 // api wraps an endpoint: it reads and bounds the body, and writes the result
-// or the error envelope.
-func api(cat model.Catalog, fn func(cat model.Catalog, req apiRequest) (any, error)) http.Handler {
+// or the error envelope. fn gets the request's context, which ends when the
+// client hangs up.
+func (a *apiServer) api(fn func(ctx context.Context, a *apiServer, req apiRequest) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			writeAPIError(w, http.StatusMethodNotAllowed, &badData{fmt.Errorf("use POST with a JSON body")})
@@ -92,11 +112,20 @@ func api(cat model.Catalog, fn func(cat model.Catalog, req apiRequest) (any, err
 				return
 			}
 		}
-		res, err := fn(cat, req)
+		res, err := fn(r.Context(), a, req)
 		if err != nil {
 			var bd *badData
+			var big *tooBigError
 			status := http.StatusInternalServerError
-			if errors.As(err, &bd) {
+			switch {
+			case r.Context().Err() != nil:
+				return // the client hung up: nobody reads an answer
+			case errors.As(err, &big):
+				status = http.StatusRequestEntityTooLarge
+			case errors.Is(err, errBusy):
+				status = http.StatusTooManyRequests
+				w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.lim.QueueWait/time.Second))))
+			case errors.As(err, &bd):
 				status = http.StatusBadRequest
 			}
 			writeAPIError(w, status, err)
@@ -113,9 +142,14 @@ func writeAPIError(w http.ResponseWriter, status int, err error) {
 	e := apiError{Status: "error", ErrorType: "internal", Error: err.Error()}
 	var bd *badData
 	var re *plan.RefusalError
+	var big *tooBigError
 	switch {
 	case errors.As(err, &re):
 		e.ErrorType, e.EstimatedMaxModelLen = "refused", re.EstimatedMaxLen
+	case errors.As(err, &big):
+		e.ErrorType, e.Estimate, e.Limit = "too_large", big.estimate, big.limit
+	case errors.Is(err, errBusy):
+		e.ErrorType = "busy"
 	case errors.As(err, &bd):
 		e.ErrorType = "bad_data"
 	}
@@ -159,8 +193,8 @@ func (req apiRequest) load(cat model.Catalog) (*model.Model, error) {
 	return m, nil
 }
 
-func apiPlan(cat model.Catalog, req apiRequest) (any, error) {
-	m, err := req.load(cat)
+func apiPlan(_ context.Context, a *apiServer, req apiRequest) (any, error) {
+	m, err := req.load(a.cat)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +205,7 @@ func apiPlan(cat model.Catalog, req apiRequest) (any, error) {
 	return p, nil
 }
 
-func (req apiRequest) setup(cat model.Catalog, keepPairs bool) (xfer.Setup, error) {
+func (req apiRequest) setup(ctx context.Context, cat model.Catalog, keepPairs bool) (xfer.Setup, error) {
 	m, err := req.load(cat)
 	if err != nil {
 		return xfer.Setup{}, err
@@ -188,43 +222,98 @@ func (req apiRequest) setup(cat model.Catalog, keepPairs bool) (xfer.Setup, erro
 		req.Prompt = 4096
 	}
 	return xfer.Setup{Model: m, P: req.P, D: req.D, Connector: conn, Plans: xfer.PlanChoice(req.Plans), Layout: layout, KeepPairs: keepPairs,
-		Request: xfer.Request{PromptTokens: req.Prompt, PrefixHitTokens: req.Hit}}, nil
+		Request: xfer.Request{PromptTokens: req.Prompt, PrefixHitTokens: req.Hit}, Ctx: ctx}, nil
 }
 
-func apiPD(cat model.Catalog, req apiRequest) (any, error) {
-	s, err := req.setup(cat, false)
+// heavy plans a P/D request, estimates its transfer's cost from the plans,
+// refuses it over a limit, and runs work with its memory admitted. need
+// turns the estimate into the memory the endpoint will hold.
+func (a *apiServer) heavy(ctx context.Context, req apiRequest, keepPairs bool, need func(xfer.Cost) int64,
+	work func(*xfer.PD) (any, error)) (any, error) {
+	s, err := req.setup(ctx, a.cat, keepPairs)
 	if err != nil {
 		return nil, err
 	}
-	r, err := xfer.Run(s)
+	pd, err := xfer.Prepare(s)
 	if err != nil {
 		return nil, &badData{err}
 	}
-	return r, nil
-}
-
-func apiOracle(cat model.Catalog, req apiRequest) (any, error) {
-	s, err := req.setup(cat, true)
-	if err != nil {
+	if _, ok := s.Connector.Transport(); !ok {
+		return work(pd)
+	}
+	pp, dp := pd.UsedPlans()
+	if err := s.Request.Check(pp, dp); err != nil {
+		return nil, &badData{err}
+	}
+	c := xfer.EstimateCost(s.Model, pp, dp, s.Request)
+	if c.Pairs > a.lim.MaxPairs {
+		return nil, &tooBigError{"descriptor pairs", c.Pairs, a.lim.MaxPairs, "--max-pairs"}
+	}
+	if resp := xfer.SatMul(c.Regions, regionJSONBytes); resp > a.lim.MaxResponse {
+		return nil, &tooBigError{"response", resp, a.lim.MaxResponse, "--max-response"}
+	}
+	n := need(c)
+	if err := a.adm.acquire(ctx, n); err != nil {
 		return nil, err
 	}
-	r, err := xfer.Run(s)
-	if err != nil {
-		return nil, &badData{err}
-	}
-	if r.Transfer == nil {
-		return nil, &badData{fmt.Errorf("%s", r.Note)}
-	}
-	res, err := oracle.Check(s.Model, r.Transfer)
-	if err != nil {
-		return nil, &badData{err}
-	}
-	return res, nil
+	defer a.adm.release(n)
+	return work(pd)
+}
+
+// regionJSONBytes bounds one registered region's JSON in a response, and
+// regionBytes its memory while the transfer is built.
+const (
+	regionJSONBytes = 320
+	regionBytes     = 1 << 10
+	pairBytes       = 256 // one kept descriptor pair
+	baseBytes       = 32 << 20
+)
+
+func apiPD(ctx context.Context, a *apiServer, req apiRequest) (any, error) {
+	return a.heavy(ctx, req, false, func(c xfer.Cost) int64 {
+		return baseBytes + xfer.SatMul(c.Regions, regionBytes) + xfer.SatMul(c.Pairs/max(1, c.Ranks), pairBytes) // a rank pair's pairs at a time
+	}, func(pd *xfer.PD) (any, error) {
+		if _, ok := pd.Setup().Connector.Transport(); !ok {
+			return pd, nil
+		}
+		var err error
+		if pd.Transfer, err = pd.Compute(pd.Setup().Request, false); err != nil {
+			return nil, &badData{err}
+		}
+		return pd, nil
+	})
+}
+
+func apiOracle(ctx context.Context, a *apiServer, req apiRequest) (any, error) {
+	return a.heavy(ctx, req, true, func(c xfer.Cost) int64 {
+		return xfer.SatAdd(baseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatAdd(c.OracleBytes, xfer.SatMul(c.Pairs, pairBytes)))
+	}, func(pd *xfer.PD) (any, error) {
+		s := pd.Setup()
+		if _, ok := s.Connector.Transport(); !ok {
+			return nil, &badData{fmt.Errorf("%s", pd.Note)}
+		}
+		x, err := pd.Compute(s.Request, true)
+		if err != nil {
+			return nil, &badData{err}
+		}
+		res, err := oracle.CheckContext(ctx, s.Model, x)
+		if err != nil {
+			return nil, &badData{err}
+		}
+		return res, nil
+	})
 }
 
 // apiCheck holds a startup log against the plan, as kvscope check does.
 // The request's model, draft and vllm_version override the log's.
-func apiCheck(cat model.Catalog, req apiRequest) (any, error) {
+func apiCheck(ctx context.Context, a *apiServer, req apiRequest) (any, error) {
+	// A check plans the logged engine under every version: bounded work,
+	// admitted as one base unit so a storm of checks queues too.
+	if err := a.adm.acquire(ctx, baseBytes); err != nil {
+		return nil, err
+	}
+	defer a.adm.release(baseBytes)
+	cat := a.cat
 	l, err := vlog.Parse(req.Log)
 	if err != nil {
 		return nil, &badData{fmt.Errorf("log: %w", err)}

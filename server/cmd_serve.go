@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,7 @@ type serveOptions struct {
 	// need it too (see access).
 	RequireToken bool
 	AllowedHosts []string // --allowed-host: more Host names to answer to
+	Limits       limits   // the API's limits (zero: defaultLimits)
 	Agent        string   // embedded or none
 	Record       string   // --record: a JSONL file of every event
 	Logf         func(format string, args ...any)
@@ -53,11 +55,20 @@ func runServe(args []string, stdout io.Writer) error {
 	fs.Var(&allowed, "allowed-host", "a Host name the server also answers to (repeatable; loopback names and the --addr host always)")
 	agent := fs.String("agent", "embedded", "embedded (a host-memory agent in this process, streaming the default scenario) or none")
 	record := fs.String("record", "", "append every agent event to this JSONL file (kvscope replay plays it back)")
+	lim := limitFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	l, err := lim()
+	if err != nil {
+		return &usageError{err}
+	}
 	o := serveOptions{Addr: *addr, Token: *token, RequireToken: *token != "", AllowedHosts: allowed, Agent: *agent, Record: *record,
-		Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
+		Limits: l, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
+	// Keep the heap near what admission allows: the runtime collects
+	// sooner rather than growing past it (a soft limit, with room for the
+	// server itself and the embedded agent).
+	debug.SetMemoryLimit(l.MaxMemory + 768<<20)
 	if err := o.check(); err != nil {
 		return &usageError{err}
 	}
@@ -159,6 +170,7 @@ func newHTTPServer(h http.Handler) *http.Server {
 // server is the kvscope server's handlers and state.
 type server struct {
 	handler http.Handler // the routes behind the access rules
+	api     *apiServer
 	hub     *hub
 	metrics *metrics.Registry
 }
@@ -170,10 +182,15 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	reg := metrics.New()
 	h := newHub(reg, record, o.Logf)
 	mux := http.NewServeMux()
-	mux.Handle("/api/plan", api(cat, apiPlan))
-	mux.Handle("/api/pd", api(cat, apiPD))
-	mux.Handle("/api/oracle", api(cat, apiOracle))
-	mux.Handle("/api/check", api(cat, apiCheck))
+	lim := o.Limits
+	if lim == (limits{}) {
+		lim = defaultLimits()
+	}
+	a := newAPIServer(cat, lim)
+	mux.Handle("/api/plan", a.api(apiPlan))
+	mux.Handle("/api/pd", a.api(apiPD))
+	mux.Handle("/api/oracle", a.api(apiOracle))
+	mux.Handle("/api/check", a.api(apiCheck))
 	mux.Handle("/api/models", apiModels(cat))
 	mux.Handle("/ws/agent", h.agentHandler(o.Token))
 	mux.Handle("/ws/live", h.liveHandler())
@@ -183,11 +200,39 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	if o.RequireToken {
 		uiToken = o.Token
 	}
-	return &server{handler: newAccess(o.Addr, uiToken, o.AllowedHosts).wrap(mux), hub: h, metrics: reg}
+	return &server{handler: newAccess(o.Addr, uiToken, o.AllowedHosts).wrap(mux), api: a, hub: h, metrics: reg}
 }
 
 // newMux is the server's handler with no recording.
 func newMux(cat model.Catalog, o serveOptions) http.Handler { return newServer(cat, o, nil).handler }
+
+// limitFlags registers the API's limits on fs; the returned function
+// reads them once parsed.
+func limitFlags(fs *flag.FlagSet) func() (limits, error) {
+	d := defaultLimits()
+	mem := fs.String("max-memory", fmt.Sprintf("%dMiB", d.MaxMemory>>20), "memory the heavy API requests may hold at once, by their estimates (default: a sixteenth of this machine's)")
+	pairs := fs.Int64("max-pairs", d.MaxPairs, "descriptor pairs one API request may compute")
+	resp := fs.String("max-response", fmt.Sprintf("%dMiB", d.MaxResponse>>20), "estimated size of one API response")
+	wait := fs.Duration("queue-wait", d.QueueWait, "how long a heavy request waits for memory before 429")
+	return func() (limits, error) {
+		l := d
+		var err error
+		if l.MaxMemory, err = parseBytes(*mem); err != nil {
+			return l, fmt.Errorf("--max-memory %q: %v", *mem, err)
+		}
+		if l.MaxResponse, err = parseBytes(*resp); err != nil {
+			return l, fmt.Errorf("--max-response %q: %v", *resp, err)
+		}
+		if *pairs <= 0 {
+			return l, fmt.Errorf("--max-pairs %d: must be positive", *pairs)
+		}
+		if *wait < 0 || *wait > 10*time.Minute {
+			return l, fmt.Errorf("--queue-wait %s: must be between 0 and 10m", *wait)
+		}
+		l.MaxPairs, l.QueueWait = *pairs, *wait
+		return l, nil
+	}
+}
 
 // hostList is a repeatable string flag.
 type hostList []string

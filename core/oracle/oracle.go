@@ -19,6 +19,7 @@ package oracle
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -81,10 +82,17 @@ const MaxBytes = 2 << 30
 
 // Check replays a transfer computed with KeepPairs and verifies D's bytes.
 func Check(m *model.Model, x *xfer.Transfer) (*Result, error) {
+	return CheckContext(context.Background(), m, x)
+}
+
+// CheckContext is Check, stopped with ctx's error soon after ctx is done
+// (every 4,096 pairs and every D page run look at it).
+func CheckContext(ctx context.Context, m *model.Model, x *xfer.Transfer) (*Result, error) {
 	if x.Rejection != nil {
 		return &Result{Verdict: Rejected, Reason: x.Rejection.Error()}, nil
 	}
 	o := newRun(m, x, nil)
+	o.ctx = ctx
 	defer o.release()
 	if err := o.materialise(); err != nil {
 		return nil, err
@@ -92,7 +100,12 @@ func Check(m *model.Model, x *xfer.Transfer) (*Result, error) {
 	res := &Result{Verdict: Exact}
 	for _, rp := range x.RankPairs {
 		res.Pairs += len(rp.Pairs)
-		for _, p := range rp.Pairs {
+		for i, p := range rp.Pairs {
+			if i%4096 == 0 {
+				if err := o.stopped(); err != nil {
+					return nil, err
+				}
+			}
 			res.Bytes += p.Len
 			if err := o.copy(rp.P, rp.D, p); err != nil {
 				return &Result{Verdict: Wrong, Mismatch: &Mismatch{DRank: rp.D, Layer: p.Layer, Segment: string(p.Seg), Token: -1, What: err.Error()}, Pairs: res.Pairs}, nil
@@ -100,6 +113,9 @@ func Check(m *model.Model, x *xfer.Transfer) (*Result, error) {
 		}
 	}
 	o.verifyAll(res)
+	if err := o.stopped(); err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -111,8 +127,22 @@ func newRun(m *model.Model, x *xfer.Transfer, mem Memory) *run {
 	return o
 }
 
+// stopped is the run's context's error, if it has one and it is done.
+func (o *run) stopped() error {
+	if o.ctx == nil {
+		return nil
+	}
+	if err := o.ctx.Err(); err != nil {
+		return fmt.Errorf("oracle: stopped: %w", err)
+	}
+	return nil
+}
+
 func (o *run) verifyAll(res *Result) {
 	for j := range o.x.DRegs {
+		if o.stopped() != nil {
+			return // CheckContext reports it
+		}
 		mm, n := o.verify(j)
 		res.Checked += n
 		if mm != nil {
@@ -216,10 +246,11 @@ type owner struct {
 }
 
 type run struct {
-	arena   []byte // pages are carved from here; returned to the pool after the check
-	mem     Memory // an agent's memory, or nil for the check's own pages
-	skipP   bool   // P's blocks live in another agent
-	skipD   bool   // only P's blocks are prepared here
+	ctx     context.Context // nil: never stopped
+	arena   []byte          // pages are carved from here; returned to the pool after the check
+	mem     Memory          // an agent's memory, or nil for the check's own pages
+	skipP   bool            // P's blocks live in another agent
+	skipD   bool            // only P's blocks are prepared here
 	m       *model.Model
 	x       *xfer.Transfer
 	layerID map[string]uint64
@@ -260,6 +291,9 @@ func (o *run) materialise() error {
 		o.d[i] = map[pageKey][]byte{}
 	}
 	for _, rp := range x.RankPairs {
+		if err := o.stopped(); err != nil {
+			return err
+		}
 		for _, p := range rp.Pairs {
 			if !o.skipP {
 				if err := o.touch(x.PRegs[rp.P], o.p[rp.P], p.Src, p.Len, true); err != nil {
@@ -278,6 +312,9 @@ func (o *run) materialise() error {
 	}
 	for j, reg := range x.DRegs {
 		for _, l := range reg.Layers {
+			if err := o.stopped(); err != nil {
+				return err
+			}
 			for _, s := range l.Segments {
 				for _, id := range x.DPages[l.Group].IDs {
 					if err := o.ensure(reg, o.d[j], pageKey{s.Region, id}, false); err != nil {

@@ -56,6 +56,8 @@ type Plan struct {
 	Stages    []Stage           `json:"stages"`
 	Alignment *kvspec.Alignment `json:"alignment,omitempty"`
 	Backend   string            `json:"attention_backend"`
+
+	layerIndex map[string]int // layer name -> index in Layers, built with the plan
 }
 
 // Group is one KV cache group: layers that share block ids, one per slot.
@@ -325,6 +327,10 @@ func fromSpecs(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *Lay
 		p.Slots = max(p.Slots, len(dg.layers))
 		p.BlocksPerRequest += grp.BlocksPerRequest
 	}
+	p.layerIndex = make(map[string]int, len(p.Layers))
+	for i, l := range p.Layers {
+		p.layerIndex[l.Name] = i
+	}
 	p.NumGroups = len(p.Groups)
 	p.PageBytes = p.Groups[0].PageBytes
 	if !p.Groups[0].UniformType {
@@ -483,8 +489,12 @@ func (p *Plan) Layout() *Layout {
 	return l
 }
 
-// LayerByName finds a layer's placement.
+// LayerByName finds a layer's placement: through the index built with
+// the plan (a copy whose Layers changed falls back to a scan).
 func (p *Plan) LayerByName(name string) (LayerPlan, bool) {
+	if i, ok := p.layerIndex[name]; ok && i < len(p.Layers) && p.Layers[i].Name == name {
+		return p.Layers[i], true
+	}
 	for _, l := range p.Layers {
 		if l.Name == name {
 			return l, true

@@ -85,6 +85,9 @@ func (t *Transfer) groupPairPath(opt Options) error {
 		}
 		order = order[:0]
 		for _, it := range items {
+			if err := canceled(opt.Ctx); err != nil {
+				return err
+			}
 			dl, _ := dReg.Layer(it.name)
 			for si, ds := range dl.Segments {
 				pSeg := func(r int) Segment {

@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -31,6 +32,10 @@ type Setup struct {
 	Request   Request
 	Layout    CacheLayout // P's and D's attention layout ("" = split K/V)
 	KeepPairs bool
+	// Ctx, when set, stops the transfer's computation soon after it is
+	// done (a client that hung up): the registrations and pair loops check
+	// it per rank and per layer.
+	Ctx context.Context
 }
 
 // SideCost compares one engine's KV cache under its own plan and under the
@@ -61,6 +66,9 @@ type PD struct {
 
 	setup Setup
 }
+
+// Setup is the setup the deployment was prepared from.
+func (r *PD) Setup() Setup { return r.setup }
 
 // UsedPlans returns the plans the transfer runs between.
 func (r *PD) UsedPlans() (*plan.Plan, *plan.Plan) {
@@ -176,7 +184,7 @@ func connectorVersion(s *Setup) ([]string, error) {
 func (r *PD) Compute(req Request, keepPairs bool) (*Transfer, error) {
 	s := r.setup
 	pp, dp := r.UsedPlans()
-	t, err := Compute(s.Model, pp, dp, req, Options{Connector: s.Connector, PLayout: s.Layout, DLayout: s.Layout, KeepPairs: keepPairs})
+	t, err := Compute(s.Model, pp, dp, req, Options{Connector: s.Connector, PLayout: s.Layout, DLayout: s.Layout, KeepPairs: keepPairs, Ctx: s.Ctx})
 	if err != nil {
 		return nil, err
 	}

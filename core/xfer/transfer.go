@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
@@ -126,6 +127,19 @@ type Options struct {
 	// KeepPairs keeps every descriptor pair in the result (the oracle and
 	// the descriptor view need them); otherwise only totals are kept.
 	KeepPairs bool
+	// Ctx stops the computation once done (nil: never).
+	Ctx context.Context
+}
+
+// canceled is ctx's error, or nil for no context.
+func canceled(ctx context.Context) error {
+	if ctx == nil {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("xfer: stopped: %w", err)
+	}
+	return nil
 }
 
 // Transfer is the geometry of one request between two engines.
@@ -179,10 +193,10 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 		t.Logs = append(t.Logs, why)
 	}
 	var err error
-	if t.PRegs, err = registerAll(m, pp, P, opt.PLayout, opt.Bases); err != nil {
+	if t.PRegs, err = registerAll(opt.Ctx, m, pp, P, opt.PLayout, opt.Bases); err != nil {
 		return nil, err
 	}
-	if t.DRegs, err = registerAll(m, dp, D, opt.DLayout, opt.Bases); err != nil {
+	if t.DRegs, err = registerAll(opt.Ctx, m, dp, D, opt.DLayout, opt.Bases); err != nil {
 		return nil, err
 	}
 	t.Handshake = newHandshake(m, t.PRegs, t.DRegs, opt.Connector, t.Mode)
@@ -224,10 +238,13 @@ func (req Request) Check(pp, dp *plan.Plan) error {
 	return nil
 }
 
-func registerAll(m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
+func registerAll(ctx context.Context, m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
 	out := make([]*Registration, 0, p.Engine.TensorParallelSize)
 	index := layerIndex(m)
 	for r := 0; r < p.Engine.TensorParallelSize; r++ {
+		if err := canceled(ctx); err != nil {
+			return nil, err
+		}
 		reg, err := register(m, index, p, side, r, layout, bases)
 		if err != nil {
 			return nil, err

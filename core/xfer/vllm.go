@@ -163,6 +163,9 @@ func (t *Transfer) vllmPath(opt Options) error {
 			sources = smp.Ranks
 		}
 		for _, src := range sources {
+			if err := canceled(opt.Ctx); err != nil {
+				return err
+			}
 			rp := rps.get(src, j)
 			pReg := t.PRegs[src]
 			emitAttn := func(group int) {
@@ -171,6 +174,9 @@ func (t *Transfer) vllmPath(opt Options) error {
 					return
 				}
 				for vi, v := range dv {
+					if canceled(opt.Ctx) != nil {
+						return // the caller reports it
+					}
 					for pi, dBlock := range t.DPages[group].IDs {
 						pBlock := t.PPages[group].IDs[pi]
 						page := t.DPages[group].First + pi
@@ -197,6 +203,9 @@ func (t *Transfer) vllmPath(opt Options) error {
 					continue
 				}
 				for vi, v := range dv {
+					if err := canceled(opt.Ctx); err != nil {
+						return err
+					}
 					for g := range t.DPages {
 						for pi, dBlock := range t.DPages[g].IDs {
 							pBlock := t.PPages[g].IDs[pi]
@@ -213,6 +222,9 @@ func (t *Transfer) vllmPath(opt Options) error {
 				} else {
 					emitAttn(g)
 				}
+			}
+			if err := canceled(opt.Ctx); err != nil {
+				return err
 			}
 		}
 	}

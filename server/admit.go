@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// limits are what one API computation may cost (issue 10). Each is a flag
+// of kvscope serve; the defaults suit a 2-core, 24 GiB machine.
+type limits struct {
+	// MaxMemory is the memory the heavy endpoints may hold at once, by
+	// their estimates (/api/pd, /api/oracle, /api/check); a request whose
+	// own estimate exceeds it is refused (413).
+	MaxMemory int64
+	// MaxPairs bounds one request's descriptor pairs (413 beyond).
+	MaxPairs int64
+	// MaxResponse bounds one response's estimated size (413 beyond).
+	MaxResponse int64
+	// QueueWait is how long a request waits for memory before 429.
+	QueueWait time.Duration
+	// MaxQueue is how many requests may wait at once (429 beyond).
+	MaxQueue int
+}
+
+// defaultLimits sizes the limits to this machine: heavy work may hold a
+// sixteenth of its memory (1.5 GiB on 24 GiB), at least 512 MiB.
+func defaultLimits() limits {
+	return limits{MaxMemory: max(totalMemory()/16, 512<<20), MaxPairs: 20_000_000, MaxResponse: 64 << 20,
+		QueueWait: 10 * time.Second, MaxQueue: 16}
+}
+
+// totalMemory is the machine's memory (Linux /proc/meminfo), or 8 GiB
+// where it cannot be read.
+func totalMemory() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 8 << 30
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err == nil && kb > 0 {
+				return kb << 10
+			}
+		}
+	}
+	return 8 << 30
+}
+
+// errBusy is a request that found no memory in time (429).
+var errBusy = errors.New("the server is busy with other heavy requests")
+
+// tooBigError is a request whose estimate exceeds a limit (413).
+type tooBigError struct {
+	what            string // "memory", "descriptor pairs", "response"
+	estimate, limit int64
+	flag            string
+}
+
+func (e *tooBigError) Error() string {
+	return fmt.Sprintf("this request would take %s %s, over the server's limit of %s (%s): ask for fewer tokens, ranks or layers",
+		amount(e.what, e.estimate), e.what, amount(e.what, e.limit), e.flag)
+}
+
+func amount(what string, n int64) string {
+	if what == "descriptor pairs" {
+		return strconv.FormatInt(n, 10)
+	}
+	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+}
+
+// admission is a weighted semaphore over the heavy endpoints' memory: a
+// request takes its estimate, waits in line (first come, first served) at
+// most QueueWait, and gives it back when done. After the last heavy
+// request leaves, the memory is handed back to the system.
+type admission struct {
+	mu       sync.Mutex
+	lim      limits
+	used     int64
+	waiters  []*waiter
+	idleOnce sync.Mutex // one FreeOSMemory at a time
+}
+
+type waiter struct {
+	need  int64
+	ready chan struct{}
+}
+
+func newAdmission(lim limits) *admission { return &admission{lim: lim} }
+
+// acquire takes need bytes, waiting at most QueueWait; ctx ending (the
+// client left) stops the wait.
+func (a *admission) acquire(ctx context.Context, need int64) error {
+	if need > a.lim.MaxMemory {
+		return &tooBigError{"memory", need, a.lim.MaxMemory, "--max-memory"}
+	}
+	a.mu.Lock()
+	if len(a.waiters) == 0 && a.used+need <= a.lim.MaxMemory {
+		a.used += need
+		a.mu.Unlock()
+		return nil
+	}
+	if len(a.waiters) >= a.lim.MaxQueue {
+		a.mu.Unlock()
+		return errBusy
+	}
+	w := &waiter{need: need, ready: make(chan struct{})}
+	a.waiters = append(a.waiters, w)
+	a.mu.Unlock()
+	timer := time.NewTimer(a.lim.QueueWait)
+	defer timer.Stop()
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	select {
+	case <-w.ready: // granted meanwhile: give it back
+		a.used -= need
+		a.grant()
+	default:
+		for i, x := range a.waiters {
+			if x == w {
+				a.waiters = append(a.waiters[:i], a.waiters[i+1:]...)
+				break
+			}
+		}
+		a.grant() // a large waiter leaving may let smaller ones in
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errBusy
+}
+
+// grant admits waiters in order while they fit. a.mu is held.
+func (a *admission) grant() {
+	for len(a.waiters) > 0 && a.used+a.waiters[0].need <= a.lim.MaxMemory {
+		w := a.waiters[0]
+		a.waiters = a.waiters[1:]
+		a.used += w.need
+		close(w.ready)
+	}
+}
+
+// held is the memory admitted now.
+func (a *admission) held() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.used
+}
+
+// release gives back need bytes; the last one out returns the heap's
+// free memory to the system.
+func (a *admission) release(need int64) {
+	a.mu.Lock()
+	a.used -= need
+	a.grant()
+	idle := a.used == 0
+	a.mu.Unlock()
+	if idle && a.idleOnce.TryLock() {
+		go func() {
+			defer a.idleOnce.Unlock()
+			// Two collections: the first moves pooled buffers (the
+			// oracle's page arenas) to the pools' victim caches, the
+			// second frees them; FreeOSMemory then returns the pages.
+			runtime.GC()
+			debug.FreeOSMemory()
+		}()
+	}
+}
