@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/oracle"
@@ -93,12 +97,18 @@ func runSweep(stdout io.Writer, quick bool, workers int, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	res := oracle.Sweep(models, oracle.Cases(models), workers)
+	// Ctrl-C stops the sweep between deployments and prints what ran.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res := oracle.SweepContext(ctx, models, oracle.Cases(models), workers)
 	if asJSON {
 		if err := writeJSON(stdout, res); err != nil {
 			return err
 		}
 	} else {
+		if res.Stopped {
+			fmt.Fprintln(stdout, "interrupted: the cases that ran are")
+		}
 		fmt.Fprintf(stdout, "%s cases in %.1f s on %d workers: %s exact, %s rejected, %d wrong\n",
 			commasInt(res.Cases), res.Seconds, res.Workers, commasInt(res.Exact), commasInt(res.Rejected), res.Wrong)
 		var keys []string

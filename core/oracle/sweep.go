@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sort"
@@ -78,6 +79,7 @@ type SweepResult struct {
 	Rejections map[string]int     `json:"rejections"` // by rule
 	Failures   []string           `json:"failures"`   // wrong cases and errors, at most 20
 	BytesMoved int64              `json:"bytes_moved"`
+	Stopped    bool               `json:"stopped,omitempty"` // interrupted: not every case ran
 }
 
 // Cases enumerates a sweep in the group-pair profile: every TP pair over
@@ -214,6 +216,12 @@ type deployment struct {
 // Sweep runs every case on all cores and tallies the verdicts. Cases that
 // differ only in their request share one prepared deployment.
 func Sweep(models []SweepModel, cases []Case, workers int) *SweepResult {
+	return SweepContext(context.Background(), models, cases, workers)
+}
+
+// SweepContext is Sweep that stops handing out cases once ctx is done;
+// the result then says so (Stopped) and tallies only the cases run.
+func SweepContext(ctx context.Context, models []SweepModel, cases []Case, workers int) *SweepResult {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
@@ -262,6 +270,10 @@ func Sweep(models []SweepModel, cases []Case, workers int) *SweepResult {
 		}()
 	}
 	for _, d := range order {
+		if ctx.Err() != nil {
+			res.Stopped = true
+			break
+		}
 		jobs <- groups[d]
 	}
 	close(jobs)

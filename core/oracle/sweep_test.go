@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,5 +50,20 @@ func TestQuickSweep(t *testing.T) {
 	}
 	if res.Cases < 200 || res.Exact < res.Cases/2 {
 		t.Errorf("%d cases, %d exact: the quick sweep should run a few hundred, mostly exact", res.Cases, res.Exact)
+	}
+}
+
+// TestSweepStops: a sweep whose context is done runs no more deployments
+// and says it stopped.
+func TestSweepStops(t *testing.T) {
+	models, err := SweepModels(testLoader, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res := SweepContext(ctx, models, Cases(models), 1)
+	if !res.Stopped || res.Cases != 0 {
+		t.Fatalf("a cancelled sweep ran %d cases (stopped %v)", res.Cases, res.Stopped)
 	}
 }
