@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvscope/kvscope/core/xfer"
 )
 
 // limits are what one API computation may cost (issue 10). Each is a flag
@@ -21,7 +23,9 @@ type limits struct {
 	// their estimates (/api/pd, /api/oracle, /api/check); a request whose
 	// own estimate exceeds it is refused (413).
 	MaxMemory int64
-	// MaxPairs bounds one request's descriptor pairs (413 beyond).
+	// MaxPairs bounds one request's descriptor pairs (413 beyond): 4
+	// million by default, about 1 GiB of pairs, a million-token prompt
+	// of a 28-layer model.
 	MaxPairs int64
 	// MaxResponse bounds one response's estimated size (413 beyond).
 	MaxResponse int64
@@ -34,7 +38,7 @@ type limits struct {
 // defaultLimits sizes the limits to this machine: heavy work may hold a
 // sixteenth of its memory (1.5 GiB on 24 GiB), at least 512 MiB.
 func defaultLimits() limits {
-	return limits{MaxMemory: max(totalMemory()/16, 512<<20), MaxPairs: 20_000_000, MaxResponse: 64 << 20,
+	return limits{MaxMemory: max(totalMemory()/16, 512<<20), MaxPairs: 4_000_000, MaxResponse: 64 << 20,
 		QueueWait: 10 * time.Second, MaxQueue: 16}
 }
 
@@ -58,6 +62,40 @@ func totalMemory() int64 {
 	return 8 << 30
 }
 
+// admit bounds the cost of s's transfer from its prepared plans (before
+// any registration or pair exists) and refuses it over a limit: pairs,
+// the response's size (when there is a response to size), and the memory
+// need says the work will hold. It returns that memory.
+func (l limits) admit(s xfer.Setup, pd *xfer.PD, response bool, need func(xfer.Cost) int64) (int64, error) {
+	pp, dp := pd.UsedPlans()
+	if err := s.Request.Check(pp, dp); err != nil {
+		return 0, &badData{err}
+	}
+	c := xfer.EstimateCost(s.Model, pp, dp, s.Request)
+	if c.Pairs > l.MaxPairs {
+		return 0, &tooBigError{"descriptor pairs", c.Pairs, l.MaxPairs, "--max-pairs"}
+	}
+	if resp := xfer.SatMul(c.Regions, regionJSONBytes); response && resp > l.MaxResponse {
+		return 0, &tooBigError{"response", resp, l.MaxResponse, "--max-response"}
+	}
+	n := need(c)
+	if n > l.MaxMemory {
+		return 0, &tooBigError{"memory", n, l.MaxMemory, "--max-memory"}
+	}
+	return n, nil
+}
+
+// pdMemory and oracleMemory turn a cost into the memory pd (every pair is
+// built before it is counted) and the oracle (pairs kept, pages
+// materialised) hold.
+func pdMemory(c xfer.Cost) int64 {
+	return xfer.SatAdd(baseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatMul(c.Pairs, pairBytes))
+}
+
+func oracleMemory(c xfer.Cost) int64 {
+	return xfer.SatAdd(baseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatAdd(c.OracleBytes, xfer.SatMul(c.Pairs, pairBytes)))
+}
+
 // errBusy is a request that found no memory in time (429).
 var errBusy = errors.New("the server is busy with other heavy requests")
 
@@ -69,7 +107,7 @@ type tooBigError struct {
 }
 
 func (e *tooBigError) Error() string {
-	return fmt.Sprintf("this request would take %s %s, over the server's limit of %s (%s): ask for fewer tokens, ranks or layers",
+	return fmt.Sprintf("this request would take %s %s, over the limit of %s (%s): ask for fewer tokens, ranks or layers",
 		amount(e.what, e.estimate), e.what, amount(e.what, e.limit), e.flag)
 }
 

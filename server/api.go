@@ -241,18 +241,10 @@ func (a *apiServer) heavy(ctx context.Context, req apiRequest, keepPairs bool, n
 	if _, ok := s.Connector.Transport(); !ok {
 		return work(pd)
 	}
-	pp, dp := pd.UsedPlans()
-	if err := s.Request.Check(pp, dp); err != nil {
-		return nil, &badData{err}
+	n, err := a.lim.admit(s, pd, true, need)
+	if err != nil {
+		return nil, err
 	}
-	c := xfer.EstimateCost(s.Model, pp, dp, s.Request)
-	if c.Pairs > a.lim.MaxPairs {
-		return nil, &tooBigError{"descriptor pairs", c.Pairs, a.lim.MaxPairs, "--max-pairs"}
-	}
-	if resp := xfer.SatMul(c.Regions, regionJSONBytes); resp > a.lim.MaxResponse {
-		return nil, &tooBigError{"response", resp, a.lim.MaxResponse, "--max-response"}
-	}
-	n := need(c)
 	if err := a.adm.acquire(ctx, n); err != nil {
 		return nil, err
 	}
@@ -270,9 +262,7 @@ const (
 )
 
 func apiPD(ctx context.Context, a *apiServer, req apiRequest) (any, error) {
-	return a.heavy(ctx, req, false, func(c xfer.Cost) int64 {
-		return baseBytes + xfer.SatMul(c.Regions, regionBytes) + xfer.SatMul(c.Pairs/max(1, c.Ranks), pairBytes) // a rank pair's pairs at a time
-	}, func(pd *xfer.PD) (any, error) {
+	return a.heavy(ctx, req, false, pdMemory, func(pd *xfer.PD) (any, error) {
 		if _, ok := pd.Setup().Connector.Transport(); !ok {
 			return pd, nil
 		}
@@ -285,9 +275,7 @@ func apiPD(ctx context.Context, a *apiServer, req apiRequest) (any, error) {
 }
 
 func apiOracle(ctx context.Context, a *apiServer, req apiRequest) (any, error) {
-	return a.heavy(ctx, req, true, func(c xfer.Cost) int64 {
-		return xfer.SatAdd(baseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatAdd(c.OracleBytes, xfer.SatMul(c.Pairs, pairBytes)))
-	}, func(pd *xfer.PD) (any, error) {
+	return a.heavy(ctx, req, true, oracleMemory, func(pd *xfer.PD) (any, error) {
 		s := pd.Setup()
 		if _, ok := s.Connector.Transport(); !ok {
 			return nil, &badData{fmt.Errorf("%s", pd.Note)}

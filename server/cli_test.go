@@ -114,6 +114,8 @@ func TestPlanErrorsAreOneClearLine(t *testing.T) {
 		{"a count past int", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--max-model-len", "99999999999999999999"}, 2, `--max-model-len "99999999999999999999": want a positive integer`},
 		{"a sweep with a worker per request", []string{"oracle", "--sweep", "--workers", "100000"}, 1, "--workers 100000: at most"},
 		{"a log that never ends", []string{"check", "/dev/zero", "--model", modelPath("openai__gpt-oss-20b")}, 1, "/dev/zero: larger than the"},
+		{"a four-million-token transfer", []string{"pd", "--model", modelPath("Qwen__Qwen3-0.6B"), "--prompt-tokens", "4000000", "--max-model-len", "4194304", "--kv-cache-memory-bytes", "2000GiB"}, 1, "descriptor pairs, over the limit of 4000000 (--max-pairs)"},
+		{"an oracle over its memory bound", []string{"oracle", "--model", modelPath("Qwen__Qwen3-0.6B"), "--max-memory", "256MiB"}, 1, "GiB memory, over the limit of 0.25 GiB (--max-memory)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

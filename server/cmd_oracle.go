@@ -15,7 +15,6 @@ import (
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/plan"
-	"github.com/kvscope/kvscope/core/xfer"
 )
 
 func runOracle(args []string, stdout io.Writer) error {
@@ -39,7 +38,7 @@ func runOracle(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r, err := xfer.Run(s)
+	r, err := f.run(s, oracleMemory)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,8 @@ type pdFlags struct {
 	layout    *string
 	prompt    *int
 	hit       *int
+	maxPairs  *int64
+	maxMemory *string
 }
 
 func newPDFlags(fs *flag.FlagSet) *pdFlags {
@@ -32,7 +34,38 @@ func newPDFlags(fs *flag.FlagSet) *pdFlags {
 		layout:    fs.String("layout", "split", "attention cache layout: split (K and V regions, HND) or blocks-first"),
 		prompt:    fs.Int("prompt-tokens", 4096, "prompt tokens N of the request"),
 		hit:       fs.Int("prefix-hit-tokens", 0, "tokens D already holds in its prefix cache"),
+		maxPairs:  fs.Int64("max-pairs", defaultLimits().MaxPairs, "refuse a transfer estimated above this many descriptor pairs"),
+		maxMemory: fs.String("max-memory", fmt.Sprintf("%dMiB", cliMemory()>>20), "refuse work estimated to hold more memory (default: a quarter of this machine's)"),
 	}
+}
+
+// cliMemory is a command's default memory bound: a quarter of the
+// machine (a server shares its sixteenth among requests).
+func cliMemory() int64 { return max(totalMemory()/4, 1<<30) }
+
+// run plans the setup, bounds the transfer's cost from the plans and
+// refuses it over --max-pairs or --max-memory, then computes it.
+func (f *pdFlags) run(s xfer.Setup, need func(xfer.Cost) int64) (*xfer.PD, error) {
+	mem, err := parseBytes(*f.maxMemory)
+	if err != nil {
+		return nil, &usageError{fmt.Errorf("--max-memory %q: %v", *f.maxMemory, err)}
+	}
+	if *f.maxPairs <= 0 {
+		return nil, &usageError{fmt.Errorf("--max-pairs %d: must be positive", *f.maxPairs)}
+	}
+	pd, err := xfer.Prepare(s)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := s.Connector.Transport(); !ok {
+		return pd, nil
+	}
+	lim := limits{MaxPairs: *f.maxPairs, MaxMemory: mem}
+	if _, err := lim.admit(s, pd, false, need); err != nil {
+		return nil, err
+	}
+	pd.Transfer, err = pd.Compute(s.Request, s.KeepPairs)
+	return pd, err
 }
 
 // setup builds the P/D setup from the parsed flags.
@@ -80,7 +113,7 @@ func runPD(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r, err := xfer.Run(s)
+	r, err := f.run(s, pdMemory)
 	if err != nil {
 		return err
 	}
