@@ -291,10 +291,12 @@ func (o *run) materialise() error {
 		o.d[i] = map[pageKey][]byte{}
 	}
 	for _, rp := range x.RankPairs {
-		if err := o.stopped(); err != nil {
-			return err
-		}
-		for _, p := range rp.Pairs {
+		for i, p := range rp.Pairs {
+			if i%256 == 0 {
+				if err := o.stopped(); err != nil {
+					return err
+				}
+			}
 			if !o.skipP {
 				if err := o.touch(x.PRegs[rp.P], o.p[rp.P], p.Src, p.Len, true); err != nil {
 					return err
@@ -565,7 +567,10 @@ func (o *run) verify(j int) (*Mismatch, int64) {
 		return keys[a].block < keys[b].block
 	})
 	var checked int64
-	for _, k := range keys {
+	for i, k := range keys {
+		if i%256 == 0 && o.stopped() != nil {
+			return nil, checked // CheckContext reports it
+		}
 		page := o.d[j][k]
 		checked += int64(len(page))
 		if mm := o.verifyPage(j, reg, k, page); mm != nil {
