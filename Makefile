@@ -13,7 +13,7 @@ AGENT    := bin/kvscope-agent
 # go-nvml's cgo preamble trips a deprecation warning in newer C compilers.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: run build wasm assets test check unit fuzz bench bench-nixl sweep site clean nixl test-nixl
+.PHONY: run build wasm assets test check unit fuzz bench bench-nixl soak sweep site clean nixl test-nixl
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8080
@@ -102,6 +102,12 @@ bench-nixl:
 	else \
 		echo "skipping the NIXL benchmark: $$(cat $$why)"; \
 	fi
+
+# The hostile storm of issue 10 against a real kvscope serve (about a
+# minute): 50 parallel oracles, the hostile pd body, 200 churning
+# subscribers; prints the figures README quotes.
+soak: build
+	KVSCOPE_SOAK=1 KVSCOPE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^TestSoak$$' -v ./server | grep -E '^soak:|^--- |^(ok|FAIL)'
 
 # The full oracle sweep (about a minute on 2 cores); make test runs the quick one.
 sweep: build

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
@@ -83,6 +84,28 @@ func (l limits) admit(s xfer.Setup, pd *xfer.PD, response bool, need func(xfer.C
 		return 0, &tooBigError{"memory", n, l.MaxMemory, "--max-memory"}
 	}
 	return n, nil
+}
+
+// precheck refuses, from the two engines' own plans alone, a request
+// whose descriptor pairs are far over the limit (four times it: the
+// TP-invariant plans Prepare adds may differ a little), before the
+// costlier Prepare runs. A hostile body is refused in tens of ms.
+func (l limits) precheck(s xfer.Setup) error {
+	if _, ok := s.Connector.Transport(); !ok {
+		return nil
+	}
+	pp, err := plan.New(s.Model, s.P)
+	if err != nil {
+		return nil // Prepare reports it, with the side named
+	}
+	dp, err := plan.New(s.Model, s.D)
+	if err != nil {
+		return nil
+	}
+	if c := xfer.EstimateCost(s.Model, pp, dp, s.Request); c.Pairs/4 > l.MaxPairs {
+		return &tooBigError{"descriptor pairs", c.Pairs, l.MaxPairs, "--max-pairs"}
+	}
+	return nil
 }
 
 // pdMemory and oracleMemory turn a cost into the memory pd (every pair is

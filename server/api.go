@@ -234,6 +234,9 @@ func (a *apiServer) heavy(ctx context.Context, req apiRequest, keepPairs bool, n
 	if err != nil {
 		return nil, err
 	}
+	if err := a.lim.precheck(s); err != nil {
+		return nil, err
+	}
 	pd, err := xfer.Prepare(s)
 	if err != nil {
 		return nil, &badData{err}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// TestSoak is the full storm of issue 10 against a real `kvscope serve`
+// process (make soak builds it and sets KVSCOPE_SOAK=1 and KVSCOPE_BIN):
+// 50 parallel default /api/oracle requests with /api/plan timed
+// throughout and the server's RSS sampled; the hostile /api/pd body; 200
+// /ws/live subscribers connecting, reading their history and closing,
+// each again 200 ms later, while an agent streams. It prints the figures
+// README quotes.
+func TestSoak(t *testing.T) {
+	bin := os.Getenv("KVSCOPE_BIN")
+	if os.Getenv("KVSCOPE_SOAK") == "" || bin == "" {
+		t.Skip("the storm runs with make soak (KVSCOPE_SOAK=1 KVSCOPE_BIN=bin/kvscope)")
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--agent", "none", "--token", "soak-token")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	base := "http://" + addr
+	waitUp(t, base)
+	rss := func() int64 { return procRSS(t, cmd.Process.Pid) }
+	report := func(format string, args ...any) { fmt.Printf("soak: "+format+"\n", args...) }
+	report("idle RSS %d MiB", rss()>>20)
+
+	// 1. 50 parallel default oracle requests.
+	var peak int64
+	stopSampling := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			peak = max(peak, rss())
+		}
+	}()
+	type answer struct {
+		code int
+		took time.Duration
+	}
+	answers := make([]answer, 50)
+	var storm sync.WaitGroup
+	start := time.Now()
+	for i := range answers {
+		storm.Add(1)
+		go func() {
+			defer storm.Done()
+			t0 := time.Now()
+			code := soakPost(t, base+"/api/oracle", `{"model":"Qwen/Qwen3-0.6B"}`)
+			answers[i] = answer{code, time.Since(t0)}
+		}()
+	}
+	var plans []time.Duration
+	done := make(chan struct{})
+	go func() { storm.Wait(); close(done) }()
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-time.After(100 * time.Millisecond):
+			t0 := time.Now()
+			if code := soakPost(t, base+"/api/plan", `{"model":"Qwen/Qwen3-0.6B"}`); code != 200 {
+				t.Errorf("a plan during the storm: %d", code)
+			}
+			plans = append(plans, time.Since(t0))
+		}
+	}
+	stormTook := time.Since(start)
+	close(stopSampling)
+	sampler.Wait()
+	codes := map[int]int{}
+	var slowest time.Duration
+	for _, a := range answers {
+		codes[a.code]++
+		slowest = max(slowest, a.took)
+	}
+	slices.Sort(plans)
+	planP99 := plans[len(plans)*99/100]
+	report("50 parallel /api/oracle: %v in %v (slowest answer %v); peak RSS %d MiB; /api/plan during it: %d requests, p50 %v, p99 %v",
+		codes, stormTook.Round(time.Millisecond), slowest.Round(time.Millisecond), peak>>20, len(plans), plans[len(plans)/2].Round(time.Microsecond), planP99.Round(time.Microsecond))
+	if peak > 2<<30 || slowest > 30*time.Second || planP99 > 100*time.Millisecond || codes[200]+codes[429] != 50 {
+		t.Errorf("storm: peak %d MiB, slowest %v, plan p99 %v, codes %v", peak>>20, slowest, planP99, codes)
+	}
+	after := time.Now()
+	for rss() > 300<<20 && time.Since(after) < 60*time.Second {
+		time.Sleep(250 * time.Millisecond)
+	}
+	report("RSS back to %d MiB %v after the storm", rss()>>20, time.Since(after).Round(100*time.Millisecond))
+	if rss() > 300<<20 || time.Since(after) > 30*time.Second {
+		t.Errorf("RSS %d MiB %v after the storm", rss()>>20, time.Since(after))
+	}
+
+	// 2. The hostile /api/pd body, ten times.
+	var hostile []time.Duration
+	for range 10 {
+		t0 := time.Now()
+		if code := soakPost(t, base+"/api/pd", hostilePD); code != 413 {
+			t.Errorf("the hostile body: %d", code)
+		}
+		hostile = append(hostile, time.Since(t0))
+	}
+	slices.Sort(hostile)
+	report("hostile /api/pd body (458 bytes): 413 in p50 %v, max %v", hostile[5].Round(time.Millisecond), hostile[9].Round(time.Millisecond))
+	if hostile[9] > 100*time.Millisecond {
+		t.Errorf("hostile body refused in %v", hostile[9])
+	}
+
+	// 3. 200 subscribers connecting and closing while an agent streams.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	agent, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/agent?agent=soak-agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer soak-token"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.CloseNow()
+	if _, _, err := agent.Read(ctx); err != nil { // the welcome
+		t.Fatal(err)
+	}
+	var fmu sync.Mutex
+	var maxFrame, maxEvents, subs int
+	churn, stopChurn := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for churn.Err() == nil {
+				c, _, err := websocket.Dial(churn, "ws://"+addr+"/ws/live", &websocket.DialOptions{HTTPHeader: http.Header{
+					"Origin": {"http://" + addr}, "Authorization": {"Bearer soak-token"}}})
+				if err != nil {
+					continue
+				}
+				c.SetReadLimit(8 << 20)
+				_, hdr, err := c.Read(churn)
+				n, ok := event.HistoryCount(hdr)
+				for i := 0; err == nil && ok && i < n; i++ {
+					var f []byte
+					if _, f, err = c.Read(churn); err == nil {
+						evs, derr := event.DecodeFrame(f)
+						fmu.Lock()
+						maxFrame, maxEvents = max(maxFrame, len(f)), max(maxEvents, len(evs))
+						fmu.Unlock()
+						if derr != nil {
+							t.Errorf("a history frame: %v", derr)
+						}
+					}
+				}
+				fmu.Lock()
+				subs++
+				fmu.Unlock()
+				c.Close(websocket.StatusNormalClosure, "")
+				select { // a browser reloading, not a loop
+				case <-churn.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	var acks []time.Duration
+	for seq := uint64(1); len(acks) < 400; seq++ {
+		evs := []event.Event{{V: 1, Agent: "soak-agent", Seq: seq, TS: time.Now().UnixNano(), Kind: event.Sample, Sample: &event.SampleData{}}}
+		if seq == 1 {
+			evs[0] = event.Event{V: 1, Agent: "soak-agent", Seq: 1, TS: time.Now().UnixNano(), Kind: event.Hello, Hello: &event.HelloData{Host: "soak", NoGPU: "none", GPUs: []event.GPU{}}}
+		}
+		frame, _ := event.EncodeFrame(evs)
+		t0 := time.Now()
+		if err := agent.Write(ctx, websocket.MessageText, frame); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := agent.Read(ctx); err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, time.Since(t0))
+		time.Sleep(25 * time.Millisecond)
+	}
+	stopChurn()
+	wg.Wait()
+	slices.Sort(acks)
+	ackP99 := acks[len(acks)*99/100]
+	report("200 subscribers churning (%d subscriptions) while an agent streams: ack p50 %v, p99 %v; largest history frame %d bytes, %d events",
+		subs, acks[len(acks)/2].Round(time.Microsecond), ackP99.Round(time.Microsecond), maxFrame, maxEvents)
+	if ackP99 > 100*time.Millisecond || maxFrame > event.MaxFrameBytes || maxEvents > event.MaxFrameEvents {
+		t.Errorf("ack p99 %v, largest frame %d bytes / %d events", ackP99, maxFrame, maxEvents)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitUp(t *testing.T, base string) {
+	for range 100 {
+		req, _ := http.NewRequest("GET", base+"/api/models", nil)
+		req.Header.Set("Authorization", "Bearer soak-token")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("the server did not come up")
+}
+
+func soakPost(t *testing.T, url, body string) int {
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer soak-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode
+}
+
+// procRSS is a process's resident memory (Linux /proc).
+func procRSS(t *testing.T, pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
