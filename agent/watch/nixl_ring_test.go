@@ -1,0 +1,99 @@
+//go:build nixl && cgo
+
+package watch
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvscope/kvscope/agent/transfer"
+	"github.com/kvscope/kvscope/core/model/modeltest"
+	"github.com/kvscope/kvscope/core/oracle"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// TestRealNIXLRings: real NIXL v1.4.0 agents write their telemetry rings
+// (NIXL_TELEMETRY_DIR, the agents capture telemetry); a pull moves a real
+// transfer; the watcher reads D's ring: one RX transfer per rank pair's
+// request with the request's bytes and NIXL's durations, and memory
+// registered on both agents.
+func TestRealNIXLRings(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("NIXL_TELEMETRY_DIR", dir)
+	t.Setenv("NIXL_TELEMETRY_RUN_INTERVAL", "20")
+	m := modeltest.Load(t, "openai__gpt-oss-20b")
+	e := func(tp int) plan.Engine {
+		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: 32 << 20, MaxModelLen: 1024}
+	}
+	conn, _ := xfer.ParseConnector("nixl")
+	pd, err := xfer.Run(xfer.Setup{Model: m, P: e(2), D: e(4), Connector: conn, Request: xfer.Request{PromptTokens: 300}, KeepPairs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := pd.Transfer
+	b, err := transfer.NewNIXL("kvscope-ring", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Register(append(append([]*xfer.Registration(nil), x.PRegs...), x.DRegs...)); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := b.Metadata()
+	if err := b.LoadRemote(md); err != nil {
+		t.Fatal(err)
+	}
+	prover, err := oracle.NewProver(m, x, b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Prepare(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := b.Post(p, "ring:done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := transfer.WaitFor(b, h, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := prover.Verify().Verdict; v != oracle.Exact {
+		t.Fatalf("verdict %s", v)
+	}
+	want := 0
+	var wantBytes uint64
+	for _, rp := range x.RankPairs {
+		if len(rp.Pairs) > 0 {
+			want++
+			for _, q := range rp.Pairs {
+				wantBytes += uint64(q.Len)
+			}
+		}
+	}
+	c := watch(t, dir)
+	obs := c.wait(t, "one RX transfer per request", func(o []Observation) bool { return count(o, "transfer") >= want })
+	var got uint64
+	var registered = map[string]bool{}
+	for _, o := range obs {
+		switch o.Kind {
+		case "transfer":
+			if o.Agent != "kvscope-ring-D" || o.Transfer.Dir != "rx" || o.Transfer.XferUS == 0 {
+				t.Errorf("transfer %+v of %s: want an RX transfer in D's ring with its time", *o.Transfer, o.Agent)
+			}
+			got += o.Transfer.Bytes
+		case "registered":
+			registered[o.Agent] = true
+		case "refused":
+			t.Errorf("refused %s: %v", o.Agent, o.Err)
+		}
+	}
+	if count(obs, "transfer") != want || got != wantBytes || got != uint64(st.Bytes) {
+		t.Errorf("%d transfers of %d bytes in the rings, want %d of %d (NIXL's telemetry said %d)", count(obs, "transfer"), got, want, wantBytes, st.Bytes)
+	}
+	if !registered["kvscope-ring-P"] || !registered["kvscope-ring-D"] {
+		t.Errorf("memory registered by %v, want both agents", registered)
+	}
+}
