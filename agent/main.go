@@ -201,6 +201,9 @@ func loopback(addr string) bool {
 }
 
 func run(ctx context.Context, args []string, logf func(string, ...any)) error {
+	if len(args) > 0 && args[0] == "watch" {
+		return runWatch(ctx, args[1:], logf)
+	}
 	o, err := parse(args)
 	if err != nil {
 		return err
@@ -225,6 +228,35 @@ func run(ctx context.Context, args []string, logf func(string, ...any)) error {
 		logf("metrics on http://%s/metrics", ln.Addr())
 	}
 	return runner.Start(ctx, c)
+}
+
+// runWatch is kvscope-agent watch: the NIXL telemetry of the vLLM
+// engines on this host, as events (see runner.Watch).
+func runWatch(ctx context.Context, args []string, logf func(string, ...any)) error {
+	fs := flag.NewFlagSet("kvscope-agent watch", flag.ContinueOnError)
+	c := runner.WatchConfig{Logf: logf, Metrics: metrics.New()}
+	fs.StringVar(&c.Dir, "nixl-telemetry-dir", os.Getenv("NIXL_TELEMETRY_DIR"), "the engines' NIXL_TELEMETRY_DIR (default $NIXL_TELEMETRY_DIR); this watcher must be its only reader")
+	fs.StringVar(&c.ServerURL, "server", "", "kvscope server, ws://HOST:PORT (empty: log events here)")
+	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "bearer token for the server (default $KVSCOPE_TOKEN)")
+	fs.StringVar(&c.Name, "name", "", "prefix of the watched agents' names (default: the host name)")
+	fs.DurationVar(&c.Interval, "interval", 100*time.Millisecond, "how often the rings are read (NIXL flushes every 100 ms by default)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if c.Interval < time.Millisecond || c.Interval > time.Minute {
+		return fmt.Errorf("--interval %s: must be between 1ms and 1m", c.Interval)
+	}
+	if c.ServerURL != "" {
+		u, err := serverURL(c.ServerURL)
+		if err != nil {
+			return err
+		}
+		c.ServerURL = u
+	}
+	return runner.Watch(ctx, c)
 }
 
 // catalog is the bundled models, or testdata/models in a source tree.

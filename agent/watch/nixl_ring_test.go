@@ -1,12 +1,13 @@
 //go:build nixl && cgo
 
-package watch
+package watch_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/kvscope/kvscope/agent/transfer"
+	"github.com/kvscope/kvscope/agent/watch"
 	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/plan"
@@ -73,8 +74,8 @@ func TestRealNIXLRings(t *testing.T) {
 			}
 		}
 	}
-	c := watch(t, dir)
-	obs := c.wait(t, "one RX transfer per request", func(o []Observation) bool { return count(o, "transfer") >= want })
+	c := watchDir(t, dir)
+	obs := c.wait(t, "one RX transfer per request", func(o []watch.Observation) bool { return count(o, "transfer") >= want })
 	var got uint64
 	var registered = map[string]bool{}
 	for _, o := range obs {

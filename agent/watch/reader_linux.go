@@ -54,7 +54,7 @@ func OpenRing(path string) (*Ring, error) {
 	if s, ok := st.Sys().(*syscall.Stat_t); ok {
 		ino = s.Ino
 	}
-	return &Ring{path: path, f: f, mem: mem, hdr: h, ev: eventBytes(h.Version), ino: ino}, nil
+	return &Ring{path: path, f: f, mem: mem, hdr: h, ev: EventBytes(h.Version), ino: ino}, nil
 }
 
 // Header is the ring's header as opened.

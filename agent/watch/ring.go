@@ -42,9 +42,9 @@ type Header struct {
 	Capacity, Mask    uint64
 }
 
-// eventBytes is an event's size in a version, or 0 for a version this
+// EventBytes is an event's size in a version, or 0 for a version this
 // reader does not know.
-func eventBytes(version int32) int {
+func EventBytes(version int32) int {
 	switch version {
 	case 1:
 		return 56
@@ -76,7 +76,7 @@ func ParseHeader(file string, b []byte, size int64) (Header, error) {
 	le := binary.NativeEndian
 	h := Header{WritePos: le.Uint64(b[0:]), ReadPos: le.Uint64(b[8:]), Version: int32(le.Uint32(b[16:])), Expected: int32(le.Uint32(b[20:])),
 		Capacity: le.Uint64(b[24:]), Mask: le.Uint64(b[32:])}
-	ev := eventBytes(h.Version)
+	ev := EventBytes(h.Version)
 	switch {
 	case ev == 0:
 		return bad("telemetry version %d, which this reader does not know (it reads 1 to 4: NIXL 0.6.0 to v1.4.0); not read", h.Version)
@@ -112,10 +112,20 @@ var typeNames = []string{
 	"agent_telemetry_events_dropped",
 }
 
+// TypeCode is the number versions 2 to 4 give an event type's name.
+func TypeCode(name string) (uint32, bool) {
+	for i, n := range typeNames {
+		if n == name {
+			return uint32(i), true
+		}
+	}
+	return 0, false
+}
+
 // DecodeEvent reads one event of a version; an event type this version
 // does not define is an error, never a guess.
 func DecodeEvent(version int32, b []byte) (Raw, error) {
-	n := eventBytes(version)
+	n := EventBytes(version)
 	if n == 0 || len(b) < n {
 		return Raw{}, fmt.Errorf("watch: a version-%d event needs %d bytes, got %d", version, n, len(b))
 	}

@@ -1,0 +1,210 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/agent/watch"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// WatchConfig is kvscope-agent watch: the NIXL telemetry directory of the
+// vLLM engines on this host, and where the events go.
+type WatchConfig struct {
+	Name      string // prefix of the agents' names (default: the host name)
+	Dir       string // NIXL_TELEMETRY_DIR of the engines
+	ServerURL string
+	Token     string
+	Interval  time.Duration // how often the rings are read
+	Metrics   *metrics.Registry
+	Logf      func(format string, args ...any)
+	// sink replaces the server or the log (tests).
+	sink func(agent string) Sink
+}
+
+// Watch reads the engines' NIXL telemetry until ctx ends. Each NIXL agent
+// (a vLLM worker: one ring file, named by its UUID) is an agent of the
+// live view, "<name>/<uuid>": a hello when its ring opens, a registration
+// per registerMem, one transfer_done per completed NIXL request (bytes and
+// NIXL's post and transfer times: measured by NIXL; verified "unverified":
+// kvscope did not move these bytes), an error per NIXL error event, and a
+// sample a second (with the events NIXL says it dropped).
+func Watch(ctx context.Context, c WatchConfig) error {
+	if c.Dir == "" {
+		c.Dir = os.Getenv("NIXL_TELEMETRY_DIR")
+	}
+	if c.Dir == "" {
+		return fmt.Errorf("watch: give --nixl-telemetry-dir (or set NIXL_TELEMETRY_DIR), the directory the engines' NIXL writes its rings to")
+	}
+	if c.Name == "" {
+		c.Name, _ = os.Hostname()
+	}
+	logf := c.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	w := &watcher{cfg: c, logf: logf, agents: map[string]*watched{}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go w.samples(ctx)
+	err := (&watch.Watcher{Dir: c.Dir, Interval: c.Interval}).Run(ctx, w.observe)
+	cancel()
+	w.close()
+	return err
+}
+
+// close sends what the agents' streams hold (for up to 5 s) and stops them.
+func (w *watcher) close() {
+	w.mu.Lock()
+	agents := make([]*watched, 0, len(w.agents))
+	for _, a := range w.agents {
+		agents = append(agents, a)
+	}
+	w.mu.Unlock()
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, a := range agents {
+		if st, ok := a.sink.(*stream.Streamer); ok {
+			st.Flush(fctx)
+		}
+		if a.stop != nil {
+			a.stop()
+		}
+	}
+	w.wg.Wait()
+}
+
+type watcher struct {
+	cfg    WatchConfig
+	logf   func(string, ...any)
+	mu     sync.Mutex
+	agents map[string]*watched
+	wg     sync.WaitGroup
+}
+
+// watched is one NIXL agent's stream and its running figures.
+type watched struct {
+	sink     Sink
+	stop     context.CancelFunc
+	requests int
+	dropped  uint64
+	window   []done // the last second's transfers
+}
+
+// agent is the stream of a NIXL agent, started at its first observation.
+func (w *watcher) agent(name string) *watched {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if a, ok := w.agents[name]; ok {
+		return a
+	}
+	full := w.cfg.Name + "/" + name
+	if err := event.CheckAgentName(full); err != nil {
+		full = fmt.Sprintf("%s/nixl-%d", w.cfg.Name, len(w.agents)+1) // a ring named as no agent may be
+	}
+	a := &watched{}
+	switch {
+	case w.cfg.sink != nil:
+		a.sink = w.cfg.sink(full)
+	case w.cfg.ServerURL != "":
+		st := &stream.Streamer{Agent: full, URL: w.cfg.ServerURL, Token: w.cfg.Token, Logf: w.logf}
+		ctx, cancel := context.WithCancel(context.Background())
+		a.sink, a.stop = st, cancel
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			st.Run(ctx)
+		}()
+	default:
+		a.sink = &logSink{logf: w.logf}
+	}
+	w.agents[name] = a
+	return a
+}
+
+func (w *watcher) emit(a *watched, e event.Event) {
+	if e.TS == 0 {
+		e.TS = time.Now().UnixNano()
+	}
+	a.sink.Publish(e)
+}
+
+// observe turns one ring observation into events.
+func (w *watcher) observe(o watch.Observation) {
+	a := w.agent(o.Agent)
+	host, _ := os.Hostname()
+	switch o.Kind {
+	case "opened":
+		w.logf("watching NIXL agent %q (telemetry version %d)", o.Agent, o.Version)
+		w.emit(a, event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: "nixl (watched)", Memory: "VRAM", Role: "watch",
+			GPUs: []event.GPU{}, NoGPU: "watching another process's NIXL agent",
+			Scenario: fmt.Sprintf("NIXL agent %s, telemetry ring version %d in %s", o.Agent, o.Version, w.cfg.Dir)}})
+	case "registered":
+		w.emit(a, event.Event{Kind: event.Registration, Registration: &event.RegistrationData{Rank: -1, Regions: 1, Bytes: int64(o.Bytes), Memory: "VRAM"}})
+	case "transfer":
+		t := o.Transfer
+		w.mu.Lock()
+		a.requests++
+		id := fmt.Sprintf("%s-%d", t.Dir, a.requests)
+		a.window = append(a.window, done{at: time.Now(), bytes: int64(t.Bytes), us: float64(t.XferUS)})
+		w.mu.Unlock()
+		d := &event.DoneData{Request: id, Bytes: int64(t.Bytes), PostUS: float64(t.PostUS), TransferUS: float64(t.XferUS),
+			Timing: event.Measured, Source: "nixl", Verified: "unverified"}
+		if t.XferUS > 0 {
+			d.GBps = float64(t.Bytes) / 1e3 / float64(t.XferUS)
+		}
+		w.emit(a, event.Event{Kind: event.TransferDone, Done: d})
+		if w.cfg.Metrics != nil {
+			w.cfg.Metrics.Add("agent_tx_bytes_total", "Bytes the watched agents' transfers moved.", float64(t.Bytes))
+			w.cfg.Metrics.Observe("agent_xfer_time_us", "Transfer time per request, microseconds (NIXL's telemetry).", float64(t.XferUS))
+		}
+	case "error":
+		msg := fmt.Sprintf("NIXL agent %s reported %s", o.Agent, o.Status)
+		if o.Err != nil {
+			msg = o.Err.Error()
+		}
+		if o.Count > 1 {
+			msg += fmt.Sprintf(" (%d times)", o.Count)
+		}
+		w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: o.Status, Message: event.Clip(msg, maxMessage)}})
+		if w.cfg.Metrics != nil {
+			w.cfg.Metrics.Add("agent_errors_total", "Errors the watched agents reported, by status.", float64(o.Count), "status", o.Status)
+		}
+	case "dropped":
+		w.mu.Lock()
+		a.dropped += o.Count
+		w.mu.Unlock()
+	case "closed", "refused":
+		w.logf("%s %s: %v", o.Kind, o.Agent, o.Err)
+		w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_NOT_FOUND", Message: event.Clip(o.Err.Error(), maxMessage)}})
+	}
+}
+
+// samples sends each agent's 1 Hz sample.
+func (w *watcher) samples(ctx context.Context) {
+	every(ctx, time.Second, func() {
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, a := range w.agents {
+			var keep []done
+			var bytes int64
+			var lat []float64
+			for _, d := range a.window {
+				if now.Sub(d.at) <= time.Second {
+					keep = append(keep, d)
+					bytes += d.bytes
+					lat = append(lat, d.us)
+				}
+			}
+			a.window = keep
+			a.sink.Publish(event.Event{TS: now.UnixNano(), Kind: event.Sample, Sample: &event.SampleData{GBps: float64(bytes) / 1e9,
+				P50US: metrics.Quantile(lat, 0.5), P99US: metrics.Quantile(lat, 0.99), Requests: a.requests, DroppedEvents: a.dropped}})
+		}
+	})
+}

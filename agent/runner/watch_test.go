@@ -1,0 +1,111 @@
+package runner
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvscope/kvscope/agent/watch"
+	"github.com/kvscope/kvscope/agent/watch/watchtest"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// events collects what the watcher publishes, per agent.
+type events struct {
+	mu  sync.Mutex
+	got map[string][]event.Event
+}
+
+type agentSink struct {
+	e     *events
+	agent string
+}
+
+func (s agentSink) Publish(ev event.Event) {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	ev.Agent = s.agent
+	s.e.got[s.agent] = append(s.e.got[s.agent], ev)
+}
+
+func (s agentSink) Dropped() uint64 { return 0 }
+
+// TestWatchTurnsRingsIntoEvents: two engines' rings (two NIXL agents)
+// become two agents of the live view: a hello each, the registration, a
+// transfer_done per NIXL request with NIXL's own times (measured by NIXL,
+// not verified by kvscope), errors with NIXL's status names, and samples.
+func TestWatchTurnsRingsIntoEvents(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("rings are read on Linux")
+	}
+	dir := t.TempDir()
+	d, err := watchtest.NewWriter(dir, "0b6f-decode-rank0", 4, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := watchtest.NewWriter(dir, "9c1e-prefill-rank0", 4, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Push(append([]watch.Raw{{Type: "agent_memory_registered", Value: 1 << 30}}, append(watchtest.Transfer("rx", 2<<20, 15, 400),
+		watchtest.Transfer("rx", 4<<20, 20, 800)...)...)...)
+	p.Push(watch.Raw{Type: "agent_memory_registered", Value: 2 << 30}, watch.Raw{Type: "agent_err_backend", Value: 1})
+	got := &events{got: map[string][]event.Event{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Watch(ctx, WatchConfig{Name: "gpu7", Dir: dir, Interval: 5 * time.Millisecond,
+			sink: func(agent string) Sink { return agentSink{got, agent} }})
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got.mu.Lock()
+		n := len(got.got["gpu7/0b6f-decode-rank0"])
+		samples := 0
+		for _, e := range got.got["gpu7/0b6f-decode-rank0"] {
+			if e.Kind == event.Sample {
+				samples++
+			}
+		}
+		got.mu.Unlock()
+		if n >= 4 && samples > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	dec := got.got["gpu7/0b6f-decode-rank0"]
+	if len(dec) < 4 || dec[0].Kind != event.Hello || dec[0].Hello.Role != "watch" || dec[1].Kind != event.Registration || dec[1].Registration.Bytes != 1<<30 {
+		t.Fatalf("the decode agent's events: %+v", dec)
+	}
+	var done []*event.DoneData
+	for _, e := range dec {
+		if e.Kind == event.TransferDone {
+			done = append(done, e.Done)
+		}
+		if e.Kind == event.Sample && e.Sample.Requests != 2 {
+			t.Errorf("a sample says %d requests, want 2", e.Sample.Requests)
+		}
+	}
+	if len(done) != 2 || done[0].Bytes != 2<<20 || done[0].TransferUS != 400 || done[0].PostUS != 15 || done[0].Timing != event.Measured ||
+		done[0].Source != "nixl" || done[0].Verified != "unverified" || done[1].Bytes != 4<<20 {
+		t.Errorf("transfers: %+v", done)
+	}
+	pre := got.got["gpu7/9c1e-prefill-rank0"]
+	var status string
+	for _, e := range pre {
+		if e.Kind == event.Error {
+			status = e.Error.Status
+		}
+	}
+	if status != "ERR_BACKEND" {
+		t.Errorf("the prefill agent's error: %q, want ERR_BACKEND", status)
+	}
+}
