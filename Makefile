@@ -85,6 +85,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./core/check
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLiteral$$' -fuzztime $(FUZZTIME) ./core/vlog
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./agent/watch
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMetrics$$' -fuzztime $(FUZZTIME) ./agent/watch
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./agent/...

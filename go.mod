@@ -1,6 +1,6 @@
 module github.com/kvscope/kvscope
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
@@ -9,9 +9,14 @@ require (
 	github.com/coder/websocket v1.8.15
 	github.com/go-echarts/go-echarts/v2 v2.6.7
 	github.com/maxence-charriere/go-app/v10 v10.1.10
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.73.1
 )
 
 require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pandatix/go-abnf v0.5.3 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )

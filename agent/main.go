@@ -28,6 +28,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -240,8 +241,22 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "bearer token for the server (default $KVSCOPE_TOKEN)")
 	fs.StringVar(&c.Name, "name", "", "prefix of the watched agents' names (default: the host name)")
 	fs.DurationVar(&c.Interval, "interval", 100*time.Millisecond, "how often the rings are read (NIXL flushes every 100 ms by default)")
+	urls := fs.String("vllm-metrics", "", "comma-separated vLLM /metrics URLs (each engine's NIXL histograms and cache_config_info)")
+	fs.DurationVar(&c.ScrapeEvery, "scrape-every", 5*time.Second, "how often --vllm-metrics are scraped (and the scrape's timeout)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	for _, u := range strings.Split(*urls, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("--vllm-metrics %q: want http://HOST:PORT/metrics", u)
+		}
+		c.VLLMMetrics = append(c.VLLMMetrics, u)
+	}
+	if c.ScrapeEvery < 100*time.Millisecond || c.ScrapeEvery > 10*time.Minute {
+		return fmt.Errorf("--scrape-every %s: must be between 100ms and 10m", c.ScrapeEvery)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))

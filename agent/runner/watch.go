@@ -3,7 +3,10 @@ package runner
 import (
 	"context"
 	"fmt"
+	"math"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +24,12 @@ type WatchConfig struct {
 	ServerURL string
 	Token     string
 	Interval  time.Duration // how often the rings are read
-	Metrics   *metrics.Registry
-	Logf      func(format string, args ...any)
+	// VLLMMetrics are engines' Prometheus endpoints, scraped every
+	// ScrapeEvery (default 5 s) with a timeout of the same.
+	VLLMMetrics []string
+	ScrapeEvery time.Duration
+	Metrics     *metrics.Registry
+	Logf        func(format string, args ...any)
 	// sink replaces the server or the log (tests).
 	sink func(agent string) Sink
 }
@@ -38,8 +45,11 @@ func Watch(ctx context.Context, c WatchConfig) error {
 	if c.Dir == "" {
 		c.Dir = os.Getenv("NIXL_TELEMETRY_DIR")
 	}
+	if c.Dir == "" && len(c.VLLMMetrics) == 0 {
+		return fmt.Errorf("watch: give --nixl-telemetry-dir (or set NIXL_TELEMETRY_DIR), the directory the engines' NIXL writes its rings to, or --vllm-metrics")
+	}
 	if c.Dir == "" {
-		return fmt.Errorf("watch: give --nixl-telemetry-dir (or set NIXL_TELEMETRY_DIR), the directory the engines' NIXL writes its rings to")
+		c.Dir = "-"
 	}
 	if c.Name == "" {
 		c.Name, _ = os.Hostname()
@@ -52,7 +62,19 @@ func Watch(ctx context.Context, c WatchConfig) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go w.samples(ctx)
-	err := (&watch.Watcher{Dir: c.Dir, Interval: c.Interval}).Run(ctx, w.observe)
+	for _, url := range c.VLLMMetrics {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.scrape(ctx, url)
+		}()
+	}
+	var err error
+	if c.Dir != "-" {
+		err = (&watch.Watcher{Dir: c.Dir, Interval: c.Interval}).Run(ctx, w.observe)
+	} else {
+		<-ctx.Done() // metrics only
+	}
 	cancel()
 	w.close()
 	return err
@@ -185,13 +207,101 @@ func (w *watcher) observe(o watch.Observation) {
 	}
 }
 
+// scrape reads one engine process's /metrics until ctx ends: each vLLM
+// engine in it is an agent of the live view ("<name>/vllm-<host>-<port>-
+// e<index>") with a hello naming its observed plan (vllm:cache_config_info),
+// a sample per scrape from what its NIXL histograms gained since the last
+// one (rate, p50/p99 transfer time, transfers so far) and an error when its
+// failure counters grow or the scrape fails.
+func (w *watcher) scrape(ctx context.Context, url string) {
+	every := w.cfg.ScrapeEvery
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	client := &http.Client{}
+	prev := map[string]*watch.Engine{}
+	var prevAt time.Time
+	failing := false
+	endpoint := "vllm-" + strings.NewReplacer("http://", "", "https://", "", ":", "-", "/", "-").Replace(strings.TrimSuffix(url, "/metrics"))
+	for {
+		sctx, cancel := context.WithTimeout(ctx, every)
+		engines, err := watch.Scrape(sctx, client, url)
+		cancel()
+		now := time.Now()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if !failing {
+				a := w.agent(endpoint)
+				w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_REMOTE_DISCONNECT", Message: event.Clip(err.Error(), maxMessage)}})
+			}
+			failing = true
+		} else {
+			failing = false
+			for index, e := range engines {
+				name := endpoint + "-e" + index
+				a := w.agent(name)
+				p := prev[index]
+				if p == nil {
+					w.emit(a, event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: url, Backend: "vLLM /metrics", Memory: "VRAM", Role: "watch",
+						GPUs: []event.GPU{}, NoGPU: "watching a vLLM engine's metrics", Model: e.Model,
+						Scenario: fmt.Sprintf("vLLM engine %s of %s; observed plan: %s", index, url, observedPlan(e))}})
+				} else {
+					x := e.XferSeconds.Since(p.XferSeconds)
+					b := e.Bytes.Since(p.Bytes)
+					sec := now.Sub(prevAt).Seconds()
+					w.emit(a, event.Event{Kind: event.Sample, Sample: &event.SampleData{GBps: b.Sum / 1e9 / max(sec, 1e-3),
+						P50US: us(x.Quantile(0.5)), P99US: us(x.Quantile(0.99)), Requests: int(e.XferSeconds.Count)}})
+					if n := e.FailedTransfers - p.FailedTransfers; n > 0 {
+						w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_BACKEND",
+							Message: fmt.Sprintf("%g failed NIXL transfers since the last scrape (vllm:nixl_num_failed_transfers)", n)}})
+					}
+				}
+				prev[index] = e
+			}
+			prevAt = now
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// us is seconds as microseconds, 0 for NaN (no transfer).
+func us(s float64) float64 {
+	if math.IsNaN(s) {
+		return 0
+	}
+	return s * 1e6
+}
+
+// observedPlan lists what vllm:cache_config_info says of the plan.
+func observedPlan(e *watch.Engine) string {
+	if e.Cache == nil {
+		return "none exported"
+	}
+	var parts []string
+	for _, k := range []string{"block_size", "num_gpu_blocks", "mamba_page_size_padded", "cache_dtype"} {
+		if v, ok := e.Cache[k]; ok {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 // samples sends each agent's 1 Hz sample.
 func (w *watcher) samples(ctx context.Context) {
 	every(ctx, time.Second, func() {
 		now := time.Now()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		for _, a := range w.agents {
+		for name, a := range w.agents {
+			if strings.HasPrefix(name, "vllm-") {
+				continue // an engine's samples come with its scrapes
+			}
 			var keep []done
 			var bytes int64
 			var lat []float64

@@ -2,7 +2,11 @@ package runner
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,5 +111,85 @@ func TestWatchTurnsRingsIntoEvents(t *testing.T) {
 	}
 	if status != "ERR_BACKEND" {
 		t.Errorf("the prefill agent's error: %q, want ERR_BACKEND", status)
+	}
+}
+
+// TestWatchScrapesVLLM: an engine's /metrics (vLLM's names) gives a hello
+// naming the observed plan, then samples from what its histograms gained
+// between scrapes, and an error when its failure counter grows.
+func TestWatchScrapesVLLM(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		n++
+		k := n
+		mu.Unlock()
+		// Each scrape: 10 more transfers of 1 MB in (0.01, 0.025] s, and a
+		// failed transfer from the third scrape on.
+		failed := 0
+		if k >= 3 {
+			failed = 1
+		}
+		fmt.Fprintf(w, `# TYPE vllm:nixl_xfer_time_seconds histogram
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.01",model_name="m"} 0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.025",model_name="m"} %d
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} %d
+vllm:nixl_xfer_time_seconds_count{engine="0",model_name="m"} %d
+vllm:nixl_xfer_time_seconds_sum{engine="0",model_name="m"} %g
+# TYPE vllm:nixl_bytes_transferred histogram
+vllm:nixl_bytes_transferred_bucket{engine="0",le="+Inf",model_name="m"} %d
+vllm:nixl_bytes_transferred_count{engine="0",model_name="m"} %d
+vllm:nixl_bytes_transferred_sum{engine="0",model_name="m"} %d
+# TYPE vllm:nixl_num_failed_transfers_total counter
+vllm:nixl_num_failed_transfers_total{engine="0",model_name="m"} %d
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="544",engine="0",model_name="m",num_gpu_blocks="2048"} 1
+`, 10*k, 10*k, 10*k, 0.02*float64(10*k), 10*k, 10*k, 10*k*1_000_000, failed)
+	}))
+	defer srv.Close()
+	got := &events{got: map[string][]event.Event{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Watch(ctx, WatchConfig{Name: "gpu7", VLLMMetrics: []string{srv.URL + "/metrics"}, ScrapeEvery: 50 * time.Millisecond,
+			sink: func(agent string) Sink { return agentSink{got, agent} }})
+	}()
+	name := "gpu7/vllm-" + strings.ReplaceAll(strings.TrimPrefix(srv.URL, "http://"), ":", "-") + "-e0"
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got.mu.Lock()
+		k := len(got.got[name])
+		got.mu.Unlock()
+		if k >= 5 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-errc
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	evs := got.got[name]
+	if len(evs) < 4 || evs[0].Kind != event.Hello || !strings.Contains(evs[0].Hello.Scenario, "block_size=544, num_gpu_blocks=2048") {
+		t.Fatalf("events of %s: %+v", name, evs)
+	}
+	var errs int
+	for _, e := range evs[1:] {
+		switch e.Kind {
+		case event.Sample:
+			// 10 transfers in (0.01, 0.025]: p50 is rank 5 of 10, 0.0175 s.
+			if e.Sample.P50US < 17499 || e.Sample.P50US > 17501 || e.Sample.GBps <= 0 {
+				t.Errorf("sample %+v: want p50 17,500 µs and a rate", *e.Sample)
+			}
+		case event.Error:
+			errs++
+			if e.Error.Status != "ERR_BACKEND" || !strings.Contains(e.Error.Message, "vllm:nixl_num_failed_transfers") {
+				t.Errorf("error %+v", *e.Error)
+			}
+		}
+	}
+	if errs != 1 {
+		t.Errorf("%d errors, want 1 (the failed transfer)", errs)
 	}
 }
