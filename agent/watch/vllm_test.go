@@ -73,7 +73,9 @@ func TestScrapeFailures(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 	})
-	mux.HandleFunc("/garbage", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("vllm:nixl_xfer_time_seconds_bucket{le=\"0.1\" 12\n<html>")) })
+	mux.HandleFunc("/garbage", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("vllm:nixl_xfer_time_seconds_bucket{le=\"0.1\" 12\n<html>"))
+	})
 	mux.HandleFunc("/fail", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "boom", 500) })
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
