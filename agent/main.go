@@ -241,19 +241,39 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "bearer token for the server (default $KVSCOPE_TOKEN)")
 	fs.StringVar(&c.Name, "name", "", "prefix of the watched agents' names (default: the host name)")
 	fs.DurationVar(&c.Interval, "interval", 100*time.Millisecond, "how often the rings are read (NIXL flushes every 100 ms by default)")
-	urls := fs.String("vllm-metrics", "", "comma-separated vLLM /metrics URLs (each engine's NIXL histograms and cache_config_info)")
+	urls := fs.String("vllm-metrics", "", "comma-separated vLLM /metrics URLs, each optionally p= or d= (each engine's NIXL histograms and cache_config_info)")
+	scenarioFile := fs.String("scenario", "", "the deployment's model and P and D engine flags (a scenario file): each p=/d= engine's observed plan is held against kvscope's")
 	fs.DurationVar(&c.ScrapeEvery, "scrape-every", 5*time.Second, "how often --vllm-metrics are scraped (and the scrape's timeout)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	c.Sides = map[string]string{}
 	for _, u := range strings.Split(*urls, ",") {
 		if u = strings.TrimSpace(u); u == "" {
 			continue
 		}
+		side := ""
+		if s, rest, ok := strings.Cut(u, "="); ok && (s == "p" || s == "d" || s == "P" || s == "D") {
+			side, u = strings.ToUpper(s), rest
+		}
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return fmt.Errorf("--vllm-metrics %q: want http://HOST:PORT/metrics", u)
+			return fmt.Errorf("--vllm-metrics %q: want [p=|d=]http://HOST:PORT/metrics", u)
 		}
 		c.VLLMMetrics = append(c.VLLMMetrics, u)
+		if side != "" {
+			c.Sides[u] = side
+		}
+	}
+	if *scenarioFile != "" {
+		s, err := scenario.Load(*scenarioFile)
+		if err != nil {
+			return err
+		}
+		m, err := s.LoadModel(catalog())
+		if err != nil {
+			return err
+		}
+		c.Model, c.P, c.D = m, s.P, s.D
 	}
 	if c.ScrapeEvery < 100*time.Millisecond || c.ScrapeEvery > 10*time.Minute {
 		return fmt.Errorf("--scrape-every %s: must be between 100ms and 10m", c.ScrapeEvery)

@@ -79,6 +79,8 @@ type liveAgent struct {
 	Undrawn   uint64 // batches outside what the view draws (too many ranks, groups or bands)
 	Dropped   uint64 // events the agent's own queue dropped (its latest sample)
 	Samples   []liveSample
+	Failures  int                           // error events
+	Mismatch  map[string]event.MismatchData // a watched engine's plan fields that differ from kvscope's, by field
 	bands     map[bandKey]*liveBand
 }
 
@@ -212,8 +214,21 @@ func (l *Live) apply(e event.Event, at time.Time) {
 		l.Listed++
 	case event.Error:
 		l.Errors = appendRecent(l.Errors, liveError{Agent: e.Agent, TS: e.TS, ErrorData: *e.Error})
+		a.Failures++
 		l.Listed++
+		l.Info++ // the deployment panel counts failures
+	case event.PlanMismatch:
+		if a.Mismatch == nil {
+			a.Mismatch = map[string]event.MismatchData{}
+		}
+		if len(a.Mismatch) < 16 || a.Mismatch[e.Mismatch.Field].Field != "" {
+			a.Mismatch[e.Mismatch.Field] = *e.Mismatch
+		}
+		l.Info++
 	case event.Sample:
+		if a.Hello != nil && a.Hello.Role == "watch" {
+			l.Info++ // the deployment panel shows the latest sample
+		}
 		a.Dropped = e.Sample.DroppedEvents
 		a.Samples = append(a.Samples, liveSample{TS: e.TS, SampleData: *e.Sample})
 		cut := 0

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -254,6 +255,54 @@ func liveGPUsHTML(l *Live) string {
 		}
 		sb.WriteString(`</div>`)
 	}
+	return sb.String()
+}
+
+// liveDeploymentHTML is the Deployment panel: every watched engine or NIXL
+// agent (kvscope-agent watch), its observed plan, its latest rate and
+// p50/p99 transfer time from NIXL's or vLLM's own numbers, its failures,
+// and every plan field that differs from kvscope's prediction, in red.
+func liveDeploymentHTML(l *Live) string {
+	var names []string
+	for name, a := range l.agents {
+		if a.Hello != nil && a.Hello.Role == "watch" {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(names)
+	var sb strings.Builder
+	sb.WriteString(`<h3>Deployment</h3><div class="scroll"><table class="descs deployment"><thead><tr><th>engine</th><th>watched through</th>` +
+		`<th>observed</th><th>GB/s</th><th>p50 µs</th><th>p99 µs</th><th>transfers</th><th>failures</th><th>plan</th></tr></thead><tbody>`)
+	for _, name := range names {
+		a := l.agents[name]
+		var last event.SampleData
+		if n := len(a.Samples); n > 0 {
+			last = a.Samples[n-1].SampleData
+		}
+		plan := `<td class="plan ok" data-testid="plan-ok">as predicted, or not compared</td>`
+		if len(a.Mismatch) > 0 {
+			var fields []string
+			for f := range a.Mismatch {
+				fields = append(fields, f)
+			}
+			sort.Strings(fields)
+			var cells []string
+			for _, f := range fields {
+				m := a.Mismatch[f]
+				cells = append(cells, fmt.Sprintf(`<span class="mismatch bad" data-testid="plan-mismatch" data-field="%s">%s: observed %s, predicted %s</span>`,
+					html.EscapeString(f), html.EscapeString(f), html.EscapeString(m.Observed), html.EscapeString(m.Predicted)))
+			}
+			plan = `<td class="plan bad">` + strings.Join(cells, "<br>") + `</td>`
+		}
+		fmt.Fprintf(&sb, `<tr data-testid="deployment-engine" data-agent="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="%s">%d</td>%s</tr>`,
+			html.EscapeString(name), html.EscapeString(name), html.EscapeString(a.Hello.Backend), html.EscapeString(a.Hello.Scenario),
+			strconv.FormatFloat(last.GBps, 'f', 2, 64), strconv.FormatFloat(last.P50US, 'f', 0, 64), strconv.FormatFloat(last.P99US, 'f', 0, 64),
+			commas(int64(last.Requests)), map[bool]string{true: "bad", false: ""}[a.Failures > 0], a.Failures, plan)
+	}
+	sb.WriteString(`</tbody></table></div>`)
 	return sb.String()
 }
 

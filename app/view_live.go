@@ -20,6 +20,7 @@ const (
 	liveBandsID     = "live-bands-wrap"
 	liveGPUsID      = "live-gpus"
 	liveTransfersID = "live-transfers"
+	liveDeployID    = "live-deployment"
 	liveTimelineID  = "live-timeline"
 )
 
@@ -281,7 +282,7 @@ func (s *liveSession) draw() {
 	}
 	els := map[string]app.Value{}
 	blank := map[string]bool{}
-	for _, id := range []string{liveStatsID, liveBandsID, liveGPUsID, liveTransfersID, liveTimelineID} {
+	for _, id := range []string{liveStatsID, liveBandsID, liveGPUsID, liveDeployID, liveTransfersID, liveTimelineID} {
 		el := doc.Call("getElementById", id)
 		if !el.Truthy() {
 			return
@@ -310,8 +311,9 @@ func (s *liveSession) draw() {
 		}
 		s.drawnVer = l.Version
 	}
-	if blank[liveGPUsID] || live && l.Info != s.drawnInfo {
+	if blank[liveGPUsID] || blank[liveDeployID] || live && l.Info != s.drawnInfo {
 		writes[liveGPUsID] = liveGPUsHTML(l)
+		writes[liveDeployID] = liveDeploymentHTML(l)
 		s.drawnInfo = l.Info
 	}
 	if blank[liveTransfersID] || live && l.Listed != s.drawnListed {
@@ -389,6 +391,7 @@ func (p *LivePanel) Render() app.UI {
 				app.Div().ID(liveBandsID).Class("live-bands"),
 				app.Div().ID(liveGPUsID).Class("live-gpus").DataSet("testid", "live-gpus"),
 			),
+			app.Div().ID(liveDeployID).Class("live-deployment").DataSet("testid", "live-deployment"),
 			app.Div().ID(liveTimelineID).Class("chart live-timeline").DataSet("testid", "live-timeline"),
 			app.Div().ID(liveTransfersID).Class("live-transfers").DataSet("testid", "live-transfers"),
 		),

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/agent/watch"
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
 )
 
 // WatchConfig is kvscope-agent watch: the NIXL telemetry directory of the
@@ -28,8 +31,15 @@ type WatchConfig struct {
 	// ScrapeEvery (default 5 s) with a timeout of the same.
 	VLLMMetrics []string
 	ScrapeEvery time.Duration
-	Metrics     *metrics.Registry
-	Logf        func(format string, args ...any)
+	// Sides maps a metrics URL to the engine it scrapes (P or D), and
+	// Model, P and D are what kvscope plans for them: each observed plan
+	// is held against the prediction, and every differing field is a
+	// plan_mismatch event (nil Model: nothing is compared).
+	Sides   map[string]string
+	Model   *model.Model
+	P, D    plan.Engine
+	Metrics *metrics.Registry
+	Logf    func(format string, args ...any)
 	// sink replaces the server or the log (tests).
 	sink func(agent string) Sink
 }
@@ -247,7 +257,13 @@ func (w *watcher) scrape(ctx context.Context, url string) {
 					w.emit(a, event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: url, Backend: "vLLM /metrics", Memory: "VRAM", Role: "watch",
 						GPUs: []event.GPU{}, NoGPU: "watching a vLLM engine's metrics", Model: e.Model,
 						Scenario: fmt.Sprintf("vLLM engine %s of %s; observed plan: %s", index, url, observedPlan(e))}})
-				} else {
+				}
+				if p == nil || observedPlan(p) != observedPlan(e) {
+					for _, m := range w.compare(url, name, e) {
+						w.emit(a, event.Event{Kind: event.PlanMismatch, Mismatch: &m})
+					}
+				}
+				if p != nil {
 					x := e.XferSeconds.Since(p.XferSeconds)
 					b := e.Bytes.Since(p.Bytes)
 					sec := now.Sub(prevAt).Seconds()
@@ -268,6 +284,33 @@ func (w *watcher) scrape(ctx context.Context, url string) {
 		case <-time.After(every):
 		}
 	}
+}
+
+// compare holds an engine's observed plan against kvscope's prediction
+// for the side its URL is mapped to.
+func (w *watcher) compare(url, engine string, e *watch.Engine) []event.MismatchData {
+	side := strings.ToUpper(w.cfg.Sides[url])
+	if w.cfg.Model == nil || e.Cache == nil || (side != "P" && side != "D") {
+		return nil
+	}
+	eng := w.cfg.P
+	if side == "D" {
+		eng = w.cfg.D
+	}
+	p, err := plan.New(w.cfg.Model, eng)
+	if err != nil {
+		return []event.MismatchData{{Engine: engine, Side: side, Field: "plan", Observed: observedPlan(e), Predicted: "no plan: " + err.Error(), Source: "kvscope"}}
+	}
+	var out []event.MismatchData
+	for _, f := range []struct {
+		field     string
+		predicted string
+	}{{"block_size", strconv.Itoa(p.BlockSize)}, {"num_gpu_blocks", strconv.FormatInt(p.NumBlocks, 10)}} {
+		if got, ok := e.Cache[f.field]; ok && got != f.predicted {
+			out = append(out, event.MismatchData{Engine: engine, Side: side, Field: f.field, Observed: got, Predicted: f.predicted, Source: "vllm:cache_config_info"})
+		}
+	}
+	return out
 }
 
 // us is seconds as microseconds, 0 for NaN (no transfer).

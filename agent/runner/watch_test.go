@@ -14,6 +14,8 @@ import (
 	"github.com/kvscope/kvscope/agent/watch"
 	"github.com/kvscope/kvscope/agent/watch/watchtest"
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/core/model/modeltest"
+	"github.com/kvscope/kvscope/core/plan"
 )
 
 // events collects what the watcher publishes, per agent.
@@ -153,6 +155,8 @@ vllm:cache_config_info{block_size="544",engine="0",model_name="m",num_gpu_blocks
 	errc := make(chan error, 1)
 	go func() {
 		errc <- Watch(ctx, WatchConfig{Name: "gpu7", VLLMMetrics: []string{srv.URL + "/metrics"}, ScrapeEvery: 50 * time.Millisecond,
+			Sides: map[string]string{srv.URL + "/metrics": "d"}, Model: modeltest.Load(t, "Qwen__Qwen3-0.6B"),
+			D:    plan.Engine{KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096},
 			sink: func(agent string) Sink { return agentSink{got, agent} }})
 	}()
 	name := "gpu7/vllm-" + strings.ReplaceAll(strings.TrimPrefix(srv.URL, "http://"), ":", "-") + "-e0"
@@ -175,8 +179,11 @@ vllm:cache_config_info{block_size="544",engine="0",model_name="m",num_gpu_blocks
 		t.Fatalf("events of %s: %+v", name, evs)
 	}
 	var errs int
+	var mismatched []string
 	for _, e := range evs[1:] {
 		switch e.Kind {
+		case event.PlanMismatch:
+			mismatched = append(mismatched, e.Mismatch.Field+"="+e.Mismatch.Observed+"/"+e.Mismatch.Predicted)
 		case event.Sample:
 			// 10 transfers in (0.01, 0.025]: p50 is rank 5 of 10, 0.0175 s.
 			if e.Sample.P50US < 17499 || e.Sample.P50US > 17501 || e.Sample.GBps <= 0 {
@@ -191,5 +198,11 @@ vllm:cache_config_info{block_size="544",engine="0",model_name="m",num_gpu_blocks
 	}
 	if errs != 1 {
 		t.Errorf("%d errors, want 1 (the failed transfer)", errs)
+	}
+	// Qwen3-0.6B at D: block 16 and, in memory for exactly 2,048 blocks of
+	// 28 layers × 8 KV heads × 128 × K and V × 2 bytes × 16 tokens, 2,048
+	// blocks: the engine's 2,048 blocks match, its block size 544 does not.
+	if fmt.Sprint(mismatched) != "[block_size=544/16]" {
+		t.Errorf("plan mismatches %v, want [block_size=544/16]", mismatched)
 	}
 }

@@ -37,6 +37,7 @@ const (
 	TransferDone  Kind = "transfer_done"  // a request's transfer completed
 	Error         Kind = "error"          // something failed
 	Sample        Kind = "sample"         // a 1 Hz sample of throughput and latency
+	PlanMismatch  Kind = "plan_mismatch"  // a watched engine runs another plan than kvscope predicts
 )
 
 // Timing says where a duration comes from.
@@ -64,6 +65,18 @@ type Event struct {
 	Done         *DoneData         `json:"done,omitempty"`
 	Error        *ErrorData        `json:"error,omitempty"`
 	Sample       *SampleData       `json:"sample,omitempty"`
+	Mismatch     *MismatchData     `json:"mismatch,omitempty"`
+}
+
+// MismatchData is one field of a watched engine's plan that differs from
+// kvscope's prediction for the engine's model and flags.
+type MismatchData struct {
+	Engine    string `json:"engine"`    // the engine as watched (its endpoint and index)
+	Side      string `json:"side"`      // P or D, as the scenario maps it
+	Field     string `json:"field"`     // block_size, num_gpu_blocks, ...
+	Observed  string `json:"observed"`  // what the engine reports
+	Predicted string `json:"predicted"` // what kvscope plans
+	Source    string `json:"source"`    // where the observation comes from (vllm:cache_config_info)
 }
 
 // HelloData introduces an agent.
@@ -350,7 +363,7 @@ func (e *Event) Validate() error {
 	payloads := map[Kind]bool{
 		Hello: e.Hello != nil, Registration: e.Registration != nil, Handshake: e.Handshake != nil,
 		TransferStart: e.Start != nil, DescBatch: e.Batch != nil, TransferDone: e.Done != nil,
-		Error: e.Error != nil, Sample: e.Sample != nil,
+		Error: e.Error != nil, Sample: e.Sample != nil, PlanMismatch: e.Mismatch != nil,
 	}
 	has, known := payloads[e.Kind]
 	if !known {
