@@ -72,6 +72,7 @@ func (r *Ring) Drain(max int) (events []Raw, bad int, err error) {
 	if w >= r.hdr.Capacity || rp >= r.hdr.Capacity {
 		return nil, 0, &RingError{r.path, fmt.Sprintf("positions write %d, read %d outside %d slots: the file changed under the reader", w, rp, r.hdr.Capacity)}
 	}
+	events = make([]Raw, 0, min(int((w-rp)&r.hdr.Mask), max))
 	for rp != w && len(events)+bad < max {
 		off := HeaderBytes + int(rp)*r.ev
 		e, derr := DecodeEvent(r.hdr.Version, r.mem[off:off+r.ev])
