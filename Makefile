@@ -88,6 +88,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLiteral$$' -fuzztime $(FUZZTIME) ./core/vlog
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./agent/watch
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMetrics$$' -fuzztime $(FUZZTIME) ./agent/watch
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHandshake$$' -fuzztime $(FUZZTIME) ./agent/watch
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./agent/...

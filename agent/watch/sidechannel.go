@@ -1,0 +1,222 @@
+package watch
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// vLLM's NIXL handshake side channel, read-only: each engine's scheduler
+// process answers on a ZMQ ROUTER (VLLM_NIXL_SIDE_CHANNEL_PORT + its data
+// parallel index) with the handshake metadata of each TP rank. A request
+// is msgpack of (b"get_meta_msg", tp_rank); the answer is msgpack of
+// NixlHandshakePayload {compatibility_hash, agent_metadata_bytes}, and
+// agent_metadata_bytes is msgpack of NixlAgentMetadata (engine_id,
+// agent_metadata: NIXL's getLocalMD blob, kv_caches_base_addr, num_blocks,
+// block_lens, kv_cache_layout, block_size, ...; vllm/distributed/
+// kv_transfer/kv_connector/v1/nixl/metadata.py). vLLM's listener has no
+// guard around decoding a request: a malformed one stops that engine's
+// handshakes. So only well-formed requests are sent, one at a time, each
+// with a deadline.
+
+// RankMetadata is what an engine's side channel says of one TP rank.
+type RankMetadata struct {
+	Rank       int
+	EngineID   string
+	Agent      string // the NIXL agent, from the getLocalMD blob: its telemetry ring's file name
+	CompatHash string
+	BlockSize  int
+	NumBlocks  int64
+	BlockLens  []int64
+	Regions    int // kv_caches_base_addr entries
+	Layout     string
+	Backend    string // attn_backend_name (newer vLLM)
+	// Members are the layers using each region (region_members: vLLM's
+	// version 12 sends layer names, kvscope's group-pair version 15 maps
+	// with a "layer" key); nil when the engine does not send them.
+	Members [][]string
+	// GroupIDs is each region's KV cache group (region_group_ids, v11).
+	GroupIDs []int
+}
+
+// AgentName reads the agent's name from NIXL's getLocalMD blob: it starts
+// "nixlSerDes|", then the tag "Agent", a native size_t length and the
+// name, then "|" (NIXL's serdes).
+func AgentName(blob []byte) (string, error) {
+	const head = "nixlSerDes|Agent"
+	if !bytes.HasPrefix(blob, []byte(head)) || len(blob) < len(head)+8 {
+		return "", errors.New("watch: the agent metadata is not a NIXL blob (no nixlSerDes|Agent)")
+	}
+	n := binary.NativeEndian.Uint64(blob[len(head):])
+	rest := blob[len(head)+8:]
+	if n == 0 || n > 4096 || uint64(len(rest)) < n+1 || rest[n] != '|' {
+		return "", fmt.Errorf("watch: the NIXL blob's agent name of %d bytes does not fit", n)
+	}
+	return string(rest[:n]), nil
+}
+
+// QueryRank asks an engine's side channel at addr (host:port) for one
+// rank's handshake metadata, waiting at most timeout.
+func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration) (*RankMetadata, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sock := zmq4.NewReq(ctx, zmq4.WithDialerTimeout(timeout))
+	defer sock.Close()
+	fail := func(err error) (*RankMetadata, error) {
+		return nil, fmt.Errorf("watch: --side-channel %s rank %d: %w", addr, rank, err)
+	}
+	if err := sock.Dial("tcp://" + addr); err != nil {
+		return fail(err)
+	}
+	req, err := msgpack.Marshal([]any{[]byte("get_meta_msg"), rank})
+	if err != nil {
+		return fail(err)
+	}
+	type answer struct {
+		msg zmq4.Msg
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		if err := sock.Send(zmq4.NewMsg(req)); err != nil {
+			got <- answer{err: err}
+			return
+		}
+		m, err := sock.Recv()
+		got <- answer{m, err}
+	}()
+	select {
+	case <-ctx.Done():
+		sock.Close() // ends the receive
+		return fail(fmt.Errorf("no answer within %s", timeout))
+	case a := <-got:
+		if a.err != nil {
+			return fail(a.err)
+		}
+		if len(a.msg.Frames) == 0 {
+			return fail(errors.New("an empty answer"))
+		}
+		md, err := DecodeHandshake(a.msg.Frames[len(a.msg.Frames)-1])
+		if err != nil {
+			return fail(err)
+		}
+		md.Rank = rank
+		return md, nil
+	}
+}
+
+// DecodeHandshake reads a side channel's answer: msgpack maps keyed by
+// field name (msgspec's encoding of vLLM's dataclasses), fields vLLM's
+// versions add or drop being optional.
+func DecodeHandshake(b []byte) (*RankMetadata, error) {
+	var payload map[string]any
+	if err := msgpack.Unmarshal(b, &payload); err != nil {
+		return nil, fmt.Errorf("the answer is not a msgpack map: %w", err)
+	}
+	inner, ok := payload["agent_metadata_bytes"].([]byte)
+	if !ok {
+		return nil, errors.New("the answer has no agent_metadata_bytes")
+	}
+	var meta map[string]any
+	if err := msgpack.Unmarshal(inner, &meta); err != nil {
+		return nil, fmt.Errorf("agent_metadata_bytes is not a msgpack map: %w", err)
+	}
+	md := &RankMetadata{}
+	md.CompatHash, _ = payload["compatibility_hash"].(string)
+	md.EngineID, _ = meta["engine_id"].(string)
+	md.Layout, _ = meta["kv_cache_layout"].(string)
+	md.Backend, _ = meta["attn_backend_name"].(string)
+	blob, ok := meta["agent_metadata"].([]byte)
+	if !ok {
+		return nil, errors.New("the metadata has no agent_metadata blob")
+	}
+	var err error
+	if md.Agent, err = AgentName(blob); err != nil {
+		return nil, err
+	}
+	if bs, ok := asInt(meta["block_size"]); ok {
+		if bs < 0 || bs > 1<<30 {
+			return nil, fmt.Errorf("block_size %d is out of range", bs)
+		}
+		md.BlockSize = int(bs)
+	}
+	if nb, ok := asInt(meta["num_blocks"]); ok {
+		if nb < 0 {
+			return nil, fmt.Errorf("num_blocks %d is negative", nb)
+		}
+		md.NumBlocks = nb
+	}
+	if lens, ok := meta["block_lens"].([]any); ok {
+		for i, l := range lens {
+			n, ok := asInt(l)
+			if !ok || n < 0 {
+				return nil, fmt.Errorf("block_lens[%d] = %v is not a byte count", i, l)
+			}
+			md.BlockLens = append(md.BlockLens, n)
+		}
+	}
+	if addrs, ok := meta["kv_caches_base_addr"].([]any); ok {
+		md.Regions = len(addrs)
+	}
+	if ids, ok := meta["region_group_ids"].([]any); ok {
+		for i, g := range ids {
+			n, ok := asInt(g)
+			if !ok || n < 0 || n > 1<<20 {
+				return nil, fmt.Errorf("region_group_ids[%d] = %v is not a group", i, g)
+			}
+			md.GroupIDs = append(md.GroupIDs, int(n))
+		}
+	}
+	if regions, ok := meta["region_members"].([]any); ok {
+		if len(regions) != md.Regions {
+			return nil, fmt.Errorf("region_members lists %d regions, kv_caches_base_addr %d", len(regions), md.Regions)
+		}
+		md.Members = make([][]string, len(regions))
+		for i, r := range regions {
+			list, _ := r.([]any)
+			for _, m := range list {
+				switch x := m.(type) {
+				case string:
+					md.Members[i] = append(md.Members[i], x)
+				case map[string]any:
+					if name, ok := x["layer"].(string); ok {
+						md.Members[i] = append(md.Members[i], name)
+					}
+				}
+			}
+		}
+	}
+	return md, nil
+}
+
+// asInt reads a msgpack integer of any width.
+func asInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint64:
+		if x > 1<<62 {
+			return 0, false
+		}
+		return int64(x), true
+	}
+	return 0, false
+}

@@ -1,0 +1,217 @@
+package watch_test
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvscope/kvscope/agent/watch"
+)
+
+// nixlBlob is the start of a getLocalMD blob as NIXL's serdes writes it
+// (src/utils/serdes/serdes.cpp: "nixlSerDes|", then per field its tag, a
+// size_t length, the bytes and "|").
+func nixlBlob(agent string) []byte {
+	b := []byte("nixlSerDes|Agent")
+	b = binary.NativeEndian.AppendUint64(b, uint64(len(agent)))
+	b = append(b, agent...)
+	return append(b, "|Conns|..."...)
+}
+
+// handshakeAnswer is what a vLLM engine's side channel answers for one
+// rank: msgpack of NixlHandshakePayload whose agent_metadata_bytes is
+// msgpack of NixlAgentMetadata (vllm/distributed/kv_transfer/
+// kv_connector/v1/nixl/metadata.py), maps keyed by field name as msgspec
+// encodes dataclasses.
+func handshakeAnswer(t testing.TB, agent string, rank int, extra map[string]any) []byte {
+	meta := map[string]any{
+		"engine_id":                            "d7c3-engine",
+		"agent_metadata":                       nixlBlob(agent),
+		"kv_caches_base_addr":                  []uint64{0x7f0000000000 + uint64(rank)<<32, 0x7f0080000000 + uint64(rank)<<32},
+		"device_id":                            rank,
+		"num_blocks":                           8192,
+		"block_lens":                           []int{32768, 32768},
+		"kv_cache_layout":                      "HND",
+		"block_size":                           16,
+		"ssm_sizes":                            []int{0, 0},
+		"attn_backend_name":                    "FLASH_ATTN",
+		"physical_blocks_per_logical_kv_block": 1,
+	}
+	for k, v := range extra {
+		meta[k] = v
+	}
+	inner, err := msgpack.Marshal(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := msgpack.Marshal(map[string]any{"compatibility_hash": "9f2e", "agent_metadata_bytes": inner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// sideChannel is a ZMQ ROUTER that answers get_meta_msg requests as a vLLM
+// engine's handshake listener does (nixl/scheduler.py), for ranks below tp;
+// silent ones read requests and never answer. It returns its address and
+// the requests it read.
+func sideChannel(t *testing.T, tp int, silent bool) (string, <-chan []any) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	sock := zmq4.NewRouter(ctx, zmq4.WithID(zmq4.SocketIdentity("vllm-sc")))
+	if err := sock.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); sock.Close() })
+	reqs := make(chan []any, 64)
+	go func() {
+		for {
+			m, err := sock.Recv()
+			if err != nil {
+				return
+			}
+			var req []any
+			if err := msgpack.Unmarshal(m.Frames[len(m.Frames)-1], &req); err != nil {
+				t.Errorf("the watcher sent a request vLLM cannot decode: %v", err)
+				return
+			}
+			reqs <- req
+			if silent {
+				continue
+			}
+			if len(req) != 2 || string(req[0].([]byte)) != "get_meta_msg" {
+				t.Errorf("request %v: want (b\"get_meta_msg\", rank)", req)
+				return
+			}
+			rank, _ := req[1].(int8)
+			if int(rank) >= tp {
+				t.Errorf("asked for rank %d of an engine at TP %d (vLLM's listener would die)", rank, tp)
+				return
+			}
+			answer := handshakeAnswer(t, "agent-r"+string(rune('0'+rank)), int(rank), nil)
+			if err := sock.Send(zmq4.NewMsgFrom(m.Frames[0], nil, answer)); err != nil {
+				return
+			}
+		}
+	}()
+	return sock.Addr().(*net.TCPAddr).String(), reqs
+}
+
+func TestQueryRank(t *testing.T) {
+	addr, reqs := sideChannel(t, 2, false)
+	for rank := 0; rank < 2; rank++ {
+		md, err := watch.QueryRank(context.Background(), addr, rank, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md.Rank != rank || md.Agent != "agent-r"+string(rune('0'+rank)) || md.EngineID != "d7c3-engine" || md.CompatHash != "9f2e" {
+			t.Errorf("rank %d: %+v", rank, md)
+		}
+		if md.BlockSize != 16 || md.NumBlocks != 8192 || md.Regions != 2 || len(md.BlockLens) != 2 || md.BlockLens[1] != 32768 || md.Layout != "HND" || md.Backend != "FLASH_ATTN" {
+			t.Errorf("rank %d: %+v", rank, md)
+		}
+		req := <-reqs
+		if len(req) != 2 {
+			t.Fatalf("request %v", req)
+		}
+	}
+}
+
+func TestQueryRankSilent(t *testing.T) {
+	addr, reqs := sideChannel(t, 1, true)
+	start := time.Now()
+	_, err := watch.QueryRank(context.Background(), addr, 0, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "no answer within 300ms") {
+		t.Fatalf("err %v: want a timeout naming %s", err, addr)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("gave up after %s", d)
+	}
+	if req := <-reqs; len(req) != 2 {
+		t.Errorf("request %v", req)
+	}
+}
+
+func TestQueryRankNobodyListens(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, err = watch.QueryRank(context.Background(), addr, 0, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("err %v: want an error naming %s", err, addr)
+	}
+}
+
+func TestDecodeHandshake(t *testing.T) {
+	members := []any{[]any{"model.layers.0.self_attn.attn", "model.layers.2.self_attn.attn"}, []any{"model.layers.1.linear_attn"}}
+	md, err := watch.DecodeHandshake(handshakeAnswer(t, "nixl-7", 0, map[string]any{"region_members": members, "region_group_ids": []int{0, 1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Agent != "nixl-7" || len(md.Members) != 2 || len(md.Members[0]) != 2 || md.Members[1][0] != "model.layers.1.linear_attn" {
+		t.Errorf("%+v", md)
+	}
+	for _, c := range []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"not msgpack", []byte{0xc1}, "not a msgpack map"},
+		{"no metadata", mustPack(t, map[string]any{"compatibility_hash": "x"}), "no agent_metadata_bytes"},
+		{"inner garbage", mustPack(t, map[string]any{"agent_metadata_bytes": []byte{0x91}}), "agent_metadata_bytes is not a msgpack map"},
+		{"no blob", mustPack(t, map[string]any{"agent_metadata_bytes": mustPack(t, map[string]any{"engine_id": "e"})}), "no agent_metadata blob"},
+		{"not NIXL", mustPack(t, map[string]any{"agent_metadata_bytes": mustPack(t, map[string]any{"agent_metadata": []byte("json{}")})}), "not a NIXL blob"},
+	} {
+		if _, err := watch.DecodeHandshake(c.in); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestAgentName(t *testing.T) {
+	long := nixlBlob("x")
+	binary.NativeEndian.PutUint64(long[16:], 1<<40)
+	for _, c := range []struct {
+		blob []byte
+		want string
+	}{
+		{nixlBlob("4f1c2a"), "4f1c2a"},
+		{[]byte("nixlSerDes|Agent"), ""},
+		{long, ""},
+		{append(nixlBlob("ab")[:16+8+2], 'x'), ""},
+	} {
+		got, err := watch.AgentName(c.blob)
+		if got != c.want || (c.want == "") != (err != nil) {
+			t.Errorf("%q: %q, %v", c.blob, got, err)
+		}
+	}
+}
+
+func mustPack(t testing.TB, v any) []byte {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func FuzzDecodeHandshake(f *testing.F) {
+	f.Add(handshakeAnswer(f, "a", 0, nil))
+	f.Add(handshakeAnswer(f, "b", 1, map[string]any{"region_members": []any{[]any{"l0"}}}))
+	f.Add([]byte{0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		md, err := watch.DecodeHandshake(b)
+		if err == nil && (md.Agent == "" || md.BlockSize < 0 || md.NumBlocks < 0 || len(md.Members) > md.Regions && md.Regions > 0) {
+			t.Fatalf("accepted %+v", md)
+		}
+	})
+}
