@@ -28,6 +28,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -244,6 +245,8 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	urls := fs.String("vllm-metrics", "", "comma-separated vLLM /metrics URLs, each optionally p= or d= (each engine's NIXL histograms and cache_config_info)")
 	scenarioFile := fs.String("scenario", "", "the deployment's model and P and D engine flags (a scenario file): each p=/d= engine's observed plan is held against kvscope's")
 	fs.DurationVar(&c.ScrapeEvery, "scrape-every", 5*time.Second, "how often --vllm-metrics are scraped (and the scrape's timeout)")
+	sides := fs.String("side-channel", "", "opt-in: comma-separated engines' NIXL side channels, [p=|d=]HOST:PORT[/TP] (VLLM_NIXL_SIDE_CHANNEL_PORT + DP index), asked for each rank's handshake metadata, one well-formed request at a time")
+	fs.DurationVar(&c.SideChannelEvery, "side-channel-every", time.Minute, "how often --side-channel engines are asked again")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -264,6 +267,16 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 			c.Sides[u] = side
 		}
 	}
+	for _, v := range strings.Split(*sides, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		sc, err := parseSideChannel(v)
+		if err != nil {
+			return err
+		}
+		c.SideChannels = append(c.SideChannels, sc)
+	}
 	if *scenarioFile != "" {
 		s, err := scenario.Load(*scenarioFile)
 		if err != nil {
@@ -273,7 +286,10 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 		if err != nil {
 			return err
 		}
-		c.Model, c.P, c.D = m, s.P, s.D
+		c.Model, c.P, c.D, c.Agents = m, s.P, s.D, s.Agents
+	}
+	if c.SideChannelEvery < time.Second || c.SideChannelEvery > time.Hour {
+		return fmt.Errorf("--side-channel-every %s: must be between 1s and 1h", c.SideChannelEvery)
 	}
 	if c.ScrapeEvery < 100*time.Millisecond || c.ScrapeEvery > 10*time.Minute {
 		return fmt.Errorf("--scrape-every %s: must be between 100ms and 10m", c.ScrapeEvery)
@@ -292,6 +308,37 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 		c.ServerURL = u
 	}
 	return runner.Watch(ctx, c)
+}
+
+// parseSideChannel reads one --side-channel entry, [p=|d=]HOST:PORT[/TP].
+func parseSideChannel(v string) (runner.SideChannel, error) {
+	var sc runner.SideChannel
+	bad := func(why string) (runner.SideChannel, error) {
+		return sc, fmt.Errorf("--side-channel %q: %s (want [p=|d=]HOST:PORT[/TP])", v, why)
+	}
+	rest := v
+	if s, r, ok := strings.Cut(rest, "="); ok {
+		if s != "p" && s != "d" && s != "P" && s != "D" {
+			return bad("the side must be p or d")
+		}
+		sc.Side, rest = strings.ToUpper(s), r
+	}
+	if a, tp, ok := strings.Cut(rest, "/"); ok {
+		n, err := strconv.Atoi(tp)
+		if err != nil || n < 1 || n > 1024 {
+			return bad("TP must be between 1 and 1024")
+		}
+		sc.TP, rest = n, a
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil || host == "" {
+		return bad("not HOST:PORT")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return bad("the port must be between 1 and 65535")
+	}
+	sc.Addr = rest
+	return sc, nil
 }
 
 // catalog is the bundled models, or testdata/models in a source tree.

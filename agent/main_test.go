@@ -53,3 +53,25 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("a loopback P needs no token: %v", err)
 	}
 }
+
+func TestParseSideChannel(t *testing.T) {
+	sc, err := parseSideChannel("d=10.0.0.5:5601/4")
+	if err != nil || sc.Side != "D" || sc.Addr != "10.0.0.5:5601" || sc.TP != 4 {
+		t.Fatalf("%+v, %v", sc, err)
+	}
+	if sc, err := parseSideChannel("[::1]:5600"); err != nil || sc.Side != "" || sc.TP != 0 || sc.Addr != "[::1]:5600" {
+		t.Fatalf("%+v, %v", sc, err)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"x=h:1", "the side must be p or d"},
+		{"p=h:1/0", "TP must be between 1 and 1024"},
+		{"p=h:1/two", "TP must be"},
+		{"p=h", "not HOST:PORT"},
+		{":5600", "not HOST:PORT"},
+		{"h:70000", "the port must be between 1 and 65535"},
+	} {
+		if _, err := parseSideChannel(c.in); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.in) {
+			t.Errorf("%q: %v, want %q", c.in, err, c.want)
+		}
+	}
+}

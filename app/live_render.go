@@ -272,9 +272,22 @@ func liveDeploymentHTML(l *Live) string {
 	if len(names) == 0 {
 		return ""
 	}
-	sort.Strings(names)
+	// Rows by engine rank (linked agents first, P before D), then name.
+	engineOf := func(name string) string {
+		if e := l.agents[name].Hello.Engine; e != "" {
+			return "0" + e
+		}
+		return "1"
+	}
+	sort.Slice(names, func(i, j int) bool {
+		ei, ej := engineOf(names[i]), engineOf(names[j])
+		if ei != ej {
+			return ei < ej
+		}
+		return names[i] < names[j]
+	})
 	var sb strings.Builder
-	sb.WriteString(`<h3>Deployment</h3><div class="scroll"><table class="descs deployment"><thead><tr><th>engine</th><th>watched through</th>` +
+	sb.WriteString(`<h3>Deployment</h3><div class="scroll"><table class="descs deployment"><thead><tr><th>engine rank</th><th>NIXL agent or endpoint</th><th>watched through</th>` +
 		`<th>observed</th><th>GB/s</th><th>p50 µs</th><th>p99 µs</th><th>transfers</th><th>failures</th><th>plan</th></tr></thead><tbody>`)
 	for _, name := range names {
 		a := l.agents[name]
@@ -297,8 +310,12 @@ func liveDeploymentHTML(l *Live) string {
 			}
 			plan = `<td class="plan bad">` + strings.Join(cells, "<br>") + `</td>`
 		}
-		fmt.Fprintf(&sb, `<tr data-testid="deployment-engine" data-agent="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="%s">%d</td>%s</tr>`,
-			html.EscapeString(name), html.EscapeString(name), html.EscapeString(a.Hello.Backend), html.EscapeString(a.Hello.Scenario),
+		rank := `<td class="muted">not linked</td>`
+		if a.Hello.Engine != "" {
+			rank = `<td data-testid="engine-rank">` + html.EscapeString(a.Hello.Engine) + `</td>`
+		}
+		fmt.Fprintf(&sb, `<tr data-testid="deployment-engine" data-agent="%s">%s<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="%s">%d</td>%s</tr>`,
+			html.EscapeString(name), rank, html.EscapeString(name), html.EscapeString(a.Hello.Backend), html.EscapeString(a.Hello.Scenario),
 			strconv.FormatFloat(last.GBps, 'f', 2, 64), strconv.FormatFloat(last.P50US, 'f', 0, 64), strconv.FormatFloat(last.P99US, 'f', 0, 64),
 			commas(int64(last.Requests)), map[bool]string{true: "bad", false: ""}[a.Failures > 0], a.Failures, plan)
 	}

@@ -54,7 +54,7 @@ func TestDeploymentPanel(t *testing.T) {
 		done <- runner.Watch(wctx, runner.WatchConfig{Name: "gpu7", Dir: dir, ServerURL: "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws/agent",
 			Token: tok, Interval: 20 * time.Millisecond, VLLMMetrics: []string{metrics.URL + "/metrics"}, ScrapeEvery: 200 * time.Millisecond,
 			Sides: map[string]string{metrics.URL + "/metrics": "D"}, Model: modeltest.Load(t, "Qwen__Qwen3-0.6B"),
-			D: plan.Engine{KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096}, Logf: t.Logf})
+			D: plan.Engine{KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096}, Agents: map[string]string{"decode-rank0": "d0"}, Logf: t.Logf})
 	}()
 	defer func() { stop(); <-done }()
 	for i := 0; i < 5; i++ {
@@ -63,7 +63,11 @@ func TestDeploymentPanel(t *testing.T) {
 	waitFor(t, ctx, "the watched worker and engine in the Deployment panel",
 		`document.querySelectorAll('[data-testid="live-deployment"] [data-testid="deployment-engine"]').length == 2`, 20*time.Second)
 	waitFor(t, ctx, "the worker's five NIXL transfers counted",
-		`[...document.querySelectorAll('[data-testid="deployment-engine"]')].some(r => r.dataset.agent == 'gpu7/decode-rank0' && r.children[6].textContent == '5')`, 20*time.Second)
+		`[...document.querySelectorAll('[data-testid="deployment-engine"]')].some(r => r.dataset.agent == 'gpu7/decode-rank0' && r.children[7].textContent == '5' && r.children[0].textContent == 'D rank 0 of TP 1 · mapped in the scenario')`, 20*time.Second)
+	// The ring mapped to D rank 0 draws its requests as the deployment's
+	// band from P rank 0 (both at TP 1): 5 × 3 MiB, timing measured by NIXL.
+	waitFor(t, ctx, "the watched requests in the live bands",
+		`[...document.querySelectorAll('[data-agent="gpu7/deployment"] [data-testid="live-band"]')].some(b => b.dataset.p == '0' && b.dataset.d == '0' && b.dataset.timing == 'measured' && b.dataset.bytes == String(5*3*1048576))`, 20*time.Second)
 	waitFor(t, ctx, "the block size mismatch", `!!document.querySelector('[data-testid="plan-mismatch"][data-field="block_size"]')`, 20*time.Second)
 	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="plan-mismatch"]').textContent`))
 	color, err2 := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector('[data-testid="plan-mismatch"]')).color`))

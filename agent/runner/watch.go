@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/agent/scenario"
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/agent/watch"
 	"github.com/kvscope/kvscope/core/event"
@@ -35,9 +36,20 @@ type WatchConfig struct {
 	// Model, P and D are what kvscope plans for them: each observed plan
 	// is held against the prediction, and every differing field is a
 	// plan_mismatch event (nil Model: nothing is compared).
-	Sides   map[string]string
-	Model   *model.Model
-	P, D    plan.Engine
+	Sides map[string]string
+	Model *model.Model
+	P, D  plan.Engine
+	// SideChannels are engines' NIXL handshake listeners, asked every
+	// SideChannelEvery (default 1 min) for each rank's metadata: it names
+	// the rank's NIXL agent (linking its ring to the engine) and is held
+	// against kvscope's registration of that rank.
+	SideChannels     []SideChannel
+	SideChannelEvery time.Duration
+	// SideChannelTimeout bounds each request (default 5 s).
+	SideChannelTimeout time.Duration
+	// Agents maps NIXL agents (ring file names) to engine ranks, "p0" or
+	// "d3" (the scenario's agents), where no side channel says it.
+	Agents  map[string]string
 	Metrics *metrics.Registry
 	Logf    func(format string, args ...any)
 	// sink replaces the server or the log (tests).
@@ -68,10 +80,24 @@ func Watch(ctx context.Context, c WatchConfig) error {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	w := &watcher{cfg: c, logf: logf, agents: map[string]*watched{}}
+	w := &watcher{cfg: c, logf: logf, agents: map[string]*watched{}, links: map[string]link{}}
+	for name, v := range c.Agents {
+		side, rank, err := scenario.AgentRank(v)
+		if err != nil {
+			return fmt.Errorf("watch: agents.%s = %q: %w", name, v, err)
+		}
+		w.links[name] = link{Side: side, Rank: rank}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go w.samples(ctx)
+	for _, sc := range c.SideChannels {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.sideChannel(ctx, sc)
+		}()
+	}
 	for _, url := range c.VLLMMetrics {
 		w.wg.Add(1)
 		go func() {
@@ -116,6 +142,7 @@ type watcher struct {
 	logf   func(string, ...any)
 	mu     sync.Mutex
 	agents map[string]*watched
+	links  map[string]link // NIXL agent -> engine rank
 	wg     sync.WaitGroup
 }
 
@@ -126,6 +153,9 @@ type watched struct {
 	requests int
 	dropped  uint64
 	window   []done // the last second's transfers
+	ring     int    // telemetry ring version, 0 before its ring opens
+	// quiet agents send no samples; announced is set once a hello went.
+	quiet, announced bool
 }
 
 // agent is the stream of a NIXL agent, started at its first observation.
@@ -169,13 +199,13 @@ func (w *watcher) emit(a *watched, e event.Event) {
 // observe turns one ring observation into events.
 func (w *watcher) observe(o watch.Observation) {
 	a := w.agent(o.Agent)
-	host, _ := os.Hostname()
 	switch o.Kind {
 	case "opened":
 		w.logf("watching NIXL agent %q (telemetry version %d)", o.Agent, o.Version)
-		w.emit(a, event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: "nixl (watched)", Memory: "VRAM", Role: "watch",
-			GPUs: []event.GPU{}, NoGPU: "watching another process's NIXL agent",
-			Scenario: fmt.Sprintf("NIXL agent %s, telemetry ring version %d in %s", o.Agent, o.Version, w.cfg.Dir)}})
+		w.mu.Lock()
+		a.ring = int(o.Version)
+		w.mu.Unlock()
+		w.hello(o.Agent, a)
 	case "registered":
 		w.emit(a, event.Event{Kind: event.Registration, Registration: &event.RegistrationData{Rank: -1, Regions: 1, Bytes: int64(o.Bytes), Memory: "VRAM"}})
 	case "transfer":
@@ -191,6 +221,12 @@ func (w *watcher) observe(o watch.Observation) {
 			d.GBps = float64(t.Bytes) / 1e3 / float64(t.XferUS)
 		}
 		w.emit(a, event.Event{Kind: event.TransferDone, Done: d})
+		w.mu.Lock()
+		l, linked := w.links[o.Agent]
+		w.mu.Unlock()
+		if linked {
+			w.band(l, id, t)
+		}
 		if w.cfg.Metrics != nil {
 			w.cfg.Metrics.Add("agent_tx_bytes_total", "Bytes the watched agents' transfers moved.", float64(t.Bytes))
 			w.cfg.Metrics.Observe("agent_xfer_time_us", "Transfer time per request, microseconds (NIXL's telemetry).", float64(t.XferUS))
@@ -342,7 +378,7 @@ func (w *watcher) samples(ctx context.Context) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for name, a := range w.agents {
-			if strings.HasPrefix(name, "vllm-") {
+			if strings.HasPrefix(name, "vllm-") || a.quiet {
 				continue // an engine's samples come with its scrapes
 			}
 			var keep []done

@@ -206,3 +206,143 @@ vllm:cache_config_info{block_size="544",engine="0",model_name="m",num_gpu_blocks
 		t.Errorf("plan mismatches %v, want [block_size=544/16]", mismatched)
 	}
 }
+
+// TestWatchSideChannel: a D engine at TP 2 answers on its side channel as
+// vLLM does. Each rank's NIXL agent is linked to the engine (its hello
+// names the rank), each rank's metadata is held against kvscope's
+// registration (rank 1 reports 8 blocks fewer: one plan_mismatch, on that
+// rank's agent only), and a request in rank 1's ring is drawn as a band
+// from P rank 0 to D rank 1 of the deployment.
+func TestWatchSideChannel(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("rings are read on Linux")
+	}
+	// Qwen3-0.6B: 28 layers, 8 KV heads of 128, bf16. At D TP 2 a rank holds
+	// 4 heads: one block of 16 tokens is 16 × 4 × 128 × 2 B = 16,384 B of K
+	// and as much of V, each its own region under FlashAttention's split
+	// layout, so 56 regions of 16,384-byte blocks; the memory below holds
+	// exactly 2,048 blocks per rank.
+	lens := make([]int, 56)
+	for i := range lens {
+		lens[i] = 16384
+	}
+	addrs := make([]uint64, 56)
+	answer := func(rank int) []byte {
+		blocks := 2048
+		if rank == 1 {
+			blocks = 2040
+		}
+		b, err := watchtest.Answer(watchtest.Metadata(fmt.Sprintf("ring-d%d", rank), rank, map[string]any{
+			"num_blocks": blocks, "block_lens": lens, "kv_caches_base_addr": addrs}))
+		if err != nil {
+			t.Error(err)
+		}
+		return b
+	}
+	sc, err := watchtest.NewSideChannel(answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	dir := t.TempDir()
+	ring, err := watchtest.NewWriter(dir, "ring-d1", 4, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &events{got: map[string][]event.Event{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Watch(ctx, WatchConfig{Name: "gpu7", Dir: dir, Interval: 5 * time.Millisecond,
+			SideChannels: []SideChannel{{Addr: sc.Addr, Side: "d"}}, Model: modeltest.Load(t, "Qwen__Qwen3-0.6B"),
+			P:    plan.Engine{TensorParallelSize: 1, KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096},
+			D:    plan.Engine{TensorParallelSize: 2, KVCacheMemoryBytes: 2048 * 16 * 28 * 4 * 128 * 2 * 2, MaxModelLen: 4096},
+			sink: func(agent string) Sink { return agentSink{got, agent} }})
+	}()
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			got.mu.Lock()
+			done := ok()
+			got.mu.Unlock()
+			if done {
+				return
+			}
+		}
+		t.Fatalf("no %s: %+v", what, got.got)
+	}
+	linked := func(agent string) bool {
+		for _, e := range got.got[agent] {
+			if e.Kind == event.Hello && strings.HasPrefix(e.Hello.Engine, "D rank "+agent[len(agent)-1:]+" of TP 2 · side channel "+sc.Addr) {
+				return true
+			}
+		}
+		return false
+	}
+	wait("linked hellos", func() bool { return linked("gpu7/ring-d0") && linked("gpu7/ring-d1") })
+	ring.Push(watchtest.Transfer("rx", 2<<20, 15, 400)...)
+	wait("band", func() bool { return len(got.got["gpu7/deployment"]) >= 3 })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	var mismatches []string
+	for agent, evs := range got.got {
+		for _, e := range evs {
+			if e.Kind == event.PlanMismatch {
+				m := e.Mismatch
+				mismatches = append(mismatches, fmt.Sprintf("%s %s %s=%s/%s by %s", agent, m.Side, m.Field, m.Observed, m.Predicted, m.Source))
+			}
+		}
+	}
+	want := fmt.Sprintf("[gpu7/ring-d1 D num_blocks=2040/2048 by side channel %s rank 1]", sc.Addr)
+	if fmt.Sprint(mismatches) != want {
+		t.Errorf("mismatches %v, want %s", mismatches, want)
+	}
+	dep := got.got["gpu7/deployment"]
+	if dep[0].Kind != event.Hello || dep[1].Kind != event.Handshake || dep[1].Handshake.PTP != 1 || dep[1].Handshake.DTP != 2 {
+		t.Fatalf("deployment events %+v", dep)
+	}
+	b := dep[2].Batch
+	if dep[2].Kind != event.DescBatch || b.PRank != 0 || b.DRank != 1 || b.Bytes != 2<<20 || b.EndNS != 400_000 || b.Timing != event.Measured {
+		t.Errorf("band %+v", dep[2])
+	}
+	for _, e := range dep {
+		if e.Kind == event.Sample {
+			t.Errorf("the deployment agent sent a sample: %+v", e)
+		}
+	}
+}
+
+// TestWatchSideChannelSilent: an engine that never answers is one error
+// naming its address, however many times it is asked, and the watcher
+// asks one rank at a time (never a second request while one is open).
+func TestWatchSideChannelSilent(t *testing.T) {
+	sc, err := watchtest.NewSideChannel(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	got := &events{got: map[string][]event.Event{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 900*time.Millisecond)
+	defer cancel()
+	err = Watch(ctx, WatchConfig{Name: "gpu7", VLLMMetrics: nil, Dir: t.TempDir(), Interval: 5 * time.Millisecond,
+		SideChannels: []SideChannel{{Addr: sc.Addr, Side: "p", TP: 4}}, SideChannelEvery: 100 * time.Millisecond, SideChannelTimeout: 150 * time.Millisecond,
+		sink: func(agent string) Sink { return agentSink{got, agent} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "gpu7/nixl-side-channel-" + strings.ReplaceAll(sc.Addr, ":", "-")
+	evs := got.got[name]
+	if len(evs) != 1 || evs[0].Kind != event.Error || !strings.Contains(evs[0].Error.Message, sc.Addr) || !strings.Contains(evs[0].Error.Message, "no answer within 150ms") {
+		t.Fatalf("events of %s: %+v (all: %v)", name, evs, got.got)
+	}
+	// Each round asks rank 0 and gives up (no answer): never rank 1.
+	for n := len(sc.Requests); n > 0; n-- {
+		if r := <-sc.Requests; fmt.Sprint(r[1]) != "0" {
+			t.Errorf("asked for rank %v after rank 0 went unanswered", r[1])
+		}
+	}
+}

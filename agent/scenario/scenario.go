@@ -10,6 +10,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
@@ -35,6 +37,22 @@ type Scenario struct {
 	Requests    int             `json:"requests"`            // 0 is unlimited
 	VerifyEvery int             `json:"verify_every"`        // prove every Nth request with the oracle; 1 is every one
 	Seed        uint64          `json:"seed"`
+	// Agents maps watched NIXL agents (telemetry ring file names) to the
+	// engine rank each belongs to, "p0" or "d3", for kvscope-agent watch
+	// without --side-channel (which learns it from the engines).
+	Agents map[string]string `json:"agents,omitempty"`
+}
+
+// AgentRank reads an Agents value: the side ("P" or "D") and TP rank.
+func AgentRank(v string) (side string, rank int, err error) {
+	if len(v) < 2 || (v[0] != 'p' && v[0] != 'd' && v[0] != 'P' && v[0] != 'D') {
+		return "", 0, fmt.Errorf("want p<rank> or d<rank>")
+	}
+	rank, err = strconv.Atoi(v[1:])
+	if err != nil || rank < 0 || rank >= 1<<16 {
+		return "", 0, fmt.Errorf("want p<rank> or d<rank> with a rank below 65536")
+	}
+	return strings.ToUpper(v[:1]), rank, nil
 }
 
 // Default is the embedded agent's scenario: gpt-oss-20b, P at TP 2 and D at
@@ -116,7 +134,27 @@ func (s Scenario) Validate() error {
 	if _, err := xfer.ParseConnector(s.Connector); err != nil {
 		return bad("connector", s.Connector, err.Error())
 	}
+	if len(s.Agents) > 4096 {
+		return bad("agents", len(s.Agents), "at most 4096 entries")
+	}
+	for name, v := range s.Agents {
+		side, rank, err := AgentRank(v)
+		if err != nil {
+			return bad("agents."+name, strconv.Quote(v), err.Error())
+		}
+		if tp := max(s.engine(side).TensorParallelSize, 1); rank >= tp {
+			return bad("agents."+name, strconv.Quote(v), fmt.Sprintf("%s has TP %d", side, tp))
+		}
+	}
 	return nil
+}
+
+// engine is the P or D engine's flags.
+func (s Scenario) engine(side string) plan.Engine {
+	if side == "P" {
+		return s.P
+	}
+	return s.D
 }
 
 // LoadModel resolves the scenario's model and draft from the catalog.

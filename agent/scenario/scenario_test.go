@@ -38,6 +38,10 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{`{"requests": "two"}`, "requests"},
 		{`{"duration_s": 1e10}`, "duration_s = 1e+10"},
 		{`{"plans": "best"}`, "plans = best"},
+		{`{"agents": {"4f1c": "q0"}}`, `agents.4f1c = "q0": want p<rank> or d<rank>`},
+		{`{"agents": {"4f1c": "p-1"}}`, `agents.4f1c = "p-1"`},
+		{`{"agents": {"4f1c": "d4"}}`, `agents.4f1c = "d4": D has TP 4`},
+		{`{"agents": {"4f1c": "p2"}}`, `agents.4f1c = "p2": P has TP 2`},
 	} {
 		_, err := Parse([]byte(c.json))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

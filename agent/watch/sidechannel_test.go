@@ -4,103 +4,52 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvscope/kvscope/agent/watch"
+	"github.com/kvscope/kvscope/agent/watch/watchtest"
 )
 
-// nixlBlob is the start of a getLocalMD blob as NIXL's serdes writes it
-// (src/utils/serdes/serdes.cpp: "nixlSerDes|", then per field its tag, a
-// size_t length, the bytes and "|").
-func nixlBlob(agent string) []byte {
-	b := []byte("nixlSerDes|Agent")
-	b = binary.NativeEndian.AppendUint64(b, uint64(len(agent)))
-	b = append(b, agent...)
-	return append(b, "|Conns|..."...)
-}
-
-// handshakeAnswer is what a vLLM engine's side channel answers for one
-// rank: msgpack of NixlHandshakePayload whose agent_metadata_bytes is
-// msgpack of NixlAgentMetadata (vllm/distributed/kv_transfer/
-// kv_connector/v1/nixl/metadata.py), maps keyed by field name as msgspec
-// encodes dataclasses.
+// handshakeAnswer is a side channel's answer for one rank.
 func handshakeAnswer(t testing.TB, agent string, rank int, extra map[string]any) []byte {
-	meta := map[string]any{
-		"engine_id":                            "d7c3-engine",
-		"agent_metadata":                       nixlBlob(agent),
-		"kv_caches_base_addr":                  []uint64{0x7f0000000000 + uint64(rank)<<32, 0x7f0080000000 + uint64(rank)<<32},
-		"device_id":                            rank,
-		"num_blocks":                           8192,
-		"block_lens":                           []int{32768, 32768},
-		"kv_cache_layout":                      "HND",
-		"block_size":                           16,
-		"ssm_sizes":                            []int{0, 0},
-		"attn_backend_name":                    "FLASH_ATTN",
-		"physical_blocks_per_logical_kv_block": 1,
-	}
-	for k, v := range extra {
-		meta[k] = v
-	}
-	inner, err := msgpack.Marshal(meta)
+	b, err := watchtest.Answer(watchtest.Metadata(agent, rank, extra))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := msgpack.Marshal(map[string]any{"compatibility_hash": "9f2e", "agent_metadata_bytes": inner})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return b
 }
 
-// sideChannel is a ZMQ ROUTER that answers get_meta_msg requests as a vLLM
-// engine's handshake listener does (nixl/scheduler.py), for ranks below tp;
-// silent ones read requests and never answer. It returns its address and
-// the requests it read.
+// sideChannel answers for ranks below tp (silent: never), as vLLM does.
 func sideChannel(t *testing.T, tp int, silent bool) (string, <-chan []any) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	sock := zmq4.NewRouter(ctx, zmq4.WithID(zmq4.SocketIdentity("vllm-sc")))
-	if err := sock.Listen("tcp://127.0.0.1:0"); err != nil {
+	answer := func(rank int) []byte {
+		if rank >= tp {
+			t.Errorf("asked for rank %d of an engine at TP %d (vLLM's listener would die)", rank, tp)
+			return nil
+		}
+		return handshakeAnswer(t, "agent-r"+strconv.Itoa(rank), rank, nil)
+	}
+	if silent {
+		answer = nil
+	}
+	sc, err := watchtest.NewSideChannel(answer)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); sock.Close() })
-	reqs := make(chan []any, 64)
-	go func() {
-		for {
-			m, err := sock.Recv()
-			if err != nil {
-				return
-			}
-			var req []any
-			if err := msgpack.Unmarshal(m.Frames[len(m.Frames)-1], &req); err != nil {
-				t.Errorf("the watcher sent a request vLLM cannot decode: %v", err)
-				return
-			}
-			reqs <- req
-			if silent {
-				continue
-			}
-			if len(req) != 2 || string(req[0].([]byte)) != "get_meta_msg" {
-				t.Errorf("request %v: want (b\"get_meta_msg\", rank)", req)
-				return
-			}
-			rank, _ := req[1].(int8)
-			if int(rank) >= tp {
-				t.Errorf("asked for rank %d of an engine at TP %d (vLLM's listener would die)", rank, tp)
-				return
-			}
-			answer := handshakeAnswer(t, "agent-r"+string(rune('0'+rank)), int(rank), nil)
-			if err := sock.Send(zmq4.NewMsgFrom(m.Frames[0], nil, answer)); err != nil {
-				return
-			}
+	t.Cleanup(func() {
+		sc.Close()
+		select {
+		case err := <-sc.Err:
+			t.Error(err)
+		default:
 		}
-	}()
-	return sock.Addr().(*net.TCPAddr).String(), reqs
+	})
+	return sc.Addr, sc.Requests
 }
 
 func TestQueryRank(t *testing.T) {
@@ -110,7 +59,7 @@ func TestQueryRank(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if md.Rank != rank || md.Agent != "agent-r"+string(rune('0'+rank)) || md.EngineID != "d7c3-engine" || md.CompatHash != "9f2e" {
+		if md.Rank != rank || md.Agent != "agent-r"+strconv.Itoa(rank) || md.EngineID != "d7c3-engine" || md.CompatHash != "9f2e" {
 			t.Errorf("rank %d: %+v", rank, md)
 		}
 		if md.BlockSize != 16 || md.NumBlocks != 8192 || md.Regions != 2 || len(md.BlockLens) != 2 || md.BlockLens[1] != 32768 || md.Layout != "HND" || md.Backend != "FLASH_ATTN" {
@@ -178,16 +127,16 @@ func TestDecodeHandshake(t *testing.T) {
 }
 
 func TestAgentName(t *testing.T) {
-	long := nixlBlob("x")
+	long := watchtest.NIXLBlob("x")
 	binary.NativeEndian.PutUint64(long[16:], 1<<40)
 	for _, c := range []struct {
 		blob []byte
 		want string
 	}{
-		{nixlBlob("4f1c2a"), "4f1c2a"},
+		{watchtest.NIXLBlob("4f1c2a"), "4f1c2a"},
 		{[]byte("nixlSerDes|Agent"), ""},
 		{long, ""},
-		{append(nixlBlob("ab")[:16+8+2], 'x'), ""},
+		{append(watchtest.NIXLBlob("ab")[:16+8+2], 'x'), ""},
 	} {
 		got, err := watch.AgentName(c.blob)
 		if got != c.want || (c.want == "") != (err != nil) {

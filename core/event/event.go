@@ -89,6 +89,9 @@ type HelloData struct {
 	NoGPU    string `json:"no_gpu,omitempty"` // why there are no GPUs ("no NVIDIA driver")
 	Scenario string `json:"scenario"`         // a one-line description
 	Model    string `json:"model"`
+	// Engine is the engine rank a watched NIXL agent belongs to ("D rank
+	// 1 of TP 4 · side channel host:port"), when the watcher knows it.
+	Engine string `json:"engine,omitempty"`
 }
 
 // GPU is one discovered GPU.

@@ -1,0 +1,294 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvscope/kvscope/agent/watch"
+	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// SideChannel is one vLLM engine's NIXL handshake listener
+// (VLLM_NIXL_SIDE_CHANNEL_HOST:PORT + its data-parallel index).
+type SideChannel struct {
+	Addr string // host:port
+	Side string // P, D or "" (not compared)
+	// TP is how many ranks to ask for; 0 takes the scenario's TP for Side,
+	// else 1. vLLM's listener dies on a rank it does not have, so only
+	// ranks known to exist are asked for.
+	TP int
+}
+
+// link ties a NIXL agent (a telemetry ring) to its engine's rank.
+type link struct {
+	Side   string // P or D
+	Rank   int
+	Engine string // the side channel's address, or "" when mapped in the scenario
+}
+
+// engineLine is how the Deployment panel names a linked agent's engine.
+func (l link) engineLine(tp int) string {
+	s := fmt.Sprintf("%s rank %d", l.Side, l.Rank)
+	if tp > 0 {
+		s += fmt.Sprintf(" of TP %d", tp)
+	}
+	if l.Engine != "" {
+		return s + " · side channel " + l.Engine
+	}
+	return s + " · mapped in the scenario"
+}
+
+// tp is the TP size of a side: the scenario's, else the largest a side
+// channel of that side was given, else 0 (unknown).
+func (w *watcher) tp(side string) int {
+	if w.cfg.Model != nil {
+		e := w.cfg.P
+		if side == "D" {
+			e = w.cfg.D
+		}
+		return max(e.TensorParallelSize, 1)
+	}
+	n := 0
+	for _, sc := range w.cfg.SideChannels {
+		if strings.EqualFold(sc.Side, side) {
+			n = max(n, sc.TP)
+		}
+	}
+	return n
+}
+
+// hello (re)announces a NIXL agent with what is known of it: its ring,
+// and the engine rank it belongs to.
+func (w *watcher) hello(name string, a *watched) {
+	w.mu.Lock()
+	l, linked := w.links[name]
+	version := a.ring
+	w.mu.Unlock()
+	host, _ := os.Hostname()
+	what := fmt.Sprintf("NIXL agent %s, telemetry ring version %d in %s", name, version, w.cfg.Dir)
+	if version == 0 {
+		what = fmt.Sprintf("NIXL agent %s (no telemetry ring of it in %s)", name, w.cfg.Dir)
+	}
+	h := &event.HelloData{Host: host, Backend: "nixl (watched)", Memory: "VRAM", Role: "watch",
+		GPUs: []event.GPU{}, NoGPU: "watching another process's NIXL agent", Scenario: what}
+	if linked {
+		h.Engine = l.engineLine(w.tp(l.Side))
+		if w.cfg.Model != nil {
+			h.Model = w.cfg.Model.Name
+		}
+	}
+	w.emit(a, event.Event{Kind: event.Hello, Hello: h})
+}
+
+// sideChannel asks an engine's side channel for every rank's handshake
+// metadata, one request at a time, now and every SideChannelEvery: each
+// answer links the rank's NIXL agent to the engine and is held against
+// kvscope's registration for that rank. A failing channel is one error
+// (and another when it fails again after answering).
+func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
+	every := w.cfg.SideChannelEvery
+	if every <= 0 {
+		every = time.Minute
+	}
+	timeout := w.cfg.SideChannelTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	ranks := sc.TP
+	if ranks == 0 {
+		ranks = max(w.tp(strings.ToUpper(sc.Side)), 1)
+	}
+	side := strings.ToUpper(sc.Side)
+	seen := map[int]string{}
+	failing := false
+	for {
+		for r := 0; r < ranks; r++ {
+			md, err := watch.QueryRank(ctx, sc.Addr, r, timeout)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				if !failing {
+					a := w.quiet("nixl-side-channel-" + strings.ReplaceAll(sc.Addr, ":", "-"))
+					w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_REMOTE_DISCONNECT", Message: event.Clip(err.Error(), maxMessage)}})
+				}
+				failing = true
+				break // the next round asks again
+			}
+			failing = false
+			if side != "P" && side != "D" {
+				side = "?"
+			}
+			l := link{Side: side, Rank: r, Engine: sc.Addr}
+			w.mu.Lock()
+			old, had := w.links[md.Agent]
+			w.links[md.Agent] = l
+			w.mu.Unlock()
+			a := w.agent(md.Agent)
+			if !had || old != l {
+				w.hello(md.Agent, a)
+			}
+			key := fmt.Sprint(md.BlockSize, md.NumBlocks, md.BlockLens, md.Regions, md.Members)
+			if seen[r] == key {
+				continue
+			}
+			seen[r] = key
+			for _, m := range w.compareRank(md.Agent, l, md) {
+				w.emit(a, event.Event{Kind: event.PlanMismatch, Mismatch: &m})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// compareRank holds what a rank's side channel says against kvscope's
+// registration of that rank: block size, blocks, regions, each region's
+// block length and, where the engine sends them, each region's members.
+// The layout is FlashAttention's split K/V unless the engine names a
+// FlashInfer backend (or the model has state layers, where vLLM always
+// uses blocks-first); kvscope's registration is its model of vLLM's
+// register_kv_caches, so a difference can be kvscope's as well as the
+// deployment's (the event says which source each side comes from).
+func (w *watcher) compareRank(agent string, l link, md *watch.RankMetadata) []event.MismatchData {
+	if w.cfg.Model == nil || (l.Side != "P" && l.Side != "D") {
+		return nil
+	}
+	eng, side := w.cfg.P, xfer.P
+	if l.Side == "D" {
+		eng, side = w.cfg.D, xfer.D
+	}
+	src := fmt.Sprintf("side channel %s rank %d", l.Engine, l.Rank)
+	mismatch := func(field, observed, predicted string) event.MismatchData {
+		return event.MismatchData{Engine: agent, Side: l.Side, Field: field, Observed: observed, Predicted: predicted, Source: src}
+	}
+	p, err := plan.New(w.cfg.Model, eng)
+	if err != nil {
+		return []event.MismatchData{mismatch("plan", fmt.Sprintf("block_size=%d, num_blocks=%d", md.BlockSize, md.NumBlocks), "no plan: "+err.Error())}
+	}
+	layout := xfer.SplitKV
+	if strings.Contains(strings.ToUpper(md.Backend), "FLASHINFER") {
+		layout = xfer.BlocksFirst
+	}
+	reg, err := xfer.Register(w.cfg.Model, p, side, l.Rank, layout, nil)
+	if err != nil {
+		return []event.MismatchData{mismatch("registration", fmt.Sprintf("%d regions", md.Regions), "no registration: "+err.Error())}
+	}
+	pred := xfer.MetadataOf(reg)
+	var out []event.MismatchData
+	if md.BlockSize != pred.BlockSize {
+		out = append(out, mismatch("block_size", strconv.Itoa(md.BlockSize), strconv.Itoa(pred.BlockSize)))
+	}
+	if md.NumBlocks != pred.NumBlocks {
+		out = append(out, mismatch("num_blocks", strconv.FormatInt(md.NumBlocks, 10), strconv.FormatInt(pred.NumBlocks, 10)))
+	}
+	if md.Regions != len(pred.BlockLens) {
+		out = append(out, mismatch("regions", strconv.Itoa(md.Regions), strconv.Itoa(len(pred.BlockLens))))
+	}
+	if !slices.Equal(md.BlockLens, pred.BlockLens) {
+		out = append(out, mismatch("block_lens", lensLine(md.BlockLens), lensLine(pred.BlockLens)))
+	}
+	if md.Members != nil {
+		for i := range min(len(md.Members), len(pred.Members)) {
+			var names []string
+			for _, m := range pred.Members[i] {
+				names = append(names, m.Layer)
+			}
+			if !slices.Equal(md.Members[i], names) {
+				out = append(out, mismatch(fmt.Sprintf("region_members[%d]", i), lensLine(md.Members[i]), lensLine(names)))
+				break // one region says enough; the rest usually follow
+			}
+		}
+	}
+	return out
+}
+
+// lensLine prints a list compactly: its first values and how many more.
+func lensLine[T any](v []T) string {
+	const show = 6
+	parts := make([]string, 0, show+1)
+	for i, x := range v {
+		if i == show {
+			parts = append(parts, fmt.Sprintf("… %d more", len(v)-show))
+			break
+		}
+		parts = append(parts, fmt.Sprint(x))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// quiet is an agent that sends no 1 Hz samples: a side channel's errors,
+// the deployment's bands.
+func (w *watcher) quiet(name string) *watched {
+	a := w.agent(name)
+	w.mu.Lock()
+	a.quiet = true
+	w.mu.Unlock()
+	return a
+}
+
+// band draws a linked agent's NIXL request in the deployment's bands: a
+// batch between the initiator's rank and the remote rank it reads or
+// writes, as vLLM's TP mapping pairs them. NIXL's telemetry names neither
+// the remote agent nor the layers, so the request is one batch of all
+// groups (group 0 of the drawing); where a rank talks to k remote ranks
+// (the initiator's TP smaller), the bytes are split evenly over the k,
+// and the batch's layer says so.
+func (w *watcher) band(l link, request string, t *watch.Transfer) {
+	pTP, dTP := w.tp("P"), w.tp("D")
+	if pTP == 0 || dTP == 0 || (l.Side != "P" && l.Side != "D") {
+		return
+	}
+	a := w.deployment(pTP, dTP)
+	mine, theirs := dTP, pTP
+	if l.Side == "P" {
+		mine, theirs = pTP, dTP
+	}
+	var remote []int
+	note := "one NIXL request (all layers and groups: telemetry does not name them)"
+	if mine >= theirs {
+		remote = []int{l.Rank / (mine / max(theirs, 1))}
+	} else {
+		k := theirs / mine
+		for i := range k {
+			remote = append(remote, l.Rank*k+i)
+		}
+		note = fmt.Sprintf("one NIXL request split evenly over %d remote ranks (telemetry names neither the remote agent nor the layers)", k)
+	}
+	for _, r := range remote {
+		b := &event.BatchData{Request: request, PRank: r, DRank: l.Rank, Layer: note, Descs: 0,
+			Bytes: int64(t.Bytes) / int64(len(remote)), EndNS: int64(t.XferUS) * 1000, Timing: event.Measured}
+		if l.Side == "P" {
+			b.PRank, b.DRank = l.Rank, r
+		}
+		w.emit(a, event.Event{Kind: event.DescBatch, Batch: b})
+	}
+}
+
+// deployment is the agent whose bands are the watched engines' NIXL
+// requests, announced with both sides' TP sizes.
+func (w *watcher) deployment(pTP, dTP int) *watched {
+	a := w.quiet("deployment")
+	w.mu.Lock()
+	fresh := !a.announced
+	a.announced = true
+	w.mu.Unlock()
+	if fresh {
+		host, _ := os.Hostname()
+		w.emit(a, event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: "nixl (watched)", Memory: "VRAM", Role: "watch-flow",
+			GPUs: []event.GPU{}, NoGPU: "drawing the watched engines' NIXL requests", Scenario: "the watched vLLM engines' NIXL requests, per rank pair"}})
+		w.emit(a, event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{PTP: pTP, DTP: dTP,
+			Summary: fmt.Sprintf("watched vLLM engines: P TP %d, D TP %d; NIXL-measured requests per rank pair, as vLLM's TP mapping pairs the ranks (inferred: NIXL's telemetry does not name the remote agent)", pTP, dTP)}})
+	}
+	return a
+}
