@@ -2,6 +2,7 @@ package app
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -185,6 +186,12 @@ func (l *Live) Add(e event.Event, at time.Time) bool {
 // apply folds an accepted event into the aggregates.
 func (l *Live) apply(e event.Event, at time.Time) {
 	l.Version++
+	if old, ok := l.agents[e.Agent]; ok && e.Kind == event.Hello && e.Seq == 1 && old.Hello != nil {
+		// Restarted (Ring.Add let it through): a new deployment under the
+		// same name, whose request ids start again.
+		delete(l.agents, e.Agent)
+		l.Transfers = slices.DeleteFunc(l.Transfers, func(t liveTransfer) bool { return t.Agent == e.Agent })
+	}
 	a := l.agent(e.Agent, e.Seq, at)
 	switch e.Kind {
 	case event.Hello:

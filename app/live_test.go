@@ -362,3 +362,31 @@ func BenchmarkLiveDraw(b *testing.B) {
 		_ = liveBandsHTML(l, t0) + liveStatsHTML(l, liveStatus{State: "open"}, false, 0) + liveTransfersHTML(l) + liveGPUsHTML(l) + liveTimelineOption(l)
 	}
 }
+
+// TestLiveAgentRestart: an agent that starts again under its name (a hello
+// with sequence 1, stamped later: "Run live" restarting the embedded
+// agent) is a new deployment: its old bands, ranks and transfers go; a
+// watched agent's second hello (sequence > 1) keeps what it had.
+func TestLiveAgentRestart(t *testing.T) {
+	l := NewLive()
+	var f feed
+	hello := event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: "h", Role: "both"}}
+	done := event.Event{Kind: event.TransferDone, Done: &event.DoneData{Request: "req-1", Bytes: 10}}
+	for _, e := range []event.Event{hello, batch(3, 3, 0, 0, 5, event.Measured), done, hello} {
+		l.Add(f.ev("a", e), t0)
+	}
+	if a := l.agents["a"]; len(a.bands) != 1 || a.DRanks != 4 || len(l.Transfers) != 1 {
+		t.Fatalf("before the restart: %d bands, %d D ranks, %d transfers", len(a.bands), a.DRanks, len(l.Transfers))
+	}
+	var again feed
+	restart := again.ev("a", hello)
+	restart.TS = t0.UnixNano() + 1e9 // later than everything before
+	if !l.Add(restart, t0) {
+		t.Fatal("the restart's hello was refused")
+	}
+	l.Add(again.ev("a", batch(0, 1, 0, 0, 7, event.Measured)), t0)
+	a := l.agents["a"]
+	if len(a.bands) != 1 || a.DRanks != 2 || a.Bytes != 7 || len(l.Transfers) != 0 || a.Hello == nil {
+		t.Errorf("after the restart: %d bands, %d D ranks, %d bytes, %d transfers; want only the new run's", len(a.bands), a.DRanks, a.Bytes, len(l.Transfers))
+	}
+}

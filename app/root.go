@@ -320,7 +320,7 @@ func (c *Root) renderLive() app.UI {
 	if c.live == nil {
 		c.live = newLiveSession()
 	}
-	return &LivePanel{Session: c.live, Dark: c.settings.Dark}
+	return &LivePanel{Session: c.live, Dark: c.settings.Dark, Query: c.settings.Query().Encode()}
 }
 
 func (c *Root) renderHeader() app.UI {

@@ -355,6 +355,9 @@ type LivePanel struct {
 	app.Compo
 	Session *liveSession
 	Dark    bool
+	// Query is the app's settings as a URL query: "Run live" sends it to
+	// the server, which restarts its embedded agent on them.
+	Query string
 }
 
 // OnMount connects.
@@ -383,8 +386,12 @@ func (p *LivePanel) Render() app.UI {
 					}),
 				app.Button().DataSet("testid", "live-export-trace").Title("download the kept events as a Chrome/Perfetto trace").Text("Export trace").
 					OnClick(func(ctx app.Context, e app.Event) { p.Session.exportTrace() }),
+				app.Button().DataSet("testid", "live-run").
+					Title("restart the server's embedded agent on this configuration (model, engines, connector, prompt and hit), so the live bands are the transfer the views compute").
+					Text("Run live").OnClick(func(ctx app.Context, e app.Event) { callJS("runLive", p.Query) }),
 			),
 		),
+		app.P().ID("live-run-status").Class("live-run-status muted").DataSet("testid", "live-run-status"),
 		app.Div().ID(liveStatsID).Class("live-stats"),
 		app.Div().Class("live-body").Body(
 			app.Div().Class("live-grid").Body(

@@ -86,8 +86,11 @@ func runServe(args []string, stdout io.Writer) error {
 	}
 	srv := newServer(catalog(), o, rec)
 	return srv.listenAndServe(o, func(ctx context.Context, addr string) {
-		if o.Agent == "embedded" {
-			go runEmbeddedAgent(ctx, catalog(), "ws://"+addr+"/ws/agent", o.Token, o.Logf)
+		if srv.embedded != nil {
+			cat, url := catalog(), "ws://"+addr+"/ws/agent"
+			srv.embedded.begin(ctx, func(ctx context.Context, s scenario.Scenario) {
+				runEmbeddedAgent(ctx, cat, url, o.Token, s, o.Logf)
+			}, embeddedScenario())
 		}
 	})
 }
@@ -117,15 +120,22 @@ func (srv *server) listenAndServe(o serveOptions, started func(ctx context.Conte
 	return hs.Shutdown(shut)
 }
 
-// runEmbeddedAgent streams the default scenario from this process, over a
-// real websocket to this server, so make run shows live transfers at once.
-// The hub counts its events into the server's /metrics, as for any agent,
-// so the agent keeps no registry of its own.
-func runEmbeddedAgent(ctx context.Context, cat model.Catalog, url, token string, logf func(string, ...any)) {
+// embeddedScenario is what the embedded agent streams at start: the
+// default scenario.
+func embeddedScenario() scenario.Scenario {
 	s := scenario.Default()
 	s.Name = "embedded"
+	return s
+}
+
+// runEmbeddedAgent streams a scenario from this process, over a real
+// websocket to this server, so make run shows live transfers at once (and
+// "Run live" shows the app's own configuration). The hub counts its events
+// into the server's /metrics, as for any agent, so the agent keeps no
+// registry of its own.
+func runEmbeddedAgent(ctx context.Context, cat model.Catalog, url, token string, s scenario.Scenario, logf func(string, ...any)) {
 	err := runner.Start(ctx, runner.Config{Name: "embedded", Scenario: s, Catalog: cat, ServerURL: url, Token: token,
-		HostLimit: 512 << 20, Logf: logf})
+		HostLimit: embeddedHostLimit, Logf: logf})
 	if err != nil && ctx.Err() == nil {
 		logf("embedded agent stopped: %v", err)
 	}
@@ -169,10 +179,11 @@ func newHTTPServer(h http.Handler) *http.Server {
 
 // server is the kvscope server's handlers and state.
 type server struct {
-	handler http.Handler // the routes behind the access rules
-	api     *apiServer
-	hub     *hub
-	metrics *metrics.Registry
+	handler  http.Handler // the routes behind the access rules
+	api      *apiServer
+	hub      *hub
+	metrics  *metrics.Registry
+	embedded *embeddedAgent // nil with --agent none
 }
 
 // newServer routes the app, its assets, the JSON API, the websocket hub and
@@ -192,6 +203,11 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	mux.Handle("/api/oracle", a.api(apiOracle))
 	mux.Handle("/api/check", a.api(apiCheck))
 	mux.Handle("/api/models", apiModels(cat))
+	var emb *embeddedAgent
+	if o.Agent == "embedded" {
+		emb = &embeddedAgent{}
+	}
+	mux.Handle("/api/live/run", liveRunHandler(emb, cat, lim.MaxPairs))
 	mux.Handle("/ws/agent", h.agentHandler(o.Token))
 	mux.Handle("/ws/live", h.liveHandler())
 	mux.Handle("/metrics", h.metricsHandler())
@@ -200,7 +216,7 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	if o.RequireToken {
 		uiToken = o.Token
 	}
-	return &server{handler: newAccess(o.Addr, uiToken, o.AllowedHosts).wrap(mux), api: a, hub: h, metrics: reg}
+	return &server{handler: newAccess(o.Addr, uiToken, o.AllowedHosts).wrap(mux), api: a, hub: h, metrics: reg, embedded: emb}
 }
 
 // newMux is the server's handler with no recording.

@@ -33,6 +33,11 @@ type Scenario struct {
 	PromptMin   int             `json:"prompt_min"`
 	PromptMax   int             `json:"prompt_max"`
 	HitFraction float64         `json:"prefix_hit_fraction"` // of each prompt, aligned down by xfer
+	// HitTokens, when positive, is every prompt's prefix hit in tokens
+	// instead of a fraction (aligned down by xfer): the app's "Run live"
+	// runs the very request its views show.
+	HitTokens int    `json:"prefix_hit_tokens,omitempty"`
+	Layout    string `json:"layout,omitempty"` // split (default) or blocks-first: attention's cache layout
 	DurationS   float64         `json:"duration_s"`          // 0 runs until stopped
 	Requests    int             `json:"requests"`            // 0 is unlimited
 	VerifyEvery int             `json:"verify_every"`        // prove every Nth request with the oracle; 1 is every one
@@ -123,6 +128,10 @@ func (s Scenario) Validate() error {
 		return bad("prefix_hit_fraction", s.HitFraction, "must be in [0, 1)")
 	case s.DurationS < 0 || s.Requests < 0 || s.VerifyEvery < 0:
 		return bad("duration_s/requests/verify_every", fmt.Sprintf("%v/%d/%d", s.DurationS, s.Requests, s.VerifyEvery), "must not be negative")
+	case s.HitTokens < 0 || s.HitTokens > 0 && s.HitTokens >= s.PromptMin:
+		return bad("prefix_hit_tokens", s.HitTokens, fmt.Sprintf("must be below prompt_min (%d)", s.PromptMin))
+	case s.Layout != "" && s.Layout != string(xfer.SplitKV) && s.Layout != string(xfer.BlocksFirst):
+		return bad("layout", s.Layout, "want split or blocks-first")
 	case s.DurationS > 1e9:
 		return bad("duration_s", s.DurationS, "must be at most 1e9 seconds (0 runs until stopped)")
 	}
@@ -200,7 +209,7 @@ func (s Scenario) Setup(m *model.Model) (xfer.Setup, error) {
 	if err != nil {
 		return xfer.Setup{}, err
 	}
-	return xfer.Setup{Model: m, P: s.P, D: s.D, Connector: c, Plans: xfer.PlanChoice(s.Plans), KeepPairs: true}, nil
+	return xfer.Setup{Model: m, P: s.P, D: s.D, Connector: c, Plans: xfer.PlanChoice(s.Plans), Layout: xfer.CacheLayout(s.Layout), KeepPairs: true}, nil
 }
 
 // Requests draws the scenario's requests: uniform prompt lengths in
@@ -218,13 +227,20 @@ func (s Scenario) NewRequests() *Requests {
 // Next returns the next request.
 func (r *Requests) Next() xfer.Request {
 	n := r.s.PromptMin + r.rng.IntN(r.s.PromptMax-r.s.PromptMin+1)
+	if r.s.HitTokens > 0 {
+		return xfer.Request{PromptTokens: n, PrefixHitTokens: r.s.HitTokens}
+	}
 	return xfer.Request{PromptTokens: n, PrefixHitTokens: int(float64(n) * r.s.HitFraction)}
 }
 
 // Describe is a one-line description for the hello event.
 func (s Scenario) Describe() string {
-	return fmt.Sprintf("%s: %s, P TP%d -> D TP%d, %s, %.3g req/s, %d-%d tokens, %.0f%% prefix hits",
-		s.Name, s.Model, max(1, s.P.TensorParallelSize), max(1, s.D.TensorParallelSize), s.Connector, s.Rate, s.PromptMin, s.PromptMax, 100*s.HitFraction)
+	hits := fmt.Sprintf("%.0f%% prefix hits", 100*s.HitFraction)
+	if s.HitTokens > 0 {
+		hits = fmt.Sprintf("%d-token prefix hits", s.HitTokens)
+	}
+	return fmt.Sprintf("%s: %s, P TP%d -> D TP%d, %s, %.3g req/s, %d-%d tokens, %s",
+		s.Name, s.Model, max(1, s.P.TensorParallelSize), max(1, s.D.TensorParallelSize), s.Connector, s.Rate, s.PromptMin, s.PromptMax, hits)
 }
 
 // UseGPUMemory sets both engines' KV cache memory to fraction of the
@@ -245,4 +261,101 @@ func (s *Scenario) UseGPUMemory(gpus []event.GPU, fraction float64) error {
 	bytes := int64(float64(least) * fraction)
 	s.P.KVCacheMemoryBytes, s.D.KVCacheMemoryBytes = bytes, bytes
 	return nil
+}
+
+// FitHost makes both engines' KV pools fit in limit bytes of host memory
+// in all (every P and D rank: the host backend allocates them in one
+// process), as the embedded agent needs. When they do not fit as given,
+// each side keeps its plan (the same groups, slots and block sizes) and
+// takes the blocks one request of the longest prompt needs, as
+// --num-gpu-blocks-override sets them (the agent moves one request at a
+// time), with max_model_len brought down to that prompt. It says what it
+// changed, and refuses when that would change a plan or still not fit.
+func (s *Scenario) FitHost(m *model.Model, limit int64) ([]string, error) {
+	type side struct {
+		name string
+		e    *plan.Engine
+		p    *plan.Plan
+		tp   int64
+	}
+	sides := []*side{{name: "P", e: &s.P}, {name: "D", e: &s.D}}
+	var total int64
+	for _, sd := range sides {
+		p, err := plan.New(m, *sd.e)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sd.name, err)
+		}
+		sd.p, sd.tp = p, int64(max(1, sd.e.TensorParallelSize))
+		total += sd.tp * p.NumBlocks * p.BytesPerBlock
+	}
+	if total <= limit {
+		return nil, nil
+	}
+	var changed []string
+	var need int64
+	fitted := make([]plan.Engine, len(sides))
+	for i, sd := range sides {
+		e, p, err := fitSide(m, *sd.e, sd.p, s.PromptMax)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sd.name, err)
+		}
+		var notes []string
+		if from := sd.p.Engine.MaxModelLen; e.MaxModelLen != sd.e.MaxModelLen {
+			notes = append(notes, fmt.Sprintf("--max-model-len %d (was %d)", e.MaxModelLen, from))
+		}
+		notes = append(notes, fmt.Sprintf("--num-gpu-blocks-override %d (was %d blocks of %d bytes per rank)", p.NumBlocks, sd.p.NumBlocks, sd.p.BytesPerBlock))
+		need += sd.tp * p.NumBlocks * p.BytesPerBlock
+		fitted[i] = e
+		changed = append(changed, sd.name+": "+strings.Join(notes, ", "))
+	}
+	if need > limit {
+		return nil, fmt.Errorf("one %d-token request needs %d MiB of KV pools on %d ranks, over the %d MiB of host memory the agent may take: shorten the prompt, or run kvscope-agent with a larger --host-memory-mib",
+			s.PromptMax, need>>20, sides[0].tp+sides[1].tp, limit>>20)
+	}
+	for i, sd := range sides {
+		*sd.e = fitted[i]
+	}
+	return changed, nil
+}
+
+// fitSide is one engine with the fewest blocks that hold one request: at
+// the smallest max_model_len, from the prompt up by doubling to the
+// engine's own, at which the plan stays the one it has (a selector may
+// weigh blocks per request, so a shorter max_model_len can change groups).
+func fitSide(m *model.Model, e plan.Engine, orig *plan.Plan, prompt int) (plan.Engine, *plan.Plan, error) {
+	full := orig.Engine.MaxModelLen
+	lengths := []int{}
+	for n := prompt; n < full; n *= 2 {
+		lengths = append(lengths, n)
+	}
+	lengths = append(lengths, full)
+	var last error
+	for _, n := range lengths {
+		f := e
+		if n != full {
+			f.MaxModelLen = n
+		}
+		p, err := plan.New(m, f)
+		if err != nil {
+			last = err
+			continue
+		}
+		if d := plan.Compare(orig, p); !d.SameLayout || !d.SameBlockSizes {
+			last = fmt.Errorf("at --max-model-len %d the plan differs (%d layers change group, slot or block size)", n, len(d.Changes))
+			continue
+		}
+		blocks := p.BlocksPerRequest + 2 // and the null block, with one to spare
+		if blocks > 1<<31-1 {
+			return e, nil, fmt.Errorf("%d blocks per request", p.BlocksPerRequest)
+		}
+		f.NumGPUBlocksOverride = int(blocks)
+		if p, err = plan.New(m, f); err != nil {
+			return e, nil, fmt.Errorf("%d blocks per rank for one %d-token request: %w", blocks, n, err)
+		}
+		if d := plan.Compare(orig, p); !d.SameLayout || !d.SameBlockSizes {
+			return e, nil, fmt.Errorf("with %d blocks the plan differs (%d layers change group, slot or block size)", blocks, len(d.Changes))
+		}
+		return f, p, nil
+	}
+	return e, nil, fmt.Errorf("no max_model_len from %d to %d keeps the plan as shown: %w", prompt, full, last)
 }

@@ -1,12 +1,15 @@
 package scenario
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
 )
 
 func TestExampleScenarioPlans(t *testing.T) {
@@ -38,6 +41,8 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{`{"requests": "two"}`, "requests"},
 		{`{"duration_s": 1e10}`, "duration_s = 1e+10"},
 		{`{"plans": "best"}`, "plans = best"},
+		{`{"prefix_hit_tokens": 64, "prompt_min": 64}`, "prefix_hit_tokens = 64: must be below prompt_min (64)"},
+		{`{"layout": "nhd"}`, "layout = nhd"},
 		{`{"agents": {"4f1c": "q0"}}`, `agents.4f1c = "q0": want p<rank> or d<rank>`},
 		{`{"agents": {"4f1c": "p-1"}}`, `agents.4f1c = "p-1"`},
 		{`{"agents": {"4f1c": "d4"}}`, `agents.4f1c = "d4": D has TP 4`},
@@ -108,5 +113,91 @@ func FuzzParse(f *testing.F) {
 func TestLoadCapsTheFile(t *testing.T) {
 	if _, err := Load("/dev/zero"); err == nil || !strings.Contains(err.Error(), "larger than the 4194304-byte limit") {
 		t.Fatalf("Load(/dev/zero): %v", err)
+	}
+}
+
+// TestFitHost: the app's configurations (40 GiB per rank by default) are
+// made to fit the embedded agent's host memory with pools that hold one
+// request of the prompt (the transfer's block ids all inside them), every
+// plan's groups, slots and block sizes unchanged, and max_model_len
+// brought down to the prompt; what cannot fit is refused.
+func TestFitHost(t *testing.T) {
+	cat := model.NewCatalog(os.DirFS("../.."), "testdata/models")
+	for _, c := range []struct {
+		model  string
+		pTP    int
+		dTP    int
+		limit  int64
+		maxLen int
+		want   string // an error, or "" for a fit
+	}{
+		{"openai/gpt-oss-20b", 2, 4, 512 << 20, 131072, ""},
+		{"Qwen/Qwen3.5-0.8B", 1, 2, 512 << 20, 32768, ""},
+		{"openai/gpt-oss-20b", 1, 1, 2 << 20, 2048, "over the 2 MiB of host memory"},
+	} {
+		s := Default()
+		s.Model = c.model
+		s.P = plan.Engine{TensorParallelSize: c.pTP, MaxModelLen: c.maxLen}
+		s.D = plan.Engine{TensorParallelSize: c.dTP, MaxModelLen: c.maxLen}
+		m, err := s.LoadModel(cat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := s
+		notes, err := s.FitHost(m, c.limit)
+		name := fmt.Sprintf("%s P TP%d D TP%d in %d KiB", c.model, c.pTP, c.dTP, c.limit>>10)
+		if c.want != "" {
+			if err == nil || !strings.Contains(err.Error(), c.want) || s.P != before.P || s.D != before.D {
+				t.Errorf("%s: %v, want %q and the engines untouched", name, err, c.want)
+			}
+			continue
+		}
+		if err != nil || len(notes) != 2 || !strings.Contains(notes[0], "--max-model-len 1024 (was") {
+			t.Fatalf("%s: %q %v", name, notes, err)
+		}
+		var total int64
+		for _, side := range []struct {
+			name          string
+			before, after plan.Engine
+			tp            int
+		}{{"P", before.P, s.P, c.pTP}, {"D", before.D, s.D, c.dTP}} {
+			p0, _ := plan.New(m, side.before)
+			p1, err := plan.New(m, side.after)
+			if err != nil {
+				t.Fatalf("%s %s: %v", name, side.name, err)
+			}
+			if d := plan.Compare(p0, p1); !d.SameLayout || !d.SameBlockSizes {
+				t.Errorf("%s %s: the plan changed: %+v", name, side.name, d.Changes)
+			}
+			total += int64(side.tp) * p1.NumBlocks * p1.BytesPerBlock
+		}
+		if total > c.limit {
+			t.Errorf("%s: %d bytes in all, over %d", name, total, c.limit)
+		}
+		setup, err := s.Setup(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pd, err := xfer.Prepare(setup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := pd.Compute(xfer.Request{PromptTokens: s.PromptMax, PrefixHitTokens: s.PromptMax / 4}, false)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, side := range []struct {
+			name  string
+			pages []xfer.Pages
+			pool  int64
+		}{{"P", x.PPages, x.PRegs[0].NumBlocks}, {"D", x.DPages, x.DRegs[0].NumBlocks}} {
+			for g, p := range side.pages {
+				for _, id := range p.IDs {
+					if int64(id) >= side.pool {
+						t.Errorf("%s: %s group %d uses block %d of a pool of %d", name, side.name, g, id, side.pool)
+					}
+				}
+			}
+		}
 	}
 }

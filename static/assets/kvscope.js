@@ -57,6 +57,26 @@ window.kvscope = {
     if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {});
     this.toast('link copied: ' + url);
   },
+  // runLive asks the server to restart its embedded agent on the app's
+  // settings (a URL query) and says in #live-run-status what runs now.
+  runLive(query) {
+    const st = document.getElementById('live-run-status');
+    const show = (state, text) => {
+      if (!st) return;
+      st.dataset.state = state; st.textContent = text;
+    };
+    show('pending', 'restarting the embedded agent on this configuration…');
+    fetch('/api/live/run', {method: 'POST', credentials: 'same-origin',
+      headers: {'Content-Type': 'application/json'}, body: JSON.stringify({query})})
+      .then(r => r.json().catch(() => ({error: r.status + ' ' + r.statusText})).then(j => ({ok: r.ok, j})))
+      .then(({ok, j}) => {
+        if (!ok) { show('error', 'Run live refused: ' + (j.error || 'no reason given')); return; }
+        let text = 'Embedded agent running ' + j.describe;
+        if (j.adjusted && j.adjusted.length) text += ' · fitted to its host memory, plans unchanged: ' + j.adjusted.join('; ');
+        show('ok', text);
+      })
+      .catch(e => show('error', 'Run live failed: ' + e));
+  },
   toast(text) {
     let t = document.getElementById('toast');
     if (!t) { t = document.createElement('div'); t.id = 'toast'; document.body.appendChild(t); }

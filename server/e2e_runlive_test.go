@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/kvscope/kvscope/agent/scenario"
+)
+
+// TestRunLive: with the server's embedded agent streaming its default
+// scenario (gpt-oss-20b, P TP 2 → D TP 4), the descriptor flow view of
+// another configuration (Qwen3-0.6B, P TP 1 → D TP 2, a 512-token prompt
+// with a 128-token hit) has "Run live" restart the agent on it: the panel
+// says what runs and how its pools were fitted, and the agent's live bands
+// become the flow view's bands (the same rank and group pairs, each having
+// moved a whole number of the computed transfer's bytes).
+func TestRunLive(t *testing.T) {
+	ctx, _, _ := browser(t)
+	const tok = "run-live-test-token"
+	srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: tok, Agent: "embedded", Logf: t.Logf}, nil)
+	ts := httptest.NewServer(srv.handler)
+	defer ts.Close()
+	agentCtx, stopAgent := context.WithCancel(context.Background())
+	defer stopAgent()
+	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws/agent"
+	srv.embedded.begin(agentCtx, func(ctx context.Context, s scenario.Scenario) {
+		runEmbeddedAgent(ctx, catalog(), url, tok, s, t.Logf)
+	}, embeddedScenario())
+
+	q := "/?model=Qwen%2FQwen3-0.6B&view=flow&p-tensor-parallel-size=1&d-tensor-parallel-size=2&prompt-tokens=512&prefix-hit-tokens=128"
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+q)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
+		t.Fatalf("the live panel never showed: %v", err)
+	}
+	waitFor(t, ctx, "the default scenario's bands (D TP 4)",
+		`[...document.querySelectorAll('[data-agent="embedded"] [data-testid="live-band"]')].some(b => b.dataset.d == '3')`, 30*time.Second)
+	waitFor(t, ctx, "the computed flow", `document.querySelectorAll('#flow-svg path.band').length > 0`, 30*time.Second)
+	if err := chromedp.Do(ctx, chromedp.Click(`[data-testid="live-run"]`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the restart's answer", `document.querySelector('[data-testid="live-run-status"]').dataset.state == 'ok'`, 30*time.Second)
+	status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="live-run-status"]').textContent`))
+	if !strings.Contains(status, "Qwen/Qwen3-0.6B, P TP1 -> D TP2") || !strings.Contains(status, "128-token prefix hits") || !strings.Contains(status, "--num-gpu-blocks-override") {
+		t.Errorf("status %q: want the run and its fitted pools", status)
+	}
+	same := `(() => {
+		const key = b => [b.dataset.p, b.dataset.d, b.dataset.pg, b.dataset.dg].join('/');
+		const flow = new Map([...document.querySelectorAll('#flow-svg path.band')].map(b => [key(b), Number(b.dataset.bytes)]));
+		const live = [...document.querySelectorAll('[data-agent="embedded"] [data-testid="live-band"]')];
+		if (live.length != flow.size || flow.size == 0) return false;
+		return live.every(b => flow.has(key(b)) && Number(b.dataset.bytes) > 0 && Number(b.dataset.bytes) % flow.get(key(b)) == 0);
+	})()`
+	waitFor(t, ctx, "the live bands are the computed flow's", same, 30*time.Second)
+	shot, _ := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	artifact(t, "run-live", shot)
+}
