@@ -18,10 +18,12 @@ import (
 )
 
 // TestDeploymentPanel: kvscope-agent watch streams a watched decode
-// worker (a NIXL ring written from the layout) and a vLLM engine's
-// /metrics whose block size differs from kvscope's prediction; in
-// Chromium the live view's Deployment panel lists both, the worker's
-// NIXL-measured transfers counted, and the mismatch in red.
+// worker (a NIXL ring written from the layout, mapped to D rank 0 by the
+// scenario) and a vLLM engine's /metrics whose block size differs from
+// kvscope's prediction; in Chromium the live view's Deployment panel lists
+// the worker by its engine rank, the engine and the engine pair, the
+// NIXL-measured transfers counted, the mismatch in red, and the requests
+// drawn as the pair's band.
 func TestDeploymentPanel(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("rings are read on Linux")
@@ -61,11 +63,13 @@ func TestDeploymentPanel(t *testing.T) {
 		ring.Push(watchtest.Transfer("rx", 3<<20, 20, 900)...)
 	}
 	waitFor(t, ctx, "the watched worker and engine in the Deployment panel",
-		`document.querySelectorAll('[data-testid="live-deployment"] [data-testid="deployment-engine"]').length == 2`, 20*time.Second)
+		`document.querySelectorAll('[data-testid="live-deployment"] [data-testid="deployment-engine"]').length == 3`, 20*time.Second)
 	waitFor(t, ctx, "the worker's five NIXL transfers counted",
 		`[...document.querySelectorAll('[data-testid="deployment-engine"]')].some(r => r.dataset.agent == 'gpu7/decode-rank0' && r.children[7].textContent == '5' && r.children[0].textContent == 'D rank 0 of TP 1 · mapped in the scenario')`, 20*time.Second)
 	// The ring mapped to D rank 0 draws its requests as the deployment's
 	// band from P rank 0 (both at TP 1): 5 × 3 MiB, timing measured by NIXL.
+	waitFor(t, ctx, "the engine pair's row: the linked ring's five requests",
+		`[...document.querySelectorAll('[data-testid="deployment-engine"]')].some(r => r.dataset.agent == 'gpu7/deployment' && r.children[7].textContent == '5' && r.children[0].textContent == 'P TP 1 → D TP 1 · every linked rank')`, 20*time.Second)
 	waitFor(t, ctx, "the watched requests in the live bands",
 		`[...document.querySelectorAll('[data-agent="gpu7/deployment"] [data-testid="live-band"]')].some(b => b.dataset.p == '0' && b.dataset.d == '0' && b.dataset.timing == 'measured' && b.dataset.bytes == String(5*3*1048576))`, 20*time.Second)
 	waitFor(t, ctx, "the block size mismatch", `!!document.querySelector('[data-testid="plan-mismatch"][data-field="block_size"]')`, 20*time.Second)

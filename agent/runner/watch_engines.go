@@ -227,8 +227,7 @@ func lensLine[T any](v []T) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
-// quiet is an agent that sends no 1 Hz samples: a side channel's errors,
-// the deployment's bands.
+// quiet is an agent that sends no 1 Hz samples: a side channel's errors.
 func (w *watcher) quiet(name string) *watched {
 	a := w.agent(name)
 	w.mu.Lock()
@@ -265,6 +264,10 @@ func (w *watcher) band(l link, request string, t *watch.Transfer) {
 		}
 		note = fmt.Sprintf("one NIXL request split evenly over %d remote ranks (telemetry names neither the remote agent nor the layers)", k)
 	}
+	w.mu.Lock()
+	a.requests++
+	a.window = append(a.window, done{at: time.Now(), bytes: int64(t.Bytes), us: float64(t.XferUS)})
+	w.mu.Unlock()
 	for _, r := range remote {
 		b := &event.BatchData{Request: request, PRank: r, DRank: l.Rank, Layer: note, Descs: 0,
 			Bytes: int64(t.Bytes) / int64(len(remote)), EndNS: int64(t.XferUS) * 1000, Timing: event.Measured}
@@ -275,18 +278,20 @@ func (w *watcher) band(l link, request string, t *watch.Transfer) {
 	}
 }
 
-// deployment is the agent whose bands are the watched engines' NIXL
-// requests, announced with both sides' TP sizes.
+// deployment is the engine pair's agent: its bands are the linked rings'
+// NIXL requests per rank pair, its samples their rate and p50/p99 (a row
+// of the Deployment panel), announced with both sides' TP sizes.
 func (w *watcher) deployment(pTP, dTP int) *watched {
-	a := w.quiet("deployment")
+	a := w.agent("deployment")
 	w.mu.Lock()
 	fresh := !a.announced
 	a.announced = true
 	w.mu.Unlock()
 	if fresh {
 		host, _ := os.Hostname()
-		w.emit(a, event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: "nixl (watched)", Memory: "VRAM", Role: "watch-flow",
-			GPUs: []event.GPU{}, NoGPU: "drawing the watched engines' NIXL requests", Scenario: "the watched vLLM engines' NIXL requests, per rank pair"}})
+		w.emit(a, event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: "nixl (watched)", Memory: "VRAM", Role: "watch",
+			GPUs: []event.GPU{}, NoGPU: "drawing the watched engines' NIXL requests", Engine: fmt.Sprintf("P TP %d → D TP %d · every linked rank", pTP, dTP),
+			Scenario: "the engine pair: the NIXL requests of every ring linked to a rank, drawn per rank pair"}})
 		w.emit(a, event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{PTP: pTP, DTP: dTP,
 			Summary: fmt.Sprintf("watched vLLM engines: P TP %d, D TP %d; NIXL-measured requests per rank pair, as vLLM's TP mapping pairs the ranks (inferred: NIXL's telemetry does not name the remote agent)", pTP, dTP)}})
 	}

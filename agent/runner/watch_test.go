@@ -309,10 +309,8 @@ func TestWatchSideChannel(t *testing.T) {
 	if dep[2].Kind != event.DescBatch || b.PRank != 0 || b.DRank != 1 || b.Bytes != 2<<20 || b.EndNS != 400_000 || b.Timing != event.Measured {
 		t.Errorf("band %+v", dep[2])
 	}
-	for _, e := range dep {
-		if e.Kind == event.Sample {
-			t.Errorf("the deployment agent sent a sample: %+v", e)
-		}
+	if h := dep[0].Hello; h.Role != "watch" || h.Engine != "P TP 1 → D TP 2 · every linked rank" {
+		t.Errorf("the engine pair's hello %+v", h)
 	}
 }
 
