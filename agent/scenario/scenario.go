@@ -36,12 +36,12 @@ type Scenario struct {
 	// HitTokens, when positive, is every prompt's prefix hit in tokens
 	// instead of a fraction (aligned down by xfer): the app's "Run live"
 	// runs the very request its views show.
-	HitTokens int    `json:"prefix_hit_tokens,omitempty"`
-	Layout    string `json:"layout,omitempty"` // split (default) or blocks-first: attention's cache layout
-	DurationS   float64         `json:"duration_s"`          // 0 runs until stopped
-	Requests    int             `json:"requests"`            // 0 is unlimited
-	VerifyEvery int             `json:"verify_every"`        // prove every Nth request with the oracle; 1 is every one
-	Seed        uint64          `json:"seed"`
+	HitTokens   int     `json:"prefix_hit_tokens,omitempty"`
+	Layout      string  `json:"layout,omitempty"` // split (default) or blocks-first: attention's cache layout
+	DurationS   float64 `json:"duration_s"`       // 0 runs until stopped
+	Requests    int     `json:"requests"`         // 0 is unlimited
+	VerifyEvery int     `json:"verify_every"`     // prove every Nth request with the oracle; 1 is every one
+	Seed        uint64  `json:"seed"`
 	// Agents maps watched NIXL agents (telemetry ring file names) to the
 	// engine rank each belongs to, "p0" or "d3", for kvscope-agent watch
 	// without --side-channel (which learns it from the engines).
