@@ -44,7 +44,10 @@ type serveOptions struct {
 	Limits       limits   // the API's limits (zero: defaultLimits)
 	Agent        string   // embedded or none
 	Record       string   // --record: a JSONL file of every event
-	Logf         func(format string, args ...any)
+	// Bus is the JetStream event log (nil: the hub keeps events in memory
+	// only, as replay and the tests run it).
+	Bus  *bus
+	Logf func(format string, args ...any)
 }
 
 func runServe(args []string, stdout io.Writer) error {
@@ -56,6 +59,7 @@ func runServe(args []string, stdout io.Writer) error {
 	agent := fs.String("agent", "embedded", "embedded (a host-memory agent in this process, streaming the default scenario) or none")
 	record := fs.String("record", "", "append every agent event to this JSONL file (kvscope replay plays it back)")
 	lim := limitFlags(fs)
+	busFlags := natsFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -84,6 +88,22 @@ func runServe(args []string, stdout io.Writer) error {
 		defer f.Close()
 		rec = f
 	}
+	bo, err := busFlags()
+	if err != nil {
+		return &usageError{err}
+	}
+	bo.Logf = o.Logf
+	b, err := openBus(context.Background(), bo)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if b.srv != nil {
+		o.Logf("event log: embedded NATS JetStream on %s, data in %s (agents may publish there with kvscope-agent --nats)", b.url, bo.DataDir)
+	} else {
+		o.Logf("event log: JetStream stream %s on %s", streamName, redact(b.url))
+	}
+	o.Bus = b
 	srv := newServer(catalog(), o, rec)
 	return srv.listenAndServe(o, func(ctx context.Context, addr string) {
 		if srv.embedded != nil {
@@ -192,6 +212,10 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	kvapp.Register(cat)
 	reg := metrics.New()
 	h := newHub(reg, record, o.Logf)
+	if o.Bus != nil {
+		h.bus = o.Bus
+		go h.follow()
+	}
 	mux := http.NewServeMux()
 	lim := o.Limits
 	if lim == (limits{}) {

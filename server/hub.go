@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,14 +49,27 @@ type hub struct {
 	version       uint64
 	cachedVersion uint64
 	cached        [][]byte
+
+	// With a bus (JetStream), agents' events are stored there and come
+	// back to every replica through its consumer (publish); storedSeq and
+	// storedTS are the stored positions agents are acknowledged, learnt
+	// from the stream when an agent connects.
+	bus       *bus
+	storedSeq map[string]uint64
+	storedTS  map[string]int64
 }
 
 // historyBuilders bounds the subscribers packing their history at once.
 const historyBuilders = 2
 
 type subscriber struct {
-	frames  chan []byte
+	frames  chan liveFrame
 	dropped uint64
+	// behind closes when the subscriber's queue overflows and the hub has
+	// a log: the connection is closed and the browser resumes from the log
+	// after the last event it saw, so it loses nothing.
+	behind     chan struct{}
+	behindOnce sync.Once
 }
 
 func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) *hub {
@@ -65,7 +79,127 @@ func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) 
 	stopped, stop := context.WithCancel(context.Background())
 	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, lastTS: map[string]int64{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20}, state: map[string][]stored{},
 		conns: map[string]*websocket.Conn{}, seen: map[string]time.Time{},
-		record: record, metrics: reg, subQueue: 64, logf: logf, stopped: stopped, stop: stop, builders: make(chan struct{}, historyBuilders)}
+		record: record, metrics: reg, subQueue: 64, logf: logf, stopped: stopped, stop: stop, builders: make(chan struct{}, historyBuilders),
+		storedSeq: map[string]uint64{}, storedTS: map[string]int64{}}
+}
+
+// followReplay is how many stored frames a replica reads back at start:
+// its browsers' history.
+const followReplay = 1024
+
+// follow delivers the stream to this replica's browsers until the hub
+// closes: publish drops what it already delivered (a frame stored twice),
+// and a message that is not a frame of its agent's events is logged by its
+// stream sequence, counted and skipped.
+func (h *hub) follow() {
+	for h.stopped.Err() == nil {
+		err := h.bus.follow(h.stopped, followReplay, func(events []event.Event) { h.publish(events) }, func(seq uint64, err error) {
+			h.metrics.Add("kvscope_bus_bad_messages_total", "Stream messages that were not a frame of their agent's events.", 1)
+			h.logf("event log: stream message %d skipped: %v", seq, err)
+		})
+		if err == nil || h.stopped.Err() != nil {
+			return
+		}
+		h.logf("event log: following the stream: %v (again in 1 s)", err)
+		select {
+		case <-h.stopped.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// maxCatchUp bounds the events a resuming browser is sent from the log
+// (about 10 s of a busy fleet); beyond it the browser gets the recent
+// history and counts the rest as missed.
+const maxCatchUp = 200_000
+
+// catchUp is the frames of every event stored from stream message since
+// on (that message again: a browser may have seen only part of it).
+func (h *hub) catchUp(ctx context.Context, since uint64) ([][]byte, uint64, error) {
+	events, err := h.bus.readRange(ctx, since, 0, maxCatchUp)
+	if err != nil {
+		return nil, 0, err
+	}
+	var through uint64
+	if len(events) > 0 {
+		through = events[len(events)-1].Stream
+	}
+	raws := make([][]byte, 0, len(events))
+	for _, e := range events {
+		if raw, err := event.Encode(e); err == nil && len(raw) <= maxEventBytes {
+			raws = append(raws, raw)
+		}
+	}
+	frames := packFrames(raws)
+	if frames == nil {
+		frames = [][]byte{}
+	}
+	return frames, through, nil
+}
+
+// store keeps an agent's events and returns the last sequence number
+// stored for it, which the agent is acknowledged. Without a bus that is
+// publish; with one, the events not stored yet go to JetStream as one
+// frame, and the acknowledgement means JetStream has them (they reach
+// this replica's browsers, and every other replica's, through follow).
+func (h *hub) store(ctx context.Context, agent string, events []event.Event) (uint64, error) {
+	if h.bus == nil {
+		for i := range events {
+			events[i].Stream = 0 // there is no log
+		}
+		return h.publish(events), nil
+	}
+	type fresh struct {
+		seq uint64
+		ts  int64
+		raw []byte
+	}
+	h.mu.Lock()
+	last, lastTS := h.storedSeq[agent], h.storedTS[agent]
+	var todo []fresh
+	for _, e := range events {
+		if last > 0 && event.Restarted(e, lastTS) {
+			h.logf("agent %q restarted: its sequence starts again", agent)
+			last = 0
+		}
+		if e.Seq <= last {
+			continue
+		}
+		last, lastTS = e.Seq, e.TS
+		e.Stream = 0 // the log's to set
+		raw, err := event.Encode(e)
+		if err != nil || len(raw) > maxEventBytes {
+			h.reject("event_too_big") // acknowledged, as publish does: no frame can carry it
+			continue
+		}
+		todo = append(todo, fresh{e.Seq, e.TS, raw})
+	}
+	h.mu.Unlock()
+	// One message per frame within a browser's limits, each with its own
+	// sequence range (its message id).
+	for len(todo) > 0 {
+		n, size := 0, 2
+		for n < len(todo) && n < event.MaxFrameEvents && (n == 0 || size+len(todo[n].raw)+1 <= event.MaxFrameBytes) {
+			size += len(todo[n].raw) + 1
+			n++
+		}
+		raws := make([][]byte, n)
+		for i := range raws {
+			raws[i] = todo[i].raw
+		}
+		if err := h.bus.publish(ctx, agent, event.JoinFrame(raws), todo[0].seq, todo[n-1].seq, todo[n-1].ts); err != nil {
+			h.metrics.Add("kvscope_bus_publish_errors_total", "Frames JetStream did not store (the agent resends them).", 1)
+			return 0, err
+		}
+		h.metrics.Add("kvscope_bus_stored_events_total", "Events this replica stored in JetStream.", float64(n))
+		todo = todo[n:]
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur := h.storedSeq[agent]; last > cur || event.Restarted(events[0], h.storedTS[agent]) {
+		h.storedSeq[agent], h.storedTS[agent] = last, lastTS
+	}
+	return h.storedSeq[agent], nil
 }
 
 // close ends every agent and browser connection with "going away" (the
@@ -126,8 +260,9 @@ func (h *hub) publish(events []event.Event) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var fresh [][]byte
-	var last uint64
+	var last, stream uint64
 	for _, e := range events {
+		stream = max(stream, e.Stream)
 		if h.lastSeq[e.Agent] > 0 && event.Restarted(e, h.lastTS[e.Agent]) {
 			h.logf("agent %q restarted: its sequence starts again", e.Agent)
 			delete(h.lastSeq, e.Agent)
@@ -155,10 +290,18 @@ func (h *hub) publish(events []event.Event) uint64 {
 	}
 	for _, frame := range packFrames(fresh) {
 		for s := range h.subs {
-			h.offer(s, frame)
+			h.offer(s, liveFrame{frame, stream})
 		}
 	}
 	return last
+}
+
+// liveFrame is a frame queued for a subscriber, with the stream message
+// its events came from (0 without a log): a browser that resumed from the
+// log skips the frames its catch-up already carried.
+type liveFrame struct {
+	data   []byte
+	stream uint64
 }
 
 // maxEventBytes is the largest event a frame can carry.
@@ -186,7 +329,18 @@ func packFrames(events [][]byte) [][]byte {
 
 // offer queues a frame for a subscriber, dropping its oldest frame when
 // its queue is full.
-func (h *hub) offer(s *subscriber, frame []byte) {
+func (h *hub) offer(s *subscriber, frame liveFrame) {
+	if h.bus != nil {
+		select {
+		case s.frames <- frame:
+		default:
+			s.behindOnce.Do(func() {
+				close(s.behind)
+				h.metrics.Add("kvscope_hub_subscriber_resumes_total", "Browsers told to resume from the event log because they read too slowly.", 1)
+			})
+		}
+		return
+	}
 	for {
 		select {
 		case s.frames <- frame:
@@ -363,7 +517,7 @@ func isState(k event.Kind) bool {
 func (h *hub) subscribe() (*subscriber, [][]byte) {
 	h.builders <- struct{}{}
 	defer func() { <-h.builders }()
-	s := &subscriber{frames: make(chan []byte, h.subQueue)}
+	s := &subscriber{frames: make(chan liveFrame, h.subQueue), behind: make(chan struct{})}
 	h.mu.Lock()
 	version := h.version
 	var state map[string][]stored
@@ -424,7 +578,7 @@ func (h *hub) agentHandler(token string) http.Handler {
 		defer h.closeOnStop(conn)()
 		conn.SetReadLimit(event.MaxFrameBytes)
 		ctx := r.Context()
-		welcome := h.connect(name, conn, r.RemoteAddr)
+		welcome := h.connect(ctx, name, conn, r.RemoteAddr)
 		defer h.disconnect(name, conn)
 		if err := h.ack(ctx, conn, welcome); err != nil {
 			return
@@ -447,7 +601,13 @@ func (h *hub) agentHandler(token string) http.Handler {
 				conn.Close(websocket.StatusUnsupportedData, event.Clip(err.Error(), 123))
 				return
 			}
-			if err := h.ack(ctx, conn, h.publish(events)); err != nil {
+			last, err := h.store(ctx, name, events)
+			if err != nil {
+				h.logf("agent %q: %v", name, err)
+				conn.Close(websocket.StatusTryAgainLater, event.Clip(err.Error(), 123))
+				return
+			}
+			if err := h.ack(ctx, conn, last); err != nil {
 				return
 			}
 		}
@@ -480,9 +640,20 @@ func sameAgent(events []event.Event, name string) error {
 // connection of the same name (an agent reconnecting before the server
 // noticed its old connection drop), and returns the last sequence number
 // stored for the agent: the agent resumes after it.
-func (h *hub) connect(name string, conn *websocket.Conn, addr string) uint64 {
+func (h *hub) connect(ctx context.Context, name string, conn *websocket.Conn, addr string) uint64 {
+	var stored uint64
+	var storedTS int64
+	if h.bus != nil {
+		var err error
+		if stored, storedTS, err = h.bus.lastStored(ctx, name); err != nil {
+			h.logf("agent %s: its last stored event: %v (acknowledging what this replica stored)", name, err)
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if stored > h.storedSeq[name] {
+		h.storedSeq[name], h.storedTS[name] = stored, storedTS
+	}
 	if old, ok := h.conns[name]; ok {
 		h.logf("agent %s connected again from %s; closing its older connection", name, addr)
 		go old.Close(websocket.StatusPolicyViolation, "replaced by a newer connection of this agent")
@@ -490,6 +661,9 @@ func (h *hub) connect(name string, conn *websocket.Conn, addr string) uint64 {
 	h.conns[name] = conn
 	h.seen[name] = time.Now()
 	h.prune(time.Now())
+	if h.bus != nil {
+		return h.storedSeq[name]
+	}
 	return h.lastSeq[name]
 }
 
@@ -516,6 +690,8 @@ func (h *hub) prune(now time.Time) {
 			delete(h.lastSeq, name)
 			delete(h.lastTS, name)
 			delete(h.state, name)
+			delete(h.storedSeq, name)
+			delete(h.storedTS, name)
 		}
 	}
 }
@@ -533,8 +709,21 @@ func (h *hub) liveHandler() http.Handler {
 		defer conn.CloseNow()
 		defer h.closeOnStop(conn)()
 		ctx := conn.CloseRead(r.Context()) // read-only: anything sent closes it
+		since, _ := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
 		s, hist := h.subscribe()
 		defer h.unsubscribe(s)
+		var caughtUp uint64 // the last stream message the catch-up read
+		if since > 0 && h.bus != nil {
+			// A browser coming back: everything stored from the last
+			// event it saw on, from the log, instead of the recent history
+			// (live frames queue meanwhile; the browser drops what it
+			// already has by agent and sequence).
+			if frames, through, err := h.catchUp(ctx, since); err == nil {
+				hist, caughtUp = frames, through
+			} else {
+				h.logf("a browser resuming after stream message %d: %v (sending the recent history)", since, err)
+			}
+		}
 		send := func(frame []byte) bool {
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -553,8 +742,14 @@ func (h *hub) liveHandler() http.Handler {
 			select {
 			case <-ctx.Done():
 				return
+			case <-s.behind:
+				conn.Close(websocket.StatusTryAgainLater, "fell behind: resume with ?since=<the last stream_seq seen>")
+				return
 			case frame := <-s.frames:
-				if !send(frame) {
+				if frame.stream != 0 && frame.stream <= caughtUp {
+					continue // the catch-up carried it
+				}
+				if !send(frame.data) {
 					return
 				}
 			}

@@ -101,7 +101,7 @@ func TestHubFramesAreNotHTMLEscaped(t *testing.T) {
 	h := newHub(metrics.New(), &rec, nil)
 	s, _ := h.subscribe()
 	h.publish([]event.Event{bigHello("a", 1, 1000)})
-	frame := <-s.frames
+	frame := (<-s.frames).data
 	if bytes.Contains(frame, []byte(`\u003c`)) || !bytes.Contains(frame, bytes.Repeat([]byte("<"), 1000)) || len(frame) > 1300 {
 		t.Fatalf("a frame of %d bytes for 1,000 '<': escaped", len(frame))
 	}

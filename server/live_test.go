@@ -500,7 +500,7 @@ func TestReplay(t *testing.T) {
 	var sizes []int
 	var seq uint64
 	for len(s.frames) > 0 {
-		evs, err := event.DecodeFrame(<-s.frames)
+		evs, err := event.DecodeFrame((<-s.frames).data)
 		if err != nil {
 			t.Fatal(err)
 		}

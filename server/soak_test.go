@@ -33,7 +33,7 @@ func TestSoak(t *testing.T) {
 		t.Skip("the storm runs with make soak (KVSCOPE_SOAK=1 KVSCOPE_BIN=bin/kvscope)")
 	}
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--agent", "none", "--token", "soak-token")
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--agent", "none", "--token", "soak-token", "--data-dir", t.TempDir())
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -211,7 +211,10 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddr is a loopback address nothing listens on (a restarted
+// component comes back on it).
+func freeAddr(t testing.TB) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -56,6 +56,10 @@ type Event struct {
 	Seq   uint64 `json:"seq"`
 	Kind  Kind   `json:"kind"`
 	TS    int64  `json:"ts_ns"` // wall clock, Unix nanoseconds
+	// Stream is the event log's (JetStream's) sequence number of the
+	// message that stored it, set by the server that read it back; a
+	// browser resumes after the last one it saw. Agents do not set it.
+	Stream uint64 `json:"stream_seq,omitempty"`
 
 	Hello        *HelloData        `json:"hello,omitempty"`
 	Registration *RegistrationData `json:"registration,omitempty"`

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// The event log is a NATS JetStream stream. Every frame of events an agent
+// sends (after the hub drops what is already stored) is one message on
+// the agent's subject, kvscope.ev.<agent>, with a message id made of the
+// agent and the frame's sequence range, so JetStream drops a frame sent
+// twice (an agent resending to another replica after a disconnect). Every
+// replica reads the whole stream with one ordered consumer and fans it
+// out to its browsers; browsers therefore see every agent of the fleet,
+// whichever replica they and the agents are connected to.
+
+// Stream and subject names.
+const (
+	streamName    = "KVSCOPE"
+	subjectPrefix = "kvscope.ev."
+)
+
+// Headers of a stored frame.
+const (
+	hdrAgent  = "Kvscope-Agent"
+	hdrLast   = "Kvscope-Last-Seq"
+	hdrLastTS = "Kvscope-Last-TS"
+)
+
+// agentSubject is an agent's subject. NATS subject tokens cannot hold
+// ".", "*", ">" or white space; those (and "~", the escape) are written
+// ~XX, so the mapping is one to one and an agent's publish permission
+// can be written from its name.
+func agentSubject(agent string) string {
+	var sb strings.Builder
+	sb.WriteString(subjectPrefix)
+	for i := 0; i < len(agent); i++ {
+		c := agent[i]
+		switch {
+		case c == '.' || c == '*' || c == '>' || c == '~' || c <= ' ' || c >= 0x7f:
+			fmt.Fprintf(&sb, "~%02X", c)
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}
+
+// busOptions say where the event log lives.
+type busOptions struct {
+	// URLs of an external NATS cluster; empty starts an embedded server.
+	URLs string
+	// DataDir holds the embedded server's JetStream files.
+	DataDir string
+	// Listen is the embedded server's client address (loopback only);
+	// "" picks a free port.
+	Listen string
+	// Creds, User/Password and TLS authenticate to an external cluster.
+	Creds, User, Password string
+	CA, Cert, Key         string
+	// MaxAge and MaxBytes bound the stream (0: 24 h, 1 GiB); Replicas is
+	// its replication in a cluster (1 embedded).
+	MaxAge   time.Duration
+	MaxBytes int64
+	Replicas int
+	Logf     func(string, ...any)
+}
+
+// bus is a replica's connection to the event log.
+type bus struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	srv    *natsserver.Server // the embedded server, nil for a cluster
+	url    string
+}
+
+// defaultDataDir is where the embedded server keeps its files.
+func defaultDataDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "kvscope", "nats")
+}
+
+// openBus starts the embedded NATS server (or connects to the cluster)
+// and creates or checks the stream.
+func openBus(ctx context.Context, o busOptions) (*bus, error) {
+	b := &bus{}
+	url := o.URLs
+	if url == "" {
+		host, port := "127.0.0.1", natsserver.RANDOM_PORT
+		if o.Listen != "" {
+			h, p, err := splitLoopback(o.Listen)
+			if err != nil {
+				return nil, fmt.Errorf("--nats-listen %q: %w", o.Listen, err)
+			}
+			host, port = h, p
+		}
+		if o.DataDir == "" {
+			o.DataDir = defaultDataDir()
+		}
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("--data-dir %s: %w", o.DataDir, err)
+		}
+		srv, err := natsserver.NewServer(&natsserver.Options{
+			ServerName: "kvscope", Host: host, Port: port, JetStream: true, StoreDir: o.DataDir,
+			NoSigs: true, NoLog: true, MaxPayload: 8 << 20,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS server: %w", err)
+		}
+		go srv.Start()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			srv.Shutdown()
+			return nil, fmt.Errorf("embedded NATS server (data in %s): not ready within 10 s", o.DataDir)
+		}
+		b.srv, url = srv, srv.ClientURL()
+	}
+	opts := []nats.Option{nats.Name("kvscope serve"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
+		nats.ReconnectBufSize(64 << 20), nats.Timeout(5 * time.Second)}
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	opts = append(opts,
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { logf("NATS: disconnected (%v); reconnecting", err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { logf("NATS: reconnected to %s", nc.ConnectedUrlRedacted()) }))
+	auth, err := authOptions(o.Creds, o.User, o.Password, o.CA, o.Cert, o.Key)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	nc, err := nats.Connect(url, append(opts, auth...)...)
+	if err != nil {
+		b.close()
+		return nil, fmt.Errorf("--nats %s: %w", redact(url), err)
+	}
+	b.nc, b.url = nc, url
+	if b.js, err = jetstream.New(nc); err != nil {
+		b.close()
+		return nil, err
+	}
+	maxAge, maxBytes, replicas := o.MaxAge, o.MaxBytes, max(o.Replicas, 1)
+	if maxAge <= 0 {
+		maxAge = 24 * time.Hour
+	}
+	if maxBytes <= 0 {
+		maxBytes = 1 << 30
+	}
+	cfg := jetstream.StreamConfig{Name: streamName, Subjects: []string{subjectPrefix + ">"}, Storage: jetstream.FileStorage,
+		MaxAge: maxAge, MaxBytes: maxBytes, Replicas: replicas, Duplicates: 2 * time.Minute, Discard: jetstream.DiscardOld,
+		MaxMsgSize: 8 << 20, Description: "kvscope agents' events, one frame per message"}
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if b.stream, err = b.js.CreateOrUpdateStream(sctx, cfg); err != nil {
+		b.close()
+		return nil, fmt.Errorf("JetStream stream %s on %s: %w", streamName, redact(url), err)
+	}
+	return b, nil
+}
+
+// authOptions are the connection's credentials and TLS files.
+func authOptions(creds, user, password, ca, cert, key string) ([]nats.Option, error) {
+	var opts []nats.Option
+	for flag, path := range map[string]string{"--nats-creds": creds, "--nats-ca": ca, "--nats-cert": cert, "--nats-key": key} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", flag, path, err)
+		}
+	}
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	if user != "" {
+		opts = append(opts, nats.UserInfo(user, password))
+	}
+	if ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
+	}
+	if (cert == "") != (key == "") {
+		return nil, errors.New("--nats-cert and --nats-key go together")
+	}
+	if cert != "" {
+		opts = append(opts, nats.ClientCert(cert, key))
+	}
+	return opts, nil
+}
+
+// redact drops a password from a NATS URL for messages.
+func redact(url string) string {
+	if at := strings.LastIndex(url, "@"); at >= 0 {
+		if scheme := strings.Index(url, "://"); scheme >= 0 && scheme < at {
+			return url[:scheme+3] + "…@" + url[at+1:]
+		}
+	}
+	return url
+}
+
+// splitLoopback reads a loopback host:port.
+func splitLoopback(addr string) (string, int, error) {
+	i := strings.LastIndex(addr, ":")
+	if i < 0 {
+		return "", 0, errors.New("want HOST:PORT")
+	}
+	host, p := strings.Trim(addr[:i], "[]"), addr[i+1:]
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, errors.New("the port must be a number up to 65535")
+	}
+	if host != "127.0.0.1" && host != "localhost" && host != "::1" {
+		return "", 0, errors.New("the embedded NATS server listens on loopback only (run a NATS cluster and give --nats beyond one host)")
+	}
+	return host, port, nil
+}
+
+// publish stores one frame of an agent's events and returns once
+// JetStream has it (or says why not).
+func (b *bus) publish(ctx context.Context, agent string, frame []byte, first, last uint64, lastTS int64) error {
+	msg := nats.NewMsg(agentSubject(agent))
+	msg.Data = frame
+	msg.Header.Set(hdrAgent, agent)
+	msg.Header.Set(hdrLast, strconv.FormatUint(last, 10))
+	msg.Header.Set(hdrLastTS, strconv.FormatInt(lastTS, 10))
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := b.js.PublishMsg(pctx, msg, jetstream.WithMsgID(fmt.Sprintf("%s#%d-%d", agent, first, last)))
+	if err != nil {
+		return fmt.Errorf("storing %s's events %d-%d in JetStream: %w", agent, first, last, err)
+	}
+	return nil
+}
+
+// lastStored is the last sequence number (and its timestamp) stored for
+// an agent: an agent connecting to this replica resumes after it, whichever
+// replica stored it.
+func (b *bus) lastStored(ctx context.Context, agent string) (uint64, int64, error) {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := b.stream.GetLastMsgForSubject(gctx, agentSubject(agent))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(hdrLast), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream message %d: header %s %q: %w", m.Sequence, hdrLast, m.Header.Get(hdrLast), err)
+	}
+	ts, _ := strconv.ParseInt(m.Header.Get(hdrLastTS), 10, 64)
+	return seq, ts, nil
+}
+
+// follow reads the stream from replay messages before its end (history
+// for this replica's browsers), then every new message, until ctx ends;
+// frames that do not decode are reported (naming the stream sequence)
+// and skipped.
+func (b *bus) follow(ctx context.Context, replay uint64, deliver func(events []event.Event), bad func(seq uint64, err error)) error {
+	info, err := b.stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	start := uint64(1)
+	if last := info.State.LastSeq; last > replay {
+		start = last - replay + 1
+	}
+	start = max(start, info.State.FirstSeq)
+	cons, err := b.js.OrderedConsumer(ctx, streamName, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subjectPrefix + ">"}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
+	if err != nil {
+		return err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		meta, _ := m.Metadata()
+		var seq uint64
+		if meta != nil {
+			seq = meta.Sequence.Stream
+		}
+		events, err := decodeStored(m.Data(), m.Headers().Get(hdrAgent), seq)
+		if err != nil {
+			bad(seq, err)
+			return
+		}
+		deliver(events)
+	}, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	cc.Stop()
+	return nil
+}
+
+// close ends the connection and the embedded server.
+func (b *bus) close() {
+	if b.nc != nil {
+		b.nc.Drain()
+		b.nc.Close()
+	}
+	if b.srv != nil {
+		b.srv.Shutdown()
+		b.srv.WaitForShutdown()
+	}
+}
+
+// natsFlags registers the event log's flags on fs; the returned function
+// reads them once parsed.
+func natsFlags(fs *flag.FlagSet) func() (busOptions, error) {
+	var o busOptions
+	fs.StringVar(&o.URLs, "nats", "", "an external NATS cluster, nats://HOST:PORT[,…] (default: an embedded NATS server with JetStream, loopback only)")
+	fs.StringVar(&o.DataDir, "data-dir", defaultDataDir(), "where the embedded NATS server keeps the event log")
+	fs.StringVar(&o.Listen, "nats-listen", "", "the embedded NATS server's client address, loopback (default: a free port)")
+	fs.StringVar(&o.Creds, "nats-creds", "", "a NATS credentials file (JWT and nkey seed) for --nats")
+	fs.StringVar(&o.User, "nats-user", "", "NATS user for --nats (password from $KVSCOPE_NATS_PASSWORD)")
+	fs.StringVar(&o.CA, "nats-ca", "", "CA file to verify the NATS servers' TLS certificates")
+	fs.StringVar(&o.Cert, "nats-cert", "", "client certificate for NATS TLS (with --nats-key)")
+	fs.StringVar(&o.Key, "nats-key", "", "client key for NATS TLS")
+	fs.DurationVar(&o.MaxAge, "retention-age", 24*time.Hour, "how long the event log keeps events")
+	bytes := fs.String("retention-bytes", "1GiB", "how much the event log keeps (oldest go first)")
+	fs.IntVar(&o.Replicas, "stream-replicas", 1, "the stream's replicas in a NATS cluster (3 for an R3 stream)")
+	return func() (busOptions, error) {
+		var err error
+		if o.MaxBytes, err = parseBytes(*bytes); err != nil || o.MaxBytes < 1<<20 {
+			return o, fmt.Errorf("--retention-bytes %q: want a size of at least 1MiB", *bytes)
+		}
+		if o.MaxAge < time.Minute {
+			return o, fmt.Errorf("--retention-age %s: must be at least 1m", o.MaxAge)
+		}
+		if o.Replicas < 1 || o.Replicas > 5 {
+			return o, fmt.Errorf("--stream-replicas %d: must be between 1 and 5", o.Replicas)
+		}
+		if o.URLs != "" && o.Listen != "" {
+			return o, errors.New("--nats-listen is the embedded server's: it does not go with --nats")
+		}
+		o.Password = os.Getenv("KVSCOPE_NATS_PASSWORD")
+		return o, nil
+	}
+}
+
+// decodeStored reads a stored frame: its agent's events, each stamped with
+// the message's stream sequence.
+func decodeStored(data []byte, agent string, seq uint64) ([]event.Event, error) {
+	events, err := event.DecodeFrame(data)
+	if err == nil {
+		err = sameAgent(events, agent)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range events {
+		events[i].Stream = seq
+	}
+	return events, nil
+}
+
+// readRange reads the events of stream messages from to through (0: the
+// stream's last message when the read starts), at most maxEvents (the
+// read stops after the message that passes it); messages that do not
+// decode are skipped.
+func (b *bus) readRange(ctx context.Context, from, through uint64, maxEvents int) ([]event.Event, error) {
+	info, err := b.stream.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if through == 0 || through > info.State.LastSeq {
+		through = info.State.LastSeq
+	}
+	from = max(from, info.State.FirstSeq)
+	if from > through {
+		return nil, nil
+	}
+	cons, err := b.js.OrderedConsumer(ctx, streamName, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subjectPrefix + ">"}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+	if err != nil {
+		return nil, err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	stop := context.AfterFunc(rctx, it.Stop)
+	defer stop()
+	var out []event.Event
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if rctx.Err() != nil {
+				return out, fmt.Errorf("reading stream messages %d-%d: %w", from, through, rctx.Err())
+			}
+			return out, err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return out, err
+		}
+		seq := meta.Sequence.Stream
+		if events, err := decodeStored(m.Data(), m.Headers().Get(hdrAgent), seq); err == nil {
+			out = append(out, events...)
+		}
+		if seq >= through || len(out) >= maxEvents {
+			return out, nil
+		}
+	}
+}

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// fleetToken is the agents' token in the fleet tests.
+const fleetToken = "fleet-token"
+
+// testNATS is a NATS server with JetStream on file storage, restartable on
+// its address and directory.
+type testNATS struct {
+	t    testing.TB
+	addr string
+	dir  string
+	srv  *natsserver.Server
+}
+
+func startNATS(t testing.TB) *testNATS {
+	n := &testNATS{t: t, addr: freeAddr(t), dir: t.TempDir()}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *testNATS) url() string { return "nats://" + n.addr }
+
+func (n *testNATS) start() {
+	host, port, _ := splitLoopback(n.addr)
+	srv, err := natsserver.NewServer(&natsserver.Options{ServerName: "fleet-test", Host: host, Port: port, JetStream: true,
+		StoreDir: n.dir, NoSigs: true, NoLog: true, MaxPayload: 8 << 20})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		n.t.Fatal("NATS did not start")
+	}
+	n.srv = srv
+}
+
+func (n *testNATS) stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// replica is one kvscope serve on the shared event log.
+type replica struct {
+	t    testing.TB
+	addr string
+	nats string
+	srv  *server
+	hs   *http.Server
+	bus  *bus
+}
+
+func startReplica(t testing.TB, natsURL, addr string) *replica {
+	r := &replica{t: t, addr: addr, nats: natsURL}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *replica) start() {
+	b, err := openBus(context.Background(), busOptions{URLs: r.nats, Logf: r.t.Logf})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var ln net.Listener
+	for i := 0; ; i++ { // the old listener's port may take a moment to free
+		if ln, err = net.Listen("tcp", r.addr); err == nil || i == 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.bus = b
+	r.srv = newServer(catalog(), serveOptions{Addr: r.addr, Token: fleetToken, Agent: "none", Bus: b, Logf: func(string, ...any) {}}, nil)
+	r.hs = newHTTPServer(r.srv.handler)
+	go r.hs.Serve(ln)
+}
+
+func (r *replica) stop() {
+	if r.hs == nil {
+		return
+	}
+	r.srv.hub.close()
+	r.hs.Close()
+	r.bus.close()
+	r.hs = nil
+}
+
+// fleetSub is a browser stand-in: it subscribes to a replica's /ws/live,
+// resumes after the last stream message it saw when it reconnects, and
+// keeps every (agent, seq) it received, counting duplicates within one
+// connection (the hub must never send an event twice on a connection;
+// across reconnections the history overlaps, as the browser expects).
+type fleetSub struct {
+	url      string
+	mu       sync.Mutex
+	got      map[string]map[uint64]bool
+	sameConn int // an event received twice on one connection
+	since    uint64
+	conns    int
+	pause    chan time.Duration
+	logf     func(string, ...any)
+}
+
+func newFleetSub(addr string) *fleetSub {
+	return &fleetSub{url: "ws://" + addr + "/ws/live", got: map[string]map[uint64]bool{}, pause: make(chan time.Duration, 1), logf: func(string, ...any) {}}
+}
+
+func (s *fleetSub) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		s.once(ctx)
+		select {
+		case <-ctx.Done():
+		case d := <-s.pause: // a disconnected browser
+			time.Sleep(d)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// once is one connection, until it fails or a pause is asked for.
+func (s *fleetSub) once(ctx context.Context) {
+	s.mu.Lock()
+	u := s.url
+	if s.since > 0 {
+		u += fmt.Sprintf("?since=%d", s.since)
+	}
+	s.conns++
+	s.mu.Unlock()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	conn, _, err := websocket.Dial(cctx, u, nil)
+	if err != nil {
+		s.logf("dial %s: %v", u, err)
+		return
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(event.MaxFrameBytes + 1024)
+	seen := map[string]map[uint64]bool{}
+	first := true
+	for {
+		select {
+		case d := <-s.pause:
+			s.pause <- d // run sleeps it
+			return
+		default:
+		}
+		_, data, err := conn.Read(cctx)
+		if err != nil {
+			s.logf("%s: %v", u, err)
+			return
+		}
+		if first {
+			first = false
+			if strings.HasPrefix(string(data), `{"history"`) {
+				continue
+			}
+		}
+		events, err := event.DecodeFrame(data)
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		for _, e := range events {
+			if seen[e.Agent] == nil {
+				seen[e.Agent] = map[uint64]bool{}
+			}
+			if seen[e.Agent][e.Seq] && !isState(e.Kind) {
+				s.sameConn++
+			}
+			seen[e.Agent][e.Seq] = true
+			if s.got[e.Agent] == nil {
+				s.got[e.Agent] = map[uint64]bool{}
+			}
+			s.got[e.Agent][e.Seq] = true
+			s.since = max(s.since, e.Stream)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// missing counts the events of want a subscriber does not have.
+func (s *fleetSub) missing(want map[string]uint64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for agent, last := range want {
+		for seq := uint64(1); seq <= last; seq++ {
+			if !s.got[agent][seq] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// someMissing names a few missing events.
+func (s *fleetSub) someMissing(want map[string]uint64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for agent, last := range want {
+		for seq := uint64(1); seq <= last && len(out) < 12; seq++ {
+			if !s.got[agent][seq] {
+				out = append(out, fmt.Sprintf("%s#%d", agent, seq))
+			}
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// fleetEvent is the i-th event of a simulated agent: mostly descriptor
+// batches, a transfer every 8th, a sample every 50th.
+func fleetEvent(i int) event.Event {
+	switch {
+	case i%50 == 0:
+		return event.Event{Kind: event.Sample, Sample: &event.SampleData{GBps: 1.5, P50US: 80, P99US: 400, Requests: i / 8}}
+	case i%8 == 0:
+		return event.Event{Kind: event.TransferDone, Done: &event.DoneData{Request: fmt.Sprintf("req-%d", i/8), Bytes: 1 << 20, Descs: 96, Merged: 12,
+			TransferUS: 90, GBps: 11.6, Timing: event.Measured, Source: "host", Verified: "exact"}}
+	}
+	return event.Event{Kind: event.DescBatch, Batch: &event.BatchData{Request: fmt.Sprintf("req-%d", i/8), PRank: i % 2, DRank: i % 4,
+		Layer: fmt.Sprintf("model.layers.%d.self_attn", i%24), Kind: "full", Descs: 8, Bytes: 131072, EndNS: 4000, Timing: event.Measured}}
+}
+
+// TestFleet is the fleet in short: 10 agents stream to two kvscope serve
+// replicas that share one JetStream event log, and browsers (Go websocket
+// clients) on both replicas see every agent's events. Meanwhile one
+// replica restarts, the NATS server restarts (file storage), and a
+// browser is disconnected for 2 s. In the end every subscriber holds every
+// event no agent counted as dropped, and no connection carried an event
+// twice.
+func TestFleet(t *testing.T) {
+	const agents, perAgent, rate = 10, 400, 100 // events, events per second per agent
+	n := startNATS(t)
+	r1 := startReplica(t, n.url(), freeAddr(t))
+	r2 := startReplica(t, n.url(), freeAddr(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	subs := []*fleetSub{newFleetSub(r1.addr), newFleetSub(r1.addr), newFleetSub(r2.addr), newFleetSub(r2.addr)}
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		s.logf = func(f string, a ...any) { t.Logf("subscriber %d: "+f, append([]any{i}, a...)...) }
+		wg.Add(1)
+		go func() { defer wg.Done(); s.run(ctx) }()
+	}
+	streamers := make([]*stream.Streamer, agents)
+	var pubs sync.WaitGroup
+	for i := range streamers {
+		r := []*replica{r1, r2}[i%2]
+		st := &stream.Streamer{Agent: fmt.Sprintf("gpu%02d.fleet/agent", i), URL: "ws://" + r.addr + "/ws/agent", Token: fleetToken}
+		streamers[i] = st
+		wg.Add(1)
+		go func() { defer wg.Done(); st.Run(ctx) }()
+		pubs.Add(1)
+		go func() {
+			defer pubs.Done()
+			st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: st.Agent, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+			tick := time.NewTicker(time.Second / rate)
+			defer tick.Stop()
+			for j := 2; j <= perAgent; j++ {
+				<-tick.C
+				st.Publish(fleetEvent(j))
+			}
+		}()
+	}
+
+	time.Sleep(800 * time.Millisecond)
+	t.Log("restarting replica 1")
+	r1.stop()
+	time.Sleep(300 * time.Millisecond)
+	r1.start()
+	subs[2].pause <- 2 * time.Second
+	time.Sleep(800 * time.Millisecond)
+	t.Log("restarting the NATS server")
+	n.stop()
+	time.Sleep(300 * time.Millisecond)
+	n.start()
+	pubs.Wait()
+
+	fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer fcancel()
+	want := map[string]uint64{}
+	var dropped uint64
+	for _, st := range streamers {
+		if err := st.Flush(fctx); err != nil {
+			t.Fatalf("agent %s: %d events never acknowledged: %v", st.Agent, st.Pending(), err)
+		}
+		want[st.Agent] = perAgent
+		dropped += st.Dropped()
+	}
+	if dropped > 0 {
+		t.Fatalf("the agents dropped %d events (their queues overflowed)", dropped)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		worst := 0
+		for _, s := range subs {
+			worst = max(worst, s.missing(want))
+		}
+		if worst == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for i, s := range subs {
+				t.Errorf("subscriber %d (%s): %d of %d events missing after %d connections: %s", i, s.url, s.missing(want), agents*perAgent, s.conns, s.someMissing(want))
+			}
+			for _, r := range []*replica{r1, r2} {
+				var sb strings.Builder
+				r.srv.metrics.Write(&sb)
+				for _, line := range strings.Split(sb.String(), "\n") {
+					if strings.Contains(line, "dropped_frames") || strings.Contains(line, "bus_") {
+						t.Logf("%s: %s", r.addr, line)
+					}
+				}
+			}
+			t.FailNow()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i, s := range subs {
+		s.mu.Lock()
+		if s.sameConn > 0 {
+			t.Errorf("subscriber %d: %d events arrived twice on one connection", i, s.sameConn)
+		}
+		t.Logf("subscriber %d: all %d events in %d connections", i, agents*perAgent, s.conns)
+		s.mu.Unlock()
+	}
+	cancel()
+	wg.Wait()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatal("timed out")
+	}
+}
