@@ -110,6 +110,9 @@ type liveError struct {
 // updated as each event arrives so nothing is recomputed from history.
 // It is not safe for concurrent use.
 type Live struct {
+	// MaxStream is the last event log (JetStream) message seen: a
+	// reconnection resumes from it (/ws/live?since=N), losing nothing.
+	MaxStream     uint64
 	Ring          *event.Ring
 	Ignored       uint64 // events the ring refused: repeats replayed after a reconnect
 	Malformed     uint64 // frames that did not decode
@@ -186,6 +189,7 @@ func (l *Live) Add(e event.Event, at time.Time) bool {
 // apply folds an accepted event into the aggregates.
 func (l *Live) apply(e event.Event, at time.Time) {
 	l.Version++
+	l.MaxStream = max(l.MaxStream, e.Stream)
 	if old, ok := l.agents[e.Agent]; ok && e.Kind == event.Hello && e.Seq == 1 && old.Hello != nil {
 		// Restarted (Ring.Add let it through): a new deployment under the
 		// same name, whose request ids start again.

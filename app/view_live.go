@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -117,6 +118,12 @@ func (s *liveSession) connect() {
 	if !ctor.Truthy() {
 		s.setStatus("none", "this browser has no WebSocket")
 		return
+	}
+	s.mu.Lock()
+	since := s.live.MaxStream
+	s.mu.Unlock()
+	if since > 0 {
+		url += "?since=" + strconv.FormatUint(since, 10) // resume from the event log
 	}
 	if s.everOpen {
 		s.setStatus("connecting", "reconnecting to /ws/live")

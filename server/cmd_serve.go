@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -46,8 +47,11 @@ type serveOptions struct {
 	Record       string   // --record: a JSONL file of every event
 	// Bus is the JetStream event log (nil: the hub keeps events in memory
 	// only, as replay and the tests run it).
-	Bus  *bus
-	Logf func(format string, args ...any)
+	Bus *bus
+	// Replay is how many stored frames a replica reads back at start for
+	// its browsers' history (0: followReplay).
+	Replay uint64
+	Logf   func(format string, args ...any)
 }
 
 func runServe(args []string, stdout io.Writer) error {
@@ -214,7 +218,7 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	h := newHub(reg, record, o.Logf)
 	if o.Bus != nil {
 		h.bus = o.Bus
-		go h.follow()
+		go h.follow(cmp.Or(o.Replay, followReplay))
 	}
 	mux := http.NewServeMux()
 	lim := o.Limits

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
@@ -63,12 +64,13 @@ func (n *testNATS) stop() {
 
 // replica is one kvscope serve on the shared event log.
 type replica struct {
-	t    testing.TB
-	addr string
-	nats string
-	srv  *server
-	hs   *http.Server
-	bus  *bus
+	replay uint64 // frames read back at start (0: the default)
+	t      testing.TB
+	addr   string
+	nats   string
+	srv    *server
+	hs     *http.Server
+	bus    *bus
 }
 
 func startReplica(t testing.TB, natsURL, addr string) *replica {
@@ -94,7 +96,7 @@ func (r *replica) start() {
 		r.t.Fatal(err)
 	}
 	r.bus = b
-	r.srv = newServer(catalog(), serveOptions{Addr: r.addr, Token: fleetToken, Agent: "none", Bus: b, Logf: func(string, ...any) {}}, nil)
+	r.srv = newServer(catalog(), serveOptions{Addr: r.addr, Token: fleetToken, Agent: "none", Bus: b, Replay: r.replay, Logf: func(string, ...any) {}}, nil)
 	r.hs = newHTTPServer(r.srv.handler)
 	go r.hs.Serve(ln)
 }
@@ -355,4 +357,67 @@ func TestFleet(t *testing.T) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("timed out")
 	}
+}
+
+// TestFleetBrowser: in Chromium, the live view on replica 2 shows the
+// events of agents connected to replica 1 (through the shared JetStream
+// log); replica 2 restarts meanwhile, the page reconnects and resumes from
+// the log: in the end it has every event, with no sequence gap.
+func TestFleetBrowser(t *testing.T) {
+	ctx, _, _ := browser(t)
+	const agents, perAgent, rate = 4, 600, 200
+	n := startNATS(t)
+	r1 := startReplica(t, n.url(), freeAddr(t))
+	r2 := startReplica(t, n.url(), freeAddr(t))
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r2.addr+"/?view=flow")); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
+		t.Fatalf("the live panel never showed: %v", err)
+	}
+	waitFor(t, ctx, "the live websocket opens", `!!document.querySelector('[data-testid="live-status"][data-state="open"]')`, 15*time.Second)
+	actx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg, pubs sync.WaitGroup
+	streamers := make([]*stream.Streamer, agents)
+	for i := range streamers {
+		st := &stream.Streamer{Agent: fmt.Sprintf("host%d/agent", i), URL: "ws://" + r1.addr + "/ws/agent", Token: fleetToken}
+		streamers[i] = st
+		wg.Add(1)
+		go func() { defer wg.Done(); st.Run(actx) }()
+		pubs.Add(1)
+		go func() {
+			defer pubs.Done()
+			st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: st.Agent, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+			tick := time.NewTicker(time.Second / rate)
+			defer tick.Stop()
+			for j := 2; j <= perAgent; j++ {
+				<-tick.C
+				st.Publish(fleetEvent(j))
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	t.Log("restarting replica 2, the page's, with a history of 8 frames: the page must resume from the log")
+	r2.stop()
+	r2.replay = 8
+	time.Sleep(500 * time.Millisecond)
+	r2.start()
+	pubs.Wait()
+	for _, st := range streamers {
+		fctx, fcancel := context.WithTimeout(actx, 20*time.Second)
+		if err := st.Flush(fctx); err != nil {
+			t.Fatalf("%s: %v", st.Agent, err)
+		}
+		fcancel()
+	}
+	want := agents * perAgent
+	waitFor(t, ctx, fmt.Sprintf("all %d events in the page", want),
+		fmt.Sprintf(`document.querySelector('[data-testid="live-events"]')?.dataset.count == '%d'`, want), 30*time.Second)
+	gaps, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="live-gaps"]').dataset.count`))
+	if err != nil || gaps != "0" {
+		t.Errorf("the page counts %s events missed (%v), want 0", gaps, err)
+	}
+	cancel()
+	wg.Wait()
 }

@@ -91,9 +91,9 @@ const followReplay = 1024
 // closes: publish drops what it already delivered (a frame stored twice),
 // and a message that is not a frame of its agent's events is logged by its
 // stream sequence, counted and skipped.
-func (h *hub) follow() {
+func (h *hub) follow(replay uint64) {
 	for h.stopped.Err() == nil {
-		err := h.bus.follow(h.stopped, followReplay, func(events []event.Event) { h.publish(events) }, func(seq uint64, err error) {
+		err := h.bus.follow(h.stopped, replay, func(events []event.Event) { h.publish(events) }, func(seq uint64, err error) {
 			h.metrics.Add("kvscope_bus_bad_messages_total", "Stream messages that were not a frame of their agent's events.", 1)
 			h.logf("event log: stream message %d skipped: %v", seq, err)
 		})
