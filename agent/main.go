@@ -77,6 +77,12 @@ func parse(args []string) (*options, error) {
 	c := &o.config
 	fs.StringVar(&c.ServerURL, "server", "", "kvscope server, ws://HOST:PORT (its /ws/agent endpoint; empty: log events here)")
 	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "bearer token for the server (default $KVSCOPE_TOKEN)")
+	fs.StringVar(&c.NATS, "nats", "", "send the events straight to the event log, nats://HOST:PORT[,…] (kvscope serve's embedded NATS server, or the fleet's cluster) instead of --server")
+	fs.StringVar(&c.NATSAuth.Creds, "nats-creds", "", "a NATS credentials file for --nats (default: the agent's name as the user, --token as the password, as the embedded server takes)")
+	fs.StringVar(&c.NATSAuth.User, "nats-user", "", "NATS user for --nats (password: $KVSCOPE_NATS_PASSWORD)")
+	fs.StringVar(&c.NATSAuth.CA, "nats-ca", "", "CA file to verify the NATS servers' TLS certificates")
+	fs.StringVar(&c.NATSAuth.Cert, "nats-cert", "", "client certificate for NATS TLS (with --nats-key)")
+	fs.StringVar(&c.NATSAuth.Key, "nats-key", "", "client key for NATS TLS")
 	fs.StringVar(&c.Backend, "backend", "host", "transfer backend: host or nixl (needs a -tags nixl build)")
 	fs.StringVar(&c.Role, "role", "both", "both (P and D here), p (serve P's regions on --listen) or d (read from the P agent at --peer)")
 	fs.StringVar(&c.Listen, "listen", "", "role p: TCP address D agents connect to, e.g. :7700")
@@ -160,6 +166,25 @@ func parse(args []string) (*options, error) {
 		}
 		c.ServerURL = u
 	}
+	if c.NATS != "" {
+		if c.ServerURL != "" {
+			return nil, fmt.Errorf("--nats and --server: give one (the events go to the event log or to a server)")
+		}
+		if err := natsURLs(c.NATS); err != nil {
+			return nil, err
+		}
+		if c.Name == "" { // as runner.Start names it: the user must be the agent's name
+			c.Name, _ = os.Hostname()
+			if c.Role == "p" || c.Role == "d" {
+				c.Name += "/" + c.Role
+			}
+		}
+		if c.NATSAuth.Creds == "" && c.NATSAuth.User == "" {
+			c.NATSAuth.User, c.NATSAuth.Password = c.Name, c.Token // kvscope serve's embedded server
+		} else if c.NATSAuth.User != "" {
+			c.NATSAuth.Password = os.Getenv("KVSCOPE_NATS_PASSWORD")
+		}
+	}
 	if o.hostMiB <= 0 {
 		return nil, fmt.Errorf("--host-memory-mib %d: must be positive", o.hostMiB)
 	}
@@ -168,6 +193,17 @@ func parse(args []string) (*options, error) {
 	}
 	c.Scenario, c.HostLimit = s, o.hostMiB<<20
 	return o, nil
+}
+
+// natsURLs checks --nats: comma-separated nats:// (or tls://) URLs.
+func natsURLs(s string) error {
+	for _, one := range strings.Split(s, ",") {
+		u, err := url.Parse(strings.TrimSpace(one))
+		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls") {
+			return fmt.Errorf("--nats %q: want nats://HOST:PORT[,…]", one)
+		}
+	}
+	return nil
 }
 
 // serverURL is the agent endpoint of a server given as ws(s)://HOST:PORT

@@ -44,6 +44,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--scenario", "/nonexistent.json"}, "no such file"},
 		{[]string{"stray"}, `unexpected argument "stray"`},
 		{[]string{"--connector", "rdma"}, "connector = rdma"},
+		{[]string{"--nats", "nats://127.0.0.1:4222", "--server", "ws://x:1"}, "give one"},
+		{[]string{"--nats", "http://127.0.0.1:4222"}, "want nats://HOST:PORT"},
 	} {
 		if _, err := parse(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parse(%q) = %v, want an error containing %q", c.args, err, c.want)
@@ -51,6 +53,12 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := parse([]string{"--role", "p", "--listen", "127.0.0.1:7700"}); err != nil {
 		t.Errorf("a loopback P needs no token: %v", err)
+	}
+	// --nats without credentials: the embedded server's user is the agent's
+	// name and its password the token.
+	o, err = parse([]string{"--nats", "nats://127.0.0.1:4222", "--name", "gpu9/agent", "--token", "t9"})
+	if err != nil || o.config.NATSAuth.User != "gpu9/agent" || o.config.NATSAuth.Password != "t9" || o.config.NATS != "nats://127.0.0.1:4222" {
+		t.Errorf("--nats: %+v, %v", o.config.NATSAuth, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
 )
 
@@ -29,35 +31,9 @@ import (
 
 // Stream and subject names.
 const (
-	streamName    = "KVSCOPE"
-	subjectPrefix = "kvscope.ev."
+	streamName    = stream.StreamName
+	subjectPrefix = event.SubjectPrefix
 )
-
-// Headers of a stored frame.
-const (
-	hdrAgent  = "Kvscope-Agent"
-	hdrLast   = "Kvscope-Last-Seq"
-	hdrLastTS = "Kvscope-Last-TS"
-)
-
-// agentSubject is an agent's subject. NATS subject tokens cannot hold
-// ".", "*", ">" or white space; those (and "~", the escape) are written
-// ~XX, so the mapping is one to one and an agent's publish permission
-// can be written from its name.
-func agentSubject(agent string) string {
-	var sb strings.Builder
-	sb.WriteString(subjectPrefix)
-	for i := 0; i < len(agent); i++ {
-		c := agent[i]
-		switch {
-		case c == '.' || c == '*' || c == '>' || c == '~' || c <= ' ' || c >= 0x7f:
-			fmt.Fprintf(&sb, "~%02X", c)
-		default:
-			sb.WriteByte(c)
-		}
-	}
-	return sb.String()
-}
 
 // busOptions say where the event log lives.
 type busOptions struct {
@@ -68,9 +44,12 @@ type busOptions struct {
 	// Listen is the embedded server's client address (loopback only);
 	// "" picks a free port.
 	Listen string
-	// Creds, User/Password and TLS authenticate to an external cluster.
-	Creds, User, Password string
-	CA, Cert, Key         string
+	// Auth authenticates to an external cluster.
+	Auth stream.NATSAuth
+	// Token lets agents publish straight to the embedded server: user
+	// name = the agent's name, password = the token, and each may publish
+	// only on its own subject.
+	Token string
 	// MaxAge and MaxBytes bound the stream (0: 24 h, 1 GiB); Replicas is
 	// its replication in a cluster (1 embedded).
 	MaxAge   time.Duration
@@ -117,9 +96,11 @@ func openBus(ctx context.Context, o busOptions) (*bus, error) {
 		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("--data-dir %s: %w", o.DataDir, err)
 		}
+		internal := randomToken()
 		srv, err := natsserver.NewServer(&natsserver.Options{
 			ServerName: "kvscope", Host: host, Port: port, JetStream: true, StoreDir: o.DataDir,
 			NoSigs: true, NoLog: true, MaxPayload: 8 << 20,
+			CustomClientAuthentication: &natsAuth{internal: internal, token: o.Token},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("embedded NATS server: %w", err)
@@ -130,6 +111,7 @@ func openBus(ctx context.Context, o busOptions) (*bus, error) {
 			return nil, fmt.Errorf("embedded NATS server (data in %s): not ready within 10 s", o.DataDir)
 		}
 		b.srv, url = srv, srv.ClientURL()
+		o.Auth = stream.NATSAuth{User: serveUser, Password: internal}
 	}
 	opts := []nats.Option{nats.Name("kvscope serve"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
 		nats.ReconnectBufSize(64 << 20), nats.Timeout(5 * time.Second)}
@@ -140,7 +122,7 @@ func openBus(ctx context.Context, o busOptions) (*bus, error) {
 	opts = append(opts,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { logf("NATS: disconnected (%v); reconnecting", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { logf("NATS: reconnected to %s", nc.ConnectedUrlRedacted()) }))
-	auth, err := authOptions(o.Creds, o.User, o.Password, o.CA, o.Cert, o.Key)
+	auth, err := o.Auth.Options()
 	if err != nil {
 		b.close()
 		return nil, err
@@ -174,33 +156,34 @@ func openBus(ctx context.Context, o busOptions) (*bus, error) {
 	return b, nil
 }
 
-// authOptions are the connection's credentials and TLS files.
-func authOptions(creds, user, password, ca, cert, key string) ([]nats.Option, error) {
-	var opts []nats.Option
-	for flag, path := range map[string]string{"--nats-creds": creds, "--nats-ca": ca, "--nats-cert": cert, "--nats-key": key} {
-		if path == "" {
-			continue
-		}
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("%s %s: %w", flag, path, err)
-		}
+// serveUser is kvscope serve's own user on the embedded NATS server.
+const serveUser = "kvscope-serve"
+
+// natsAuth admits clients to the embedded NATS server: kvscope serve with
+// its own random password (every permission), and agents publishing
+// straight to the log (kvscope-agent --nats) with their name as the user
+// and the server's token as the password, each allowed to publish on its
+// own subject only (and to read the JetStream acknowledgements).
+type natsAuth struct {
+	internal, token string
+}
+
+// Check implements natsserver.Authentication.
+func (a *natsAuth) Check(c natsserver.ClientAuthentication) bool {
+	opts := c.GetOpts()
+	same := func(x, y string) bool { return y != "" && subtle.ConstantTimeCompare([]byte(x), []byte(y)) == 1 }
+	switch {
+	case opts.Username == serveUser && same(opts.Password, a.internal):
+		c.RegisterUser(&natsserver.User{Username: serveUser})
+		return true
+	case opts.Username != serveUser && event.CheckAgentName(opts.Username) == nil && same(opts.Password, a.token):
+		c.RegisterUser(&natsserver.User{Username: opts.Username, Permissions: &natsserver.Permissions{
+			Publish:   &natsserver.SubjectPermission{Allow: []string{event.Subject(opts.Username)}},
+			Subscribe: &natsserver.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}})
+		return true
 	}
-	if creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
-	}
-	if user != "" {
-		opts = append(opts, nats.UserInfo(user, password))
-	}
-	if ca != "" {
-		opts = append(opts, nats.RootCAs(ca))
-	}
-	if (cert == "") != (key == "") {
-		return nil, errors.New("--nats-cert and --nats-key go together")
-	}
-	if cert != "" {
-		opts = append(opts, nats.ClientCert(cert, key))
-	}
-	return opts, nil
+	return false
 }
 
 // redact drops a password from a NATS URL for messages.
@@ -233,18 +216,7 @@ func splitLoopback(addr string) (string, int, error) {
 // publish stores one frame of an agent's events and returns once
 // JetStream has it (or says why not).
 func (b *bus) publish(ctx context.Context, agent string, frame []byte, first, last uint64, lastTS int64) error {
-	msg := nats.NewMsg(agentSubject(agent))
-	msg.Data = frame
-	msg.Header.Set(hdrAgent, agent)
-	msg.Header.Set(hdrLast, strconv.FormatUint(last, 10))
-	msg.Header.Set(hdrLastTS, strconv.FormatInt(lastTS, 10))
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := b.js.PublishMsg(pctx, msg, jetstream.WithMsgID(fmt.Sprintf("%s#%d-%d", agent, first, last)))
-	if err != nil {
-		return fmt.Errorf("storing %s's events %d-%d in JetStream: %w", agent, first, last, err)
-	}
-	return nil
+	return stream.PublishFrame(ctx, b.js, agent, frame, first, last, lastTS)
 }
 
 // lastStored is the last sequence number (and its timestamp) stored for
@@ -253,18 +225,18 @@ func (b *bus) publish(ctx context.Context, agent string, frame []byte, first, la
 func (b *bus) lastStored(ctx context.Context, agent string) (uint64, int64, error) {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	m, err := b.stream.GetLastMsgForSubject(gctx, agentSubject(agent))
+	m, err := b.stream.GetLastMsgForSubject(gctx, event.Subject(agent))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, 0, nil
 	}
 	if err != nil {
 		return 0, 0, err
 	}
-	seq, err := strconv.ParseUint(m.Header.Get(hdrLast), 10, 64)
+	seq, err := strconv.ParseUint(m.Header.Get(stream.HeaderLast), 10, 64)
 	if err != nil {
-		return 0, 0, fmt.Errorf("stream message %d: header %s %q: %w", m.Sequence, hdrLast, m.Header.Get(hdrLast), err)
+		return 0, 0, fmt.Errorf("stream message %d: header %s %q: %w", m.Sequence, stream.HeaderLast, m.Header.Get(stream.HeaderLast), err)
 	}
-	ts, _ := strconv.ParseInt(m.Header.Get(hdrLastTS), 10, 64)
+	ts, _ := strconv.ParseInt(m.Header.Get(stream.HeaderLastTS), 10, 64)
 	return seq, ts, nil
 }
 
@@ -293,7 +265,7 @@ func (b *bus) follow(ctx context.Context, replay uint64, deliver func(events []e
 		if meta != nil {
 			seq = meta.Sequence.Stream
 		}
-		events, err := decodeStored(m.Data(), m.Headers().Get(hdrAgent), seq)
+		events, err := decodeStored(m.Data(), m.Headers().Get(stream.HeaderAgent), seq)
 		if err != nil {
 			bad(seq, err)
 			return
@@ -327,11 +299,11 @@ func natsFlags(fs *flag.FlagSet) func() (busOptions, error) {
 	fs.StringVar(&o.URLs, "nats", "", "an external NATS cluster, nats://HOST:PORT[,…] (default: an embedded NATS server with JetStream, loopback only)")
 	fs.StringVar(&o.DataDir, "data-dir", defaultDataDir(), "where the embedded NATS server keeps the event log")
 	fs.StringVar(&o.Listen, "nats-listen", "", "the embedded NATS server's client address, loopback (default: a free port)")
-	fs.StringVar(&o.Creds, "nats-creds", "", "a NATS credentials file (JWT and nkey seed) for --nats")
-	fs.StringVar(&o.User, "nats-user", "", "NATS user for --nats (password from $KVSCOPE_NATS_PASSWORD)")
-	fs.StringVar(&o.CA, "nats-ca", "", "CA file to verify the NATS servers' TLS certificates")
-	fs.StringVar(&o.Cert, "nats-cert", "", "client certificate for NATS TLS (with --nats-key)")
-	fs.StringVar(&o.Key, "nats-key", "", "client key for NATS TLS")
+	fs.StringVar(&o.Auth.Creds, "nats-creds", "", "a NATS credentials file (JWT and nkey seed) for --nats")
+	fs.StringVar(&o.Auth.User, "nats-user", "", "NATS user for --nats (password from $KVSCOPE_NATS_PASSWORD)")
+	fs.StringVar(&o.Auth.CA, "nats-ca", "", "CA file to verify the NATS servers' TLS certificates")
+	fs.StringVar(&o.Auth.Cert, "nats-cert", "", "client certificate for NATS TLS (with --nats-key)")
+	fs.StringVar(&o.Auth.Key, "nats-key", "", "client key for NATS TLS")
 	fs.DurationVar(&o.MaxAge, "retention-age", 24*time.Hour, "how long the event log keeps events")
 	bytes := fs.String("retention-bytes", "1GiB", "how much the event log keeps (oldest go first)")
 	fs.IntVar(&o.Replicas, "stream-replicas", 1, "the stream's replicas in a NATS cluster (3 for an R3 stream)")
@@ -349,7 +321,7 @@ func natsFlags(fs *flag.FlagSet) func() (busOptions, error) {
 		if o.URLs != "" && o.Listen != "" {
 			return o, errors.New("--nats-listen is the embedded server's: it does not go with --nats")
 		}
-		o.Password = os.Getenv("KVSCOPE_NATS_PASSWORD")
+		o.Auth.Password = os.Getenv("KVSCOPE_NATS_PASSWORD")
 		return o, nil
 	}
 }
@@ -414,7 +386,7 @@ func (b *bus) readRange(ctx context.Context, from, through uint64, maxEvents int
 			return out, err
 		}
 		seq := meta.Sequence.Stream
-		if events, err := decodeStored(m.Data(), m.Headers().Get(hdrAgent), seq); err == nil {
+		if events, err := decodeStored(m.Data(), m.Headers().Get(stream.HeaderAgent), seq); err == nil {
 			out = append(out, events...)
 		}
 		if seq >= through || len(out) >= maxEvents {

@@ -96,7 +96,7 @@ func runServe(args []string, stdout io.Writer) error {
 	if err != nil {
 		return &usageError{err}
 	}
-	bo.Logf = o.Logf
+	bo.Logf, bo.Token = o.Logf, o.Token
 	b, err := openBus(context.Background(), bo)
 	if err != nil {
 		return err

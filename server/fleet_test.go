@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
@@ -420,4 +421,69 @@ func TestFleetBrowser(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+}
+
+// TestAgentsOnNATS: agents publish straight to kvscope serve's embedded
+// NATS server (kvscope-agent --nats): their events reach the replica's
+// browsers; a wrong token is refused with a message that says what the
+// server takes; and an agent may publish only on its own subject.
+func TestAgentsOnNATS(t *testing.T) {
+	const tok = "nats-agent-token"
+	b, err := openBus(context.Background(), busOptions{DataDir: t.TempDir(), Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: tok, Agent: "none", Bus: b}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := newHTTPServer(srv.handler)
+	go hs.Serve(ln)
+	defer func() { srv.hub.close(); hs.Close() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub := newFleetSub(ln.Addr().String())
+	go sub.run(ctx)
+
+	agent := &stream.NATS{Streamer: stream.Streamer{Agent: "gpu1.example/agent"}, URLs: b.url,
+		Auth: stream.NATSAuth{User: "gpu1.example/agent", Password: tok}}
+	go agent.Run(ctx)
+	agent.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: "gpu1", Role: "both", GPUs: []event.GPU{}}})
+	for i := 2; i <= 100; i++ {
+		agent.Publish(fleetEvent(i))
+	}
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer fcancel()
+	if err := agent.Flush(fctx); err != nil {
+		t.Fatalf("%d events not stored: %v", agent.Pending(), err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); sub.missing(map[string]uint64{"gpu1.example/agent": 100}) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the browser has not got the agent's events: %s", sub.someMissing(map[string]uint64{"gpu1.example/agent": 100}))
+		}
+	}
+
+	wrong := &stream.NATS{Streamer: stream.Streamer{Agent: "gpu2/agent"}, URLs: b.url, Auth: stream.NATSAuth{User: "gpu2/agent", Password: "not-the-token"}}
+	if err := wrong.Run(ctx); err == nil || !strings.Contains(err.Error(), `refused agent "gpu2/agent"`) || !strings.Contains(err.Error(), "--token") {
+		t.Errorf("a wrong token: %v", err)
+	}
+
+	perm := make(chan error, 4)
+	nc, err := nats.Connect(b.url, nats.UserInfo("gpu3/agent", tok), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.Publish(event.Subject("gpu1.example/agent"), []byte(`{"v":1}`)) // another agent's subject
+	nc.Flush()
+	select {
+	case err := <-perm:
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			t.Errorf("publishing as another agent: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("publishing on another agent's subject was not refused")
+	}
 }

@@ -42,6 +42,19 @@ type Config struct {
 	Logf      func(format string, args ...any)
 	// Streamer, when set, is used instead of a new one (tests).
 	Streamer *stream.Streamer
+	// NATS, when set, sends the events straight to the event log (NATS
+	// JetStream) instead of a server's /ws/agent.
+	NATS     string
+	NATSAuth stream.NATSAuth
+}
+
+// eventStream takes the agent's events to the server or the event log,
+// keeping them until they are stored.
+type eventStream interface {
+	Sink
+	Run(ctx context.Context) error
+	Flush(ctx context.Context) error
+	Pending() uint64
 }
 
 // Start discovers GPUs, plans the scenario, and runs the runner and the
@@ -79,8 +92,13 @@ func Start(ctx context.Context, c Config) error {
 	for _, l := range m.Layers {
 		kinds[l.Name] = string(l.Kind)
 	}
-	st := c.Streamer
-	if st == nil && c.ServerURL != "" {
+	var st eventStream
+	switch {
+	case c.Streamer != nil:
+		st = c.Streamer
+	case c.NATS != "":
+		st = &stream.NATS{Streamer: stream.Streamer{Agent: c.Name, Logf: logf}, URLs: c.NATS, Auth: c.NATSAuth}
+	case c.ServerURL != "":
 		st = &stream.Streamer{Agent: c.Name, URL: c.ServerURL, Token: c.Token, Logf: logf}
 	}
 	var sink Sink = st
@@ -157,7 +175,7 @@ func Start(ctx context.Context, c Config) error {
 
 // runStreaming runs the agent's job with the event streamer beside it, and
 // sends what is queued when the job ends.
-func runStreaming(ctx context.Context, st *stream.Streamer, logf func(string, ...any), run func(context.Context) error) error {
+func runStreaming(ctx context.Context, st eventStream, logf func(string, ...any), run func(context.Context) error) error {
 	var wg sync.WaitGroup
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
@@ -188,7 +206,7 @@ func runStreaming(ctx context.Context, st *stream.Streamer, logf func(string, ..
 // failStart reports a backend that could not start (NIXL's status name
 // in an error event, which reaches the server when one is given) and
 // returns the error.
-func (r *Runner) failStart(c Config, st *stream.Streamer, err error) error {
+func (r *Runner) failStart(c Config, st eventStream, err error) error {
 	status := "ERR_BACKEND"
 	var ne *transfer.NIXLError
 	if errors.As(err, &ne) {

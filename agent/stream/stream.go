@@ -325,14 +325,7 @@ func (s *Streamer) readAcks(ctx context.Context, conn *websocket.Conn) error {
 			}
 			s.acked = a.Ack // it no longer holds the rest either
 		}
-		if a.Ack > s.acked && a.Ack <= s.seq {
-			s.acked = a.Ack
-			i := 0
-			for i < len(s.queue) && s.queue[i].Seq <= a.Ack {
-				i++
-			}
-			s.queue = s.queue[i:]
-		}
 		s.mu.Unlock()
+		s.ackUpTo(a.Ack)
 	}
 }

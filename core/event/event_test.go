@@ -300,3 +300,16 @@ func TestClip(t *testing.T) {
 		}
 	}
 }
+
+func TestSubject(t *testing.T) {
+	for _, c := range []struct{ agent, want string }{
+		{"gpu7/decode-rank0", "kvscope.ev.gpu7/decode-rank0"},
+		{"host.example/agent", "kvscope.ev.host~2Eexample/agent"},
+		{"a*b>c~d e", "kvscope.ev.a~2Ab~3Ec~7Ed~20e"},
+		{"a~2Eb", "kvscope.ev.a~7E2Eb"}, // not the same as "a.b"
+	} {
+		if got := Subject(c.agent); got != c.want {
+			t.Errorf("Subject(%q) = %q, want %q", c.agent, got, c.want)
+		}
+	}
+}
