@@ -256,10 +256,7 @@ func run(ctx context.Context, args []string, logf func(string, ...any)) error {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			c.Metrics.Write(w)
-		})
+		mux.Handle("/metrics", c.Metrics.Handler())
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()

@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
@@ -65,6 +67,9 @@ type bus struct {
 	stream jetstream.Stream
 	srv    *natsserver.Server // the embedded server, nil for a cluster
 	url    string
+
+	mu       sync.Mutex
+	follower jetstream.Consumer // follow's consumer, for its figures
 }
 
 // defaultDataDir is where the embedded server keeps its files.
@@ -259,6 +264,9 @@ func (b *bus) follow(ctx context.Context, replay uint64, deliver func(events []e
 	if err != nil {
 		return err
 	}
+	b.mu.Lock()
+	b.follower = cons
+	b.mu.Unlock()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		meta, _ := m.Metadata()
 		var seq uint64
@@ -393,4 +401,64 @@ func (b *bus) readRange(ctx context.Context, from, through uint64, maxEvents int
 			return out, nil
 		}
 	}
+}
+
+// busCollector reports the event log's figures when /metrics is scraped:
+// the stream's (stored messages and bytes, first and last sequence), this
+// replica's consumer (delivered, redelivered, lag behind the stream) and
+// its NATS connection.
+type busCollector struct{ b *bus }
+
+var (
+	descStreamMsgs    = prometheus.NewDesc("kvscope_stream_messages", "Frames stored in the event log (JetStream stream KVSCOPE).", nil, nil)
+	descStreamBytes   = prometheus.NewDesc("kvscope_stream_bytes", "Bytes stored in the event log.", nil, nil)
+	descStreamLast    = prometheus.NewDesc("kvscope_stream_last_seq", "The event log's last sequence number.", nil, nil)
+	descStreamFirst   = prometheus.NewDesc("kvscope_stream_first_seq", "The event log's first sequence number still kept.", nil, nil)
+	descDelivered     = prometheus.NewDesc("kvscope_stream_consumer_delivered_total", "Frames delivered to this replica's consumer.", nil, nil)
+	descRedelivered   = prometheus.NewDesc("kvscope_stream_consumer_redelivered", "Frames redelivered to this replica's consumer.", nil, nil)
+	descLag           = prometheus.NewDesc("kvscope_stream_consumer_lag", "Frames stored that this replica's consumer has not delivered yet.", nil, nil)
+	descNATSReconnect = prometheus.NewDesc("kvscope_nats_reconnects_total", "Times this replica reconnected to NATS.", nil, nil)
+	descNATSIn        = prometheus.NewDesc("kvscope_nats_in_msgs_total", "Messages this replica received from NATS.", nil, nil)
+	descNATSOut       = prometheus.NewDesc("kvscope_nats_out_msgs_total", "Messages this replica sent to NATS.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c busCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descStreamMsgs, descStreamBytes, descStreamLast, descStreamFirst, descDelivered, descRedelivered, descLag,
+		descNATSReconnect, descNATSIn, descNATSOut} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector; what NATS does not answer within
+// 2 s is left out of this scrape.
+func (c busCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.b.nc.Stats()
+	ch <- prometheus.MustNewConstMetric(descNATSReconnect, prometheus.CounterValue, float64(st.Reconnects))
+	ch <- prometheus.MustNewConstMetric(descNATSIn, prometheus.CounterValue, float64(st.InMsgs))
+	ch <- prometheus.MustNewConstMetric(descNATSOut, prometheus.CounterValue, float64(st.OutMsgs))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	info, err := c.b.stream.Info(ctx)
+	if err != nil {
+		return
+	}
+	s := info.State
+	ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.GaugeValue, float64(s.Msgs))
+	ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(descStreamLast, prometheus.GaugeValue, float64(s.LastSeq))
+	ch <- prometheus.MustNewConstMetric(descStreamFirst, prometheus.GaugeValue, float64(s.FirstSeq))
+	c.b.mu.Lock()
+	f := c.b.follower
+	c.b.mu.Unlock()
+	if f == nil {
+		return
+	}
+	ci, err := f.Info(ctx)
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.CounterValue, float64(ci.Delivered.Consumer))
+	ch <- prometheus.MustNewConstMetric(descRedelivered, prometheus.GaugeValue, float64(ci.NumRedelivered))
+	ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(s.LastSeq-min(ci.Delivered.Stream, s.LastSeq)))
 }

@@ -218,6 +218,7 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	h := newHub(reg, record, o.Logf)
 	if o.Bus != nil {
 		h.bus = o.Bus
+		reg.Register(busCollector{o.Bus})
 		go h.follow(cmp.Or(o.Replay, followReplay))
 	}
 	mux := http.NewServeMux()

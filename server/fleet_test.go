@@ -353,6 +353,18 @@ func TestFleet(t *testing.T) {
 		t.Logf("subscriber %d: all %d events in %d connections", i, agents*perAgent, s.conns)
 		s.mu.Unlock()
 	}
+	// Each replica's /metrics has the log's figures: what is stored, and
+	// its consumer caught up.
+	for _, r := range []*replica{r1, r2} {
+		var sb strings.Builder
+		r.srv.metrics.Write(&sb)
+		text := sb.String()
+		for _, want := range []string{"kvscope_stream_messages ", "kvscope_stream_consumer_delivered_total ", "kvscope_stream_consumer_lag 0\n", "kvscope_nats_reconnects_total "} {
+			if !strings.Contains(text, want) {
+				t.Errorf("replica %s's metrics lack %q", r.addr, want)
+			}
+		}
+	}
 	cancel()
 	wg.Wait()
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {

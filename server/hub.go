@@ -757,9 +757,4 @@ func (h *hub) liveHandler() http.Handler {
 	})
 }
 
-func (h *hub) metricsHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		h.metrics.Write(w)
-	})
-}
+func (h *hub) metricsHandler() http.Handler { return h.metrics.Handler() }

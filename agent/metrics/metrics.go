@@ -1,89 +1,138 @@
-// Package metrics is a small Prometheus text-format registry for the agent
-// and the server: counters and gauges with labels, and a summary whose
-// quantiles come from a bounded window of recent observations. Metric names
-// follow NIXL's where NIXL has one (agent_tx_bytes_total,
-// agent_xfer_time_us, agent_errors_total{status}).
+// Package metrics is the agent's and the server's Prometheus registry, on
+// github.com/prometheus/client_golang: counters and gauges created on
+// first use with the label names of their first use, and summaries
+// (p50/p99 over the last ten minutes). Metric names follow NIXL's where
+// NIXL has one (agent_tx_bytes_total, agent_xfer_time_us,
+// agent_errors_total{status}).
 package metrics
 
 import (
-	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"slices"
 	"sort"
-	"strings"
 	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 )
 
 // Registry holds metrics and renders them. It is safe for concurrent use.
 type Registry struct {
-	mu      sync.Mutex
-	metrics map[string]*metric
-	order   []string
+	reg       *prometheus.Registry
+	mu        sync.Mutex
+	counters  map[string]*vec[*prometheus.CounterVec]
+	gauges    map[string]*vec[*prometheus.GaugeVec]
+	summaries map[string]prometheus.Summary
+	dropped   prometheus.Counter
 }
 
-type metric struct {
-	name, help, typ string
-	values          map[string]float64 // label set -> value
-	window          []float64          // summary: recent observations
-	next            int
-	count           uint64
-	sum             float64
+// vec is a metric with labels and the label names it was created with.
+type vec[V any] struct {
+	v     V
+	names []string
 }
 
 // New makes an empty registry.
-func New() *Registry { return &Registry{metrics: map[string]*metric{}} }
-
-func (r *Registry) get(name, help, typ string) *metric {
-	m, ok := r.metrics[name]
-	if !ok {
-		m = &metric{name: name, help: help, typ: typ, values: map[string]float64{}}
-		r.metrics[name] = m
-		r.order = append(r.order, name)
-	}
-	return m
+func New() *Registry {
+	r := &Registry{reg: prometheus.NewRegistry(), counters: map[string]*vec[*prometheus.CounterVec]{},
+		gauges: map[string]*vec[*prometheus.GaugeVec]{}, summaries: map[string]prometheus.Summary{}}
+	r.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvscope_metrics_dropped_total",
+		Help: "Updates the registry refused: label names or a type other than the metric's first use, or a negative counter increment."})
+	r.reg.MustRegister(r.dropped)
+	return r
 }
 
-// labels renders label pairs ("status", "ERR_MISMATCH") as {status="ERR_MISMATCH"}.
-func labels(kv []string) string {
-	if len(kv) == 0 {
-		return ""
-	}
-	var parts []string
+// split reads label pairs ("status", "ERR_MISMATCH") into names and values.
+func split(kv []string) (names, values []string) {
 	for i := 0; i+1 < len(kv); i += 2 {
-		v := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(kv[i+1])
-		parts = append(parts, fmt.Sprintf(`%s="%s"`, kv[i], v))
+		names, values = append(names, kv[i]), append(values, kv[i+1])
 	}
-	return "{" + strings.Join(parts, ",") + "}"
+	return names, values
 }
 
-// Add adds to a counter.
+// Add adds v (not negative) to a counter.
 func (r *Registry) Add(name, help string, v float64, labelPairs ...string) {
+	names, values := split(labelPairs)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.get(name, help, "counter").values[labels(labelPairs)] += v
+	c, ok := r.counters[name]
+	if !ok {
+		c = &vec[*prometheus.CounterVec]{prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, names), names}
+		if r.reg.Register(c.v) != nil {
+			r.mu.Unlock()
+			r.dropped.Inc()
+			return
+		}
+		r.counters[name] = c
+	}
+	r.mu.Unlock()
+	if v < 0 || math.IsNaN(v) || !slices.Equal(c.names, names) {
+		r.dropped.Inc()
+		return
+	}
+	c.v.WithLabelValues(values...).Add(v)
 }
 
 // Set sets a gauge.
 func (r *Registry) Set(name, help string, v float64, labelPairs ...string) {
+	names, values := split(labelPairs)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.get(name, help, "gauge").values[labels(labelPairs)] = v
+	g, ok := r.gauges[name]
+	if !ok {
+		g = &vec[*prometheus.GaugeVec]{prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, names), names}
+		if r.reg.Register(g.v) != nil {
+			r.mu.Unlock()
+			r.dropped.Inc()
+			return
+		}
+		r.gauges[name] = g
+	}
+	r.mu.Unlock()
+	if !slices.Equal(g.names, names) {
+		r.dropped.Inc()
+		return
+	}
+	g.v.WithLabelValues(values...).Set(v)
 }
 
-// Observe records one observation of a summary (the last 1024 give its
-// quantiles).
+// Observe records one observation of a summary: its p50 and p99 cover the
+// last ten minutes.
 func (r *Registry) Observe(name, help string, v float64) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.get(name, help, "summary")
-	if len(m.window) < 1024 {
-		m.window = append(m.window, v)
-	} else {
-		m.window[m.next] = v
-		m.next = (m.next + 1) % len(m.window)
+	s, ok := r.summaries[name]
+	if !ok {
+		s = prometheus.NewSummary(prometheus.SummaryOpts{Name: name, Help: help, Objectives: map[float64]float64{0.5: 0.01, 0.99: 0.001},
+			MaxAge: 10 * time.Minute})
+		if r.reg.Register(s) != nil {
+			r.mu.Unlock()
+			r.dropped.Inc()
+			return
+		}
+		r.summaries[name] = s
 	}
-	m.count++
-	m.sum += v
+	r.mu.Unlock()
+	s.Observe(v)
+}
+
+// Register adds a collector (the event log's figures, read when scraped).
+func (r *Registry) Register(c prometheus.Collector) error { return r.reg.Register(c) }
+
+// Handler serves the registry (the Prometheus text format, or what the
+// scraper negotiates).
+func (r *Registry) Handler() http.Handler {
+	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Write renders every metric in the Prometheus text format.
+func (r *Registry) Write(w io.Writer) {
+	families, _ := r.reg.Gather() // what gathered is written even when a collector failed
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range families {
+		enc.Encode(f)
+	}
 }
 
 // Quantile returns a quantile of a list of observations.
@@ -95,29 +144,4 @@ func Quantile(xs []float64, q float64) float64 {
 	sort.Float64s(s)
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[min(max(i, 0), len(s)-1)]
-}
-
-// Write renders every metric in the Prometheus text format.
-func (r *Registry) Write(w io.Writer) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, name := range r.order {
-		m := r.metrics[name]
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
-		if m.typ == "summary" {
-			for _, q := range []float64{0.5, 0.99} {
-				fmt.Fprintf(w, "%s{quantile=\"%g\"} %g\n", m.name, q, Quantile(m.window, q))
-			}
-			fmt.Fprintf(w, "%s_sum %g\n%s_count %d\n", m.name, m.sum, m.name, m.count)
-			continue
-		}
-		keys := make([]string, 0, len(m.values))
-		for k := range m.values {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(w, "%s%s %g\n", m.name, k, m.values[k])
-		}
-	}
 }
