@@ -57,6 +57,9 @@ type busOptions struct {
 	MaxAge   time.Duration
 	MaxBytes int64
 	Replicas int
+	// ReadOnly opens the stream as it is (kvscope replay), creating and
+	// changing nothing.
+	ReadOnly bool
 	Logf     func(string, ...any)
 }
 
@@ -154,7 +157,12 @@ func openBus(ctx context.Context, o busOptions) (*bus, error) {
 		MaxMsgSize: 8 << 20, Description: "kvscope agents' events, one frame per message"}
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if b.stream, err = b.js.CreateOrUpdateStream(sctx, cfg); err != nil {
+	if o.ReadOnly {
+		b.stream, err = b.js.Stream(sctx, streamName)
+	} else {
+		b.stream, err = b.js.CreateOrUpdateStream(sctx, cfg)
+	}
+	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("JetStream stream %s on %s: %w", streamName, redact(url), err)
 	}

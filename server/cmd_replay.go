@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
 )
 
@@ -20,24 +21,48 @@ func runReplay(args []string, stdout io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	speed := fs.Float64("speed", 1, "playback speed: 2 plays twice as fast; 0 plays without pauses")
 	token := fs.String("token", "", "the token browsers and scripts need (as for kvscope serve); required to listen beyond loopback")
+	natsURL := fs.String("nats", "", "play a range of the event log instead of a file: the cluster's nats://HOST:PORT[,…]")
+	from := fs.Uint64("from", 1, "with --nats: the first stream sequence number to play")
+	through := fs.Uint64("through", 0, "with --nats: the last stream sequence number to play (0: the end)")
+	var auth stream.NATSAuth
+	fs.StringVar(&auth.Creds, "nats-creds", "", "a NATS credentials file for --nats")
+	fs.StringVar(&auth.User, "nats-user", "", "NATS user for --nats (password from $KVSCOPE_NATS_PASSWORD)")
+	fs.StringVar(&auth.CA, "nats-ca", "", "CA file for NATS TLS")
 	files, err := parseWithArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(files) != 1 {
-		return &usageError{fmt.Errorf("give one recording: kvscope replay [--speed S] [--addr A] FILE.jsonl")}
+	if (len(files) == 1) == (*natsURL != "") || len(files) > 1 {
+		return &usageError{fmt.Errorf("give one recording or --nats: kvscope replay [--speed S] [--addr A] FILE.jsonl | --nats URL [--from N] [--through N]")}
 	}
 	if *speed < 0 {
 		return &usageError{fmt.Errorf("--speed %v: must not be negative", *speed)}
 	}
-	f, err := os.Open(files[0])
-	if err != nil {
-		return err
-	}
-	events, err := event.ReadJSONL(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", files[0], err)
+	var events []event.Event
+	source := ""
+	if *natsURL != "" {
+		auth.Password = os.Getenv("KVSCOPE_NATS_PASSWORD")
+		b, err := openBus(context.Background(), busOptions{URLs: *natsURL, Auth: auth, ReadOnly: true})
+		if err != nil {
+			return err
+		}
+		events, err = b.readRange(context.Background(), *from, *through, maxReplayEvents)
+		b.close()
+		if err != nil {
+			return fmt.Errorf("--nats %s, stream messages %d-%d: %w", redact(*natsURL), *from, *through, err)
+		}
+		source = fmt.Sprintf("stream %s on %s from message %d", streamName, redact(*natsURL), *from)
+	} else {
+		f, err := os.Open(files[0])
+		if err != nil {
+			return err
+		}
+		events, err = event.ReadJSONL(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", files[0], err)
+		}
+		source = files[0]
 	}
 	// serve's listen rules: beyond loopback only with a token, which then
 	// guards every route. No agent connects to a replay.
@@ -50,13 +75,16 @@ func runReplay(args []string, stdout io.Writer) error {
 	}
 	srv := newServer(catalog(), o, nil)
 	return srv.listenAndServe(o, func(ctx context.Context, _ string) {
-		o.Logf("replaying %d events from %s at %gx", len(events), files[0], *speed)
+		o.Logf("replaying %d events from %s at %gx", len(events), source, *speed)
 		go func() {
 			replay(ctx, srv.hub, events, *speed)
 			o.Logf("replay done; still serving")
 		}()
 	})
 }
+
+// maxReplayEvents bounds what replay reads from the event log.
+const maxReplayEvents = 5_000_000
 
 // replay publishes events in frames of at most 50 ms of recorded time,
 // waiting between frames as recorded (divided by speed; at most 2 s).

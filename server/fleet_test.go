@@ -499,3 +499,84 @@ func TestAgentsOnNATS(t *testing.T) {
 		t.Error("publishing on another agent's subject was not refused")
 	}
 }
+
+// TestBusBadInput: an unreachable --nats, a missing credentials file and a
+// message on the stream that is no agent's frame each get an error naming
+// them; the replica skips the bad message, counts it and keeps serving.
+func TestBusBadInput(t *testing.T) {
+	dead := "nats://" + freeAddr(t)
+	if _, err := openBus(context.Background(), busOptions{URLs: dead}); err == nil || !strings.Contains(err.Error(), dead) {
+		t.Errorf("an unreachable --nats: %v", err)
+	}
+	n := startNATS(t)
+	if _, err := openBus(context.Background(), busOptions{URLs: n.url(), Auth: stream.NATSAuth{Creds: "/nonexistent.creds"}}); err == nil ||
+		!strings.Contains(err.Error(), "--nats-creds /nonexistent.creds") {
+		t.Errorf("a missing creds file: %v", err)
+	}
+	r := startReplica(t, n.url(), freeAddr(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub := newFleetSub(r.addr)
+	go sub.run(ctx)
+	// Garbage, and a frame of another agent's events, on one agent's subject.
+	r.bus.nc.Publish(event.Subject("mallory"), []byte("not a frame"))
+	forged, _ := event.EncodeFrame([]event.Event{{V: event.Version, Agent: "alice", Seq: 1, Kind: event.Sample, Sample: &event.SampleData{}}})
+	msg := nats.NewMsg(event.Subject("mallory"))
+	msg.Data, msg.Header = forged, nats.Header{stream.HeaderAgent: {"mallory"}}
+	r.bus.nc.PublishMsg(msg)
+	st := &stream.Streamer{Agent: "honest/agent", URL: "ws://" + r.addr + "/ws/agent", Token: fleetToken}
+	go st.Run(ctx)
+	for i := 1; i <= 50; i++ {
+		st.Publish(fleetEvent(i))
+	}
+	for deadline := time.Now().Add(10 * time.Second); sub.missing(map[string]uint64{"honest/agent": 50}) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica stopped serving after a bad message")
+		}
+	}
+	var sb strings.Builder
+	r.srv.metrics.Write(&sb)
+	if !strings.Contains(sb.String(), "kvscope_bus_bad_messages_total 2") {
+		t.Errorf("bad messages not counted as 2:\n%s", sb.String())
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if len(sub.got["alice"]) > 0 || len(sub.got["mallory"]) > 0 {
+		t.Errorf("a forged or garbage message reached a browser: %v", sub.got)
+	}
+}
+
+// TestReplayFromStream: kvscope replay --nats reads the events of a range
+// of stream messages, stamped with their sequence numbers.
+func TestReplayFromStream(t *testing.T) {
+	n := startNATS(t)
+	b, err := openBus(context.Background(), busOptions{URLs: n.url()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	for f := uint64(0); f < 3; f++ {
+		evs := []event.Event{{V: event.Version, Agent: "a", Seq: 2*f + 1, TS: 1, Kind: event.Sample, Sample: &event.SampleData{}},
+			{V: event.Version, Agent: "a", Seq: 2*f + 2, TS: 2, Kind: event.Sample, Sample: &event.SampleData{}}}
+		frame, _ := event.EncodeFrame(evs)
+		if err := b.publish(context.Background(), "a", frame, 2*f+1, 2*f+2, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro, err := openBus(context.Background(), busOptions{URLs: n.url(), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.close()
+	events, err := ro.readRange(context.Background(), 2, 3, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range events {
+		got = append(got, fmt.Sprintf("%d@%d", e.Seq, e.Stream))
+	}
+	if fmt.Sprint(got) != "[3@2 4@2 5@3 6@3]" {
+		t.Errorf("messages 2-3: %v, want [3@2 4@2 5@3 6@3]", got)
+	}
+}
