@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -257,7 +258,7 @@ func (b *bus) lastStored(ctx context.Context, agent string) (uint64, int64, erro
 // for this replica's browsers), then every new message, until ctx ends;
 // frames that do not decode are reported (naming the stream sequence)
 // and skipped.
-func (b *bus) follow(ctx context.Context, replay uint64, deliver func(events []event.Event), bad func(seq uint64, err error)) error {
+func (b *bus) follow(ctx context.Context, replay uint64, deliver func(events []event.Event, raws [][]byte), bad func(seq uint64, err error)) error {
 	info, err := b.stream.Info(ctx)
 	if err != nil {
 		return err
@@ -286,7 +287,7 @@ func (b *bus) follow(ctx context.Context, replay uint64, deliver func(events []e
 			bad(seq, err)
 			return
 		}
-		deliver(events)
+		deliver(events, stampedRaws(m.Data(), seq, len(events)))
 	}, jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return err
@@ -356,6 +357,68 @@ func decodeStored(data []byte, agent string, seq uint64) ([]event.Event, error) 
 		events[i].Stream = seq
 	}
 	return events, nil
+}
+
+// stampedRaws is each event's JSON from a stored frame with its stream
+// sequence added ({"stream_seq":N, then the event's own fields: the log
+// never stores one), or nil when the frame does not split as expected
+// (the hub then encodes the events itself).
+func stampedRaws(frame []byte, seq uint64, n int) [][]byte {
+	raws := splitObjects(frame, n)
+	if raws == nil {
+		return nil
+	}
+	prefix := []byte(`{"stream_seq":` + strconv.FormatUint(seq, 10) + `,`)
+	out := make([][]byte, n)
+	for i, r := range raws {
+		if len(r) < 2 || r[0] != '{' || bytes.Contains(r, []byte(`"stream_seq"`)) {
+			return nil
+		}
+		out[i] = append(append(make([]byte, 0, len(prefix)+len(r)), prefix...), r[1:]...)
+	}
+	return out
+}
+
+// splitObjects splits a JSON array of n objects (one DecodeFrame has
+// accepted) into the objects' bytes, by their braces outside strings; nil
+// when it does not come out as n objects.
+func splitObjects(frame []byte, n int) [][]byte {
+	out := make([][]byte, 0, n)
+	depth, start := 0, -1
+	inString, escaped := false, false
+	for i, c := range frame {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{':
+			if depth == 0 {
+				start = i
+			}
+			depth++
+		case c == '}':
+			depth--
+			if depth == 0 && start >= 0 {
+				out = append(out, frame[start:i+1])
+				start = -1
+			}
+			if depth < 0 {
+				return nil
+			}
+		}
+	}
+	if len(out) != n || depth != 0 || inString {
+		return nil
+	}
+	return out
 }
 
 // readRange reads the events of stream messages from to through (0: the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -578,5 +579,40 @@ func TestReplayFromStream(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[3@2 4@2 5@3 6@3]" {
 		t.Errorf("messages 2-3: %v, want [3@2 4@2 5@3 6@3]", got)
+	}
+}
+
+// TestStampedRaws: the stored frame's events come out with their stream
+// sequence first and every field of their own, equal to encoding them
+// with it; strings holding braces, quotes and escapes do not confuse the
+// split; anything else is left to the hub to encode.
+func TestStampedRaws(t *testing.T) {
+	evs := []event.Event{
+		{V: event.Version, Agent: "a", Seq: 1, TS: 5, Kind: event.Error, Error: &event.ErrorData{Status: "ERR_X", Message: `brace } { "quoted" \ back\slash \"`}},
+		{V: event.Version, Agent: "a", Seq: 2, TS: 6, Kind: event.Sample, Sample: &event.SampleData{GBps: 1.5}},
+	}
+	frame, err := event.EncodeFrame(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raws := stampedRaws(frame, 42, 2)
+	if len(raws) != 2 {
+		t.Fatalf("%d raws", len(raws))
+	}
+	for i, raw := range raws {
+		var got event.Event
+		if err := json.Unmarshal(raw, &got); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		want := evs[i]
+		want.Stream = 42
+		if fmt.Sprint(got.Error, got.Sample, got.Seq, got.Stream) != fmt.Sprint(want.Error, want.Sample, want.Seq, want.Stream) {
+			t.Errorf("raw %d: %+v, want %+v", i, got, want)
+		}
+	}
+	for _, bad := range []string{`[{"a":1}`, `[{"a":"}"}]`, `[1,2]`, `[{"stream_seq":1,"v":1}, {"v":1}]`} {
+		if raws := stampedRaws([]byte(bad), 1, 2); raws != nil {
+			t.Errorf("%s: split into %q", bad, raws)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -70,6 +71,7 @@ type subscriber struct {
 	// after the last event it saw, so it loses nothing.
 	behind     chan struct{}
 	behindOnce sync.Once
+	queued     atomic.Int64 // bytes in frames
 }
 
 func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) *hub {
@@ -79,7 +81,7 @@ func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) 
 	stopped, stop := context.WithCancel(context.Background())
 	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, lastTS: map[string]int64{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20}, state: map[string][]stored{},
 		conns: map[string]*websocket.Conn{}, seen: map[string]time.Time{},
-		record: record, metrics: reg, subQueue: 64, logf: logf, stopped: stopped, stop: stop, builders: make(chan struct{}, historyBuilders),
+		record: record, metrics: reg, subQueue: 1024, logf: logf, stopped: stopped, stop: stop, builders: make(chan struct{}, historyBuilders),
 		storedSeq: map[string]uint64{}, storedTS: map[string]int64{}}
 }
 
@@ -93,7 +95,7 @@ const followReplay = 1024
 // stream sequence, counted and skipped.
 func (h *hub) follow(replay uint64) {
 	for h.stopped.Err() == nil {
-		err := h.bus.follow(h.stopped, replay, func(events []event.Event) { h.publish(events) }, func(seq uint64, err error) {
+		err := h.bus.follow(h.stopped, replay, func(events []event.Event, raws [][]byte) { h.publishEncoded(events, raws) }, func(seq uint64, err error) {
 			h.metrics.Add("kvscope_bus_bad_messages_total", "Stream messages that were not a frame of their agent's events.", 1)
 			h.logf("event log: stream message %d skipped: %v", seq, err)
 		})
@@ -106,6 +108,16 @@ func (h *hub) follow(replay uint64) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// forged reports whether an agent set what only the log sets.
+func forged(events []event.Event) bool {
+	for _, e := range events {
+		if e.Stream != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // maxCatchUp bounds the events a resuming browser is sent from the log
@@ -142,7 +154,7 @@ func (h *hub) catchUp(ctx context.Context, since uint64) ([][]byte, uint64, erro
 // publish; with one, the events not stored yet go to JetStream as one
 // frame, and the acknowledgement means JetStream has them (they reach
 // this replica's browsers, and every other replica's, through follow).
-func (h *hub) store(ctx context.Context, agent string, events []event.Event) (uint64, error) {
+func (h *hub) store(ctx context.Context, agent string, events []event.Event, frame []byte) (uint64, error) {
 	if h.bus == nil {
 		for i := range events {
 			events[i].Stream = 0 // there is no log
@@ -175,6 +187,16 @@ func (h *hub) store(ctx context.Context, agent string, events []event.Event) (ui
 		todo = append(todo, fresh{e.Seq, e.TS, raw})
 	}
 	h.mu.Unlock()
+	if len(todo) == len(events) && len(todo) > 0 && frame != nil && !forged(events) {
+		// Every event is new: store the agent's frame as it came.
+		last := todo[len(todo)-1]
+		if err := h.bus.publish(ctx, agent, frame, todo[0].seq, last.seq, last.ts); err != nil {
+			h.metrics.Add("kvscope_bus_publish_errors_total", "Frames JetStream did not store (the agent resends them).", 1)
+			return 0, err
+		}
+		h.metrics.Add("kvscope_bus_stored_events_total", "Events this replica stored in JetStream.", float64(len(todo)))
+		todo = nil
+	}
 	// One message per frame within a browser's limits, each with its own
 	// sequence range (its message id).
 	for len(todo) > 0 {
@@ -256,12 +278,16 @@ func (r *recentEvents) events() []stored {
 // queues frames of them to every subscriber. It returns the last sequence
 // number stored for the agent, which the agent is acknowledged. Each event
 // is encoded once, here; subscribers' frames are made of those bytes.
-func (h *hub) publish(events []event.Event) uint64 {
+func (h *hub) publish(events []event.Event) uint64 { return h.publishEncoded(events, nil) }
+
+// publishEncoded is publish with the events' encodings given (raws[i] is
+// events[i]'s JSON; nil encodes them here).
+func (h *hub) publishEncoded(events []event.Event, raws [][]byte) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var fresh [][]byte
 	var last, stream uint64
-	for _, e := range events {
+	for i, e := range events {
 		stream = max(stream, e.Stream)
 		if h.lastSeq[e.Agent] > 0 && event.Restarted(e, h.lastTS[e.Agent]) {
 			h.logf("agent %q restarted: its sequence starts again", e.Agent)
@@ -273,7 +299,13 @@ func (h *hub) publish(events []event.Event) uint64 {
 		}
 		h.lastSeq[e.Agent], h.lastTS[e.Agent] = e.Seq, e.TS
 		last = e.Seq
-		raw, err := event.Encode(e)
+		var raw []byte
+		var err error
+		if raws != nil {
+			raw = raws[i]
+		} else {
+			raw, err = event.Encode(e)
+		}
 		if err != nil || len(raw) > maxEventBytes {
 			h.reject("event_too_big") // no frame can carry it to a browser
 			continue
@@ -288,9 +320,11 @@ func (h *hub) publish(events []event.Event) uint64 {
 	if len(fresh) > 0 {
 		h.version++
 	}
-	for _, frame := range packFrames(fresh) {
+	frames, counts := packCounted(fresh)
+	for i, frame := range frames {
+		lf := liveFrame{frame, stream, counts[i]}
 		for s := range h.subs {
-			h.offer(s, liveFrame{frame, stream})
+			h.offer(s, lf)
 		}
 	}
 	return last
@@ -302,6 +336,7 @@ func (h *hub) publish(events []event.Event) uint64 {
 type liveFrame struct {
 	data   []byte
 	stream uint64
+	events int
 }
 
 // maxEventBytes is the largest event a frame can carry.
@@ -310,50 +345,98 @@ const maxEventBytes = event.MaxFrameBytes - 2
 // packFrames packs encoded events, in order, into frames within a
 // browser's limits (event.MaxFrameBytes, event.MaxFrameEvents).
 func packFrames(events [][]byte) [][]byte {
+	frames, _ := packCounted(events)
+	return frames
+}
+
+// packCounted is packFrames with each frame's number of events.
+func packCounted(events [][]byte) ([][]byte, []int) {
 	var frames [][]byte
+	var counts []int
 	var cur [][]byte
 	size := 2
 	for _, e := range events {
 		if len(cur) > 0 && (size+len(e)+1 > event.MaxFrameBytes || len(cur) >= event.MaxFrameEvents) {
-			frames = append(frames, event.JoinFrame(cur))
+			frames, counts = append(frames, event.JoinFrame(cur)), append(counts, len(cur))
 			cur, size = nil, 2
 		}
 		cur = append(cur, e)
 		size += len(e) + 1
 	}
 	if len(cur) > 0 {
-		frames = append(frames, event.JoinFrame(cur))
+		frames, counts = append(frames, event.JoinFrame(cur)), append(counts, len(cur))
 	}
-	return frames
+	return frames, counts
+}
+
+// joinParts makes one frame of frames' insides (their events, without
+// the brackets); size is the frame's length.
+func joinParts(parts [][]byte, size int) []byte {
+	out := make([]byte, 0, size)
+	out = append(out, '[')
+	for i, p := range parts {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p...)
+	}
+	return append(out, ']')
 }
 
 // offer queues a frame for a subscriber, dropping its oldest frame when
 // its queue is full.
 func (h *hub) offer(s *subscriber, frame liveFrame) {
 	if h.bus != nil {
+		if s.queued.Load()+int64(len(frame.data)) > subQueueBytes {
+			s.fallBehind(h)
+			return
+		}
 		select {
 		case s.frames <- frame:
+			s.queued.Add(int64(len(frame.data)))
 		default:
-			s.behindOnce.Do(func() {
-				close(s.behind)
-				h.metrics.Add("kvscope_hub_subscriber_resumes_total", "Browsers told to resume from the event log because they read too slowly.", 1)
-			})
+			s.fallBehind(h)
 		}
 		return
 	}
 	for {
-		select {
-		case s.frames <- frame:
-			return
-		default:
+		if s.queued.Load()+int64(len(frame.data)) <= subQueueBytes {
+			select {
+			case s.frames <- frame:
+				s.queued.Add(int64(len(frame.data)))
+				return
+			default:
+			}
 		}
 		select {
-		case <-s.frames:
+		case old := <-s.frames:
+			s.queued.Add(-int64(len(old.data)))
 			s.dropped++
 			h.metrics.Add("kvscope_hub_subscriber_dropped_frames_total", "Frames dropped because a browser read too slowly.", 1)
 		default:
+			if s.queued.Load() > 0 || len(frame.data) > subQueueBytes { // a frame larger than the whole queue: dropped
+				s.dropped++
+				return
+			}
 		}
 	}
+}
+
+// subQueueBytes bounds the bytes queued for one subscriber.
+const subQueueBytes = 8 << 20
+
+// fallBehind tells a subscriber to resume from the log (once).
+func (s *subscriber) fallBehind(h *hub) {
+	s.behindOnce.Do(func() {
+		close(s.behind)
+		h.metrics.Add("kvscope_hub_subscriber_resumes_total", "Browsers told to resume from the event log because they read too slowly.", 1)
+	})
+}
+
+// take accounts for a frame leaving a subscriber's queue.
+func (s *subscriber) take(f liveFrame) liveFrame {
+	s.queued.Add(-int64(len(f.data)))
+	return f
 }
 
 // count updates the server's metrics from an event.
@@ -601,7 +684,7 @@ func (h *hub) agentHandler(token string) http.Handler {
 				conn.Close(websocket.StatusUnsupportedData, event.Clip(err.Error(), 123))
 				return
 			}
-			last, err := h.store(ctx, name, events)
+			last, err := h.store(ctx, name, events, data)
 			if err != nil {
 				h.logf("agent %q: %v", name, err)
 				conn.Close(websocket.StatusTryAgainLater, event.Clip(err.Error(), 123))
@@ -746,10 +829,42 @@ func (h *hub) liveHandler() http.Handler {
 				conn.Close(websocket.StatusTryAgainLater, "fell behind: resume with ?since=<the last stream_seq seen>")
 				return
 			case frame := <-s.frames:
-				if frame.stream != 0 && frame.stream <= caughtUp {
-					continue // the catch-up carried it
+				// The frames waiting go out in as few messages as a
+				// browser's limits allow: a busy fleet's many small frames
+				// would cost a subscriber a write each.
+				batch := []liveFrame{s.take(frame)}
+				size := len(frame.data)
+			gather:
+				for len(batch) < 256 && size < event.MaxFrameBytes {
+					select {
+					case f := <-s.frames:
+						batch = append(batch, s.take(f))
+						size += len(f.data)
+					default:
+						break gather
+					}
 				}
-				if !send(frame.data) {
+				var parts [][]byte
+				psize, pn := 2, 0
+				flush := func() bool {
+					if len(parts) == 0 {
+						return true
+					}
+					ok := send(joinParts(parts, psize))
+					parts, psize, pn = nil, 2, 0
+					return ok
+				}
+				for _, f := range batch {
+					if f.events == 0 || f.stream != 0 && f.stream <= caughtUp {
+						continue // empty, or the catch-up carried it
+					}
+					if len(parts) > 0 && (psize+len(f.data)-1 > event.MaxFrameBytes || pn+f.events > event.MaxFrameEvents) && !flush() {
+						return
+					}
+					parts = append(parts, f.data[1:len(f.data)-1])
+					psize, pn = psize+len(f.data)-1, pn+f.events
+				}
+				if !flush() {
 					return
 				}
 			}

@@ -446,25 +446,25 @@ func TestHubSlowSubscriber(t *testing.T) {
 		n := 0
 		for range fast.frames {
 			n++
-			if n == 1000 {
+			if n == 3000 {
 				break
 			}
 		}
 		got <- n
 	}()
 	start := time.Now()
-	for i := 1; i <= 1000; i++ {
+	for i := 1; i <= 3000; i++ {
 		h.publish([]event.Event{{V: 1, Agent: "a", Seq: uint64(i), Kind: event.Sample, Sample: &event.SampleData{}}})
 		for len(fast.frames) > h.subQueue/2 {
 			time.Sleep(100 * time.Microsecond) // the reading subscriber keeps up
 		}
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("publishing 1000 frames took %v: a slow subscriber stalled the hub", d)
+		t.Fatalf("publishing 3000 frames took %v: a slow subscriber stalled the hub", d)
 	}
 	select {
 	case n := <-got:
-		if n != 1000 {
+		if n != 3000 {
 			t.Fatalf("the reading subscriber got %d frames", n)
 		}
 	case <-time.After(5 * time.Second):
@@ -473,11 +473,11 @@ func TestHubSlowSubscriber(t *testing.T) {
 	h.mu.Lock()
 	dropped := slow.dropped
 	h.mu.Unlock()
-	if dropped != 1000-uint64(h.subQueue) {
-		t.Fatalf("the slow subscriber dropped %d frames, want %d (1000 minus its queue of %d)", dropped, 1000-h.subQueue, h.subQueue)
+	if dropped != 3000-uint64(h.subQueue) {
+		t.Fatalf("the slow subscriber dropped %d frames, want %d (3000 minus its queue of %d)", dropped, 3000-h.subQueue, h.subQueue)
 	}
 	// Resent events (an agent reconnecting) are stored once.
-	if last := h.publish([]event.Event{{V: 1, Agent: "a", Seq: 999, Kind: event.Sample, Sample: &event.SampleData{}}}); last != 1000 {
+	if last := h.publish([]event.Event{{V: 1, Agent: "a", Seq: 999, Kind: event.Sample, Sample: &event.SampleData{}}}); last != 3000 {
 		t.Fatalf("a resent event moved the acknowledgement to %d", last)
 	}
 }

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// countingSub is a benchmark's browser stand-in: it counts the events it
+// receives (once per agent and sequence) and samples their age, from the
+// agent's publish to here.
+type countingSub struct {
+	events atomic.Int64
+	mu     sync.Mutex
+	last   map[string]uint64
+	ages   []time.Duration
+}
+
+func (s *countingSub) run(ctx context.Context, addr string) {
+	s.last = map[string]uint64{}
+	for ctx.Err() == nil {
+		conn, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/live", nil)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		conn.SetReadLimit(event.MaxFrameBytes + 1024)
+		for {
+			_, data, err := conn.Read(ctx)
+			if err != nil {
+				break
+			}
+			var events []struct {
+				Agent string `json:"agent"`
+				Seq   uint64 `json:"seq"`
+				TS    int64  `json:"ts_ns"`
+			}
+			if json.Unmarshal(data, &events) != nil { // the history header
+				continue
+			}
+			now := time.Now()
+			s.mu.Lock()
+			for _, e := range events {
+				if e.Seq > s.last[e.Agent] {
+					s.last[e.Agent] = e.Seq
+					s.events.Add(1)
+					if e.Seq%16 == 0 {
+						s.ages = append(s.ages, now.Sub(time.Unix(0, e.TS)))
+					}
+				}
+			}
+			s.mu.Unlock()
+		}
+		conn.CloseNow()
+	}
+}
+
+// fleetLoad is one benchmark run: agents publish perAgent events each to
+// the replicas' /ws/agent (round robin), paced by the acknowledgements,
+// and every subscriber must receive them all. It returns the events per
+// second stored and delivered (from the first publish to the last
+// subscriber done), the p99 age at the subscribers and the heap in use.
+func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSecond int) (rate float64, p99 time.Duration, heapMiB float64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var subs []*countingSub
+	for _, addr := range replicas {
+		for range subsPer {
+			s := &countingSub{}
+			subs = append(subs, s)
+			go s.run(ctx, addr)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // subscribed
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range agents {
+		st := &stream.Streamer{Agent: fmt.Sprintf("host%03d/agent", i), URL: "ws://" + replicas[i%len(replicas)] + "/ws/agent", Token: fleetToken}
+		go st.Run(ctx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: st.Agent, Role: "both", GPUs: []event.GPU{}}})
+			var tick <-chan time.Time
+			if perSecond > 0 { // paced: each agent perSecond events a second
+				t := time.NewTicker(time.Second / time.Duration(perSecond))
+				defer t.Stop()
+				tick = t.C
+			}
+			for j := 2; j <= perAgent; j++ {
+				if tick != nil {
+					<-tick
+				}
+				for st.Pending() > 4096 {
+					time.Sleep(time.Millisecond)
+				}
+				st.Publish(fleetEvent(j))
+			}
+			fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
+			defer fcancel()
+			if err := st.Flush(fctx); err != nil || st.Dropped() > 0 {
+				b.Errorf("%s: %v, %d dropped", st.Agent, err, st.Dropped())
+			}
+		}()
+	}
+	wg.Wait()
+	want := int64(agents * perAgent)
+	deadline := time.Now().Add(120 * time.Second)
+	for _, s := range subs {
+		for s.events.Load() < want && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := s.events.Load(); n < want {
+			b.Errorf("a subscriber got %d of %d events", n, want)
+		}
+	}
+	elapsed := time.Since(start)
+	var ages []time.Duration
+	for _, s := range subs {
+		s.mu.Lock()
+		ages = append(ages, s.ages...)
+		s.mu.Unlock()
+	}
+	sort.Slice(ages, func(i, j int) bool { return ages[i] < ages[j] })
+	if len(ages) > 0 {
+		p99 = ages[len(ages)*99/100]
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return float64(want) / elapsed.Seconds(), p99, float64(ms.HeapInuse) / (1 << 20)
+}
+
+// BenchmarkFleet: 100 agents (each its own connection and name, a mix of
+// descriptor batches, transfers and samples) through kvscope serve to four
+// subscribers: "memory" is one replica with the in-memory hub, the
+// baseline; "jetstream" is two replicas on one NATS JetStream log (file
+// storage), every subscriber receiving every agent's events. Unpaced, the
+// agents publish as fast as the acknowledgements let them (throughput;
+// the age is then the agents' own queueing); "-paced" runs 20,000 events
+// a second in all, for the age of an event at a subscriber under load.
+// Everything runs in this one process on loopback: heap-MiB covers the
+// NATS server, both replicas, the agents and the subscribers.
+func BenchmarkFleet(b *testing.B) {
+	const agents, perAgent = 100, 2000
+	for _, mode := range []string{"memory", "jetstream", "memory-paced", "jetstream-paced"} {
+		b.Run(mode, func(b *testing.B) {
+			paced := strings.HasSuffix(mode, "-paced")
+			perSecond, n := 0, perAgent
+			if paced { // 100 agents × 200 events/s = 20,000 events/s for 5 s
+				perSecond, n = 200, 1000
+			}
+			for range b.N {
+				var addrs []string
+				switch strings.TrimSuffix(mode, "-paced") {
+				case "memory":
+					srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: fleetToken, Agent: "none"}, nil)
+					ln, err := net.Listen("tcp", "127.0.0.1:0")
+					if err != nil {
+						b.Fatal(err)
+					}
+					hs := &http.Server{Handler: srv.handler}
+					go hs.Serve(ln)
+					defer func() { srv.hub.close(); hs.Close() }()
+					addrs = []string{ln.Addr().String()}
+				case "jetstream":
+					n := startNATS(b)
+					addrs = []string{startReplica(b, n.url(), freeAddr(b)).addr, startReplica(b, n.url(), freeAddr(b)).addr}
+				}
+				subsPer := 4 / len(addrs) // four subscribers in all
+				rate, p99, heap := fleetLoad(b, addrs, agents, n, subsPer, perSecond)
+				b.ReportMetric(rate, "events/s")
+				b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+				b.ReportMetric(heap, "heap-MiB")
+				b.ReportMetric(0, "ns/op")
+			}
+		})
+	}
+}
