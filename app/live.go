@@ -112,7 +112,11 @@ type liveError struct {
 type Live struct {
 	// MaxStream is the last event log (JetStream) message seen: a
 	// reconnection resumes from it (/ws/live?since=N), losing nothing.
-	MaxStream     uint64
+	MaxStream uint64
+	// Fleet is the server's latest fleet summary: every agent, whichever
+	// this page draws; FleetVer counts summaries.
+	Fleet         event.FleetSummary
+	FleetVer      uint64
 	Ring          *event.Ring
 	Ignored       uint64 // events the ring refused: repeats replayed after a reconnect
 	Malformed     uint64 // frames that did not decode

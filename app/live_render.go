@@ -323,6 +323,46 @@ func liveDeploymentHTML(l *Live) string {
 	return sb.String()
 }
 
+// liveFleetHTML is the fleet table: every agent the server knows, from its
+// fleet summary (who it is, when last heard, events/s, GB/s, p99, errors),
+// each row a button that adds the agent to or removes it from what the
+// page draws, and the slowest transfers of the last minute fleet-wide.
+func liveFleetHTML(l *Live, selected map[string]bool) string {
+	f := l.Fleet
+	if len(f.Fleet) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	drawn := "every agent"
+	if selected != nil {
+		drawn = fmt.Sprintf("%d of %d agents (click a row to add or remove it)", len(selected), len(f.Fleet))
+	}
+	fmt.Fprintf(&sb, `<h3>Fleet: %d agents</h3><p class="muted">The bands, timeline and transfers show %s. <button type="button" data-pick="*" data-testid="fleet-all">Draw every agent</button></p>`,
+		len(f.Fleet), html.EscapeString(drawn))
+	sb.WriteString(`<div class="scroll"><table class="descs fleet"><thead><tr><th>agent</th><th>host</th><th>role</th><th>backend</th><th>GPUs</th>` +
+		`<th>last seen</th><th>events/s</th><th>GB/s</th><th>p99 µs</th><th>errors</th></tr></thead><tbody>`)
+	for _, a := range f.Fleet {
+		cls := ""
+		if selected == nil || selected[a.Agent] {
+			cls = "drawn"
+		}
+		fmt.Fprintf(&sb, `<tr data-testid="fleet-agent" data-agent="%s" data-pick="%s" class="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%.1f s ago</td><td>%s</td><td>%s</td><td>%s</td><td class="%s">%d</td></tr>`,
+			html.EscapeString(a.Agent), html.EscapeString(a.Agent), cls, html.EscapeString(a.Agent), html.EscapeString(a.Host), html.EscapeString(a.Role),
+			html.EscapeString(a.Backend), a.GPUs, a.LastSeenS, commas(int64(a.EventsPS)), strconv.FormatFloat(a.GBps, 'f', 2, 64),
+			strconv.FormatFloat(a.P99US, 'f', 0, 64), map[bool]string{true: "bad", false: ""}[a.Errors > 0], a.Errors)
+	}
+	sb.WriteString(`</tbody></table></div>`)
+	if len(f.Slowest) > 0 {
+		sb.WriteString(`<h3>Slowest transfers, last minute, fleet-wide</h3><div class="scroll"><table class="descs"><thead><tr><th>agent</th><th>request</th><th>bytes</th><th>µs</th><th>timing</th></tr></thead><tbody>`)
+		for _, t := range f.Slowest {
+			fmt.Fprintf(&sb, `<tr data-testid="fleet-slowest"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>`,
+				html.EscapeString(t.Agent), html.EscapeString(t.Request), humanBytes(t.Bytes), strconv.FormatFloat(t.TransferUS, 'f', 1, 64), html.EscapeString(string(t.Timing)))
+		}
+		sb.WriteString(`</tbody></table></div>`)
+	}
+	return sb.String()
+}
+
 // liveTransfersHTML lists the latest transfers, newest first, and the
 // latest errors.
 func liveTransfersHTML(l *Live) string {

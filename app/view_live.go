@@ -2,7 +2,10 @@ package app
 
 import (
 	"fmt"
+	"net/url"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +26,13 @@ const (
 	liveTransfersID = "live-transfers"
 	liveDeployID    = "live-deployment"
 	liveTimelineID  = "live-timeline"
+	liveFleetID     = "live-fleet"
 )
+
+// fleetAutoLimit is the fleet size from which a page that has not picked
+// agents draws none until it does: it then gets the fleet summary, not
+// every descriptor batch of every host.
+const fleetAutoLimit = 20
 
 // liveSession is the browser's subscription to the server's /ws/live: the
 // websocket, its reconnection, and the aggregated state. Root keeps it
@@ -53,6 +62,11 @@ type liveSession struct {
 	drawnSample uint64
 	drawnDark   bool
 	drawnVer    uint64
+	drawnFleet  uint64
+	// selected are the agents drawn (nil: all); picked is set once the
+	// user chose, so a large fleet does not override the choice.
+	selected map[string]bool
+	picked   bool
 }
 
 // wsListener is one websocket event listener.
@@ -121,10 +135,9 @@ func (s *liveSession) connect() {
 	}
 	s.mu.Lock()
 	since := s.live.MaxStream
+	q := liveQuery(since, s.selected)
 	s.mu.Unlock()
-	if since > 0 {
-		url += "?since=" + strconv.FormatUint(since, 10) // resume from the event log
-	}
+	url += q
 	if s.everOpen {
 		s.setStatus("connecting", "reconnecting to /ws/live")
 	} else {
@@ -154,6 +167,10 @@ func (s *liveSession) connect() {
 			return
 		}
 		frame := []byte(data.String())
+		if f, ok := event.ParseFleet(frame); ok {
+			s.setFleet(f)
+			return
+		}
 		s.mu.Lock()
 		switch {
 		case s.history < 0: // every connection starts with {"history": N}
@@ -177,6 +194,77 @@ func (s *liveSession) connect() {
 		s.scheduleRetry(code)
 	})
 	s.ws = ws
+}
+
+// liveQuery is /ws/live's query: where to resume from the event log, and
+// which agents to draw (nil: all).
+func liveQuery(since uint64, selected map[string]bool) string {
+	q := url.Values{}
+	if since > 0 {
+		q.Set("since", strconv.FormatUint(since, 10))
+	}
+	if selected != nil {
+		names := make([]string, 0, len(selected))
+		for a := range selected {
+			names = append(names, a)
+		}
+		sort.Strings(names)
+		q.Set("agents", strings.Join(names, ","))
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// setFleet takes a fleet summary; a fleet larger than fleetAutoLimit
+// that the user has not picked from is drawn for no agent until they do.
+func (s *liveSession) setFleet(f event.FleetSummary) {
+	s.mu.Lock()
+	s.live.Fleet = f
+	s.live.FleetVer++
+	auto := !s.picked && s.selected == nil && len(f.Fleet) > fleetAutoLimit
+	s.mu.Unlock()
+	if auto {
+		s.choose(map[string]bool{}, false)
+	}
+}
+
+// choose draws the given agents (nil: all): the page starts its live view
+// again, subscribed to their events only.
+func (s *liveSession) choose(selected map[string]bool, byUser bool) {
+	s.mu.Lock()
+	fleet, ver := s.live.Fleet, s.live.FleetVer
+	s.selected, s.picked = selected, s.picked || byUser
+	s.live = NewLive()
+	s.live.Fleet, s.live.FleetVer = fleet, ver
+	s.drawn = map[string]string{}
+	running := s.running
+	s.mu.Unlock()
+	if running {
+		s.closeSocket()
+		s.connect()
+	}
+}
+
+// pick toggles one agent in the selection (from the fleet table).
+func (s *liveSession) pick(agent string) {
+	s.mu.Lock()
+	next := map[string]bool{}
+	if s.selected == nil { // all drawn: draw just this one
+		next[agent] = true
+	} else {
+		for a := range s.selected {
+			next[a] = true
+		}
+		if next[agent] {
+			delete(next, agent)
+		} else {
+			next[agent] = true
+		}
+	}
+	s.mu.Unlock()
+	s.choose(next, true)
 }
 
 // closeSocket closes the websocket and releases its callbacks.
@@ -289,7 +377,7 @@ func (s *liveSession) draw() {
 	}
 	els := map[string]app.Value{}
 	blank := map[string]bool{}
-	for _, id := range []string{liveStatsID, liveBandsID, liveGPUsID, liveDeployID, liveTransfersID, liveTimelineID} {
+	for _, id := range []string{liveStatsID, liveBandsID, liveGPUsID, liveDeployID, liveTransfersID, liveTimelineID, liveFleetID} {
 		el := doc.Call("getElementById", id)
 		if !el.Truthy() {
 			return
@@ -323,6 +411,10 @@ func (s *liveSession) draw() {
 		writes[liveDeployID] = liveDeploymentHTML(l)
 		s.drawnInfo = l.Info
 	}
+	if blank[liveFleetID] || live && l.FleetVer != s.drawnFleet {
+		writes[liveFleetID] = liveFleetHTML(l, s.selected)
+		s.drawnFleet = l.FleetVer
+	}
 	if blank[liveTransfersID] || live && l.Listed != s.drawnListed {
 		writes[liveTransfersID] = liveTransfersHTML(l)
 		s.drawnListed = l.Listed
@@ -331,7 +423,7 @@ func (s *liveSession) draw() {
 		chart = liveTimelineOption(l)
 		s.drawnSample, s.drawnDark = l.Sampled, s.dark
 	}
-	state, events, dark := s.status.State, l.Ring.Total > 0, s.dark
+	state, events, dark := s.status.State, l.Ring.Total > 0 || len(l.Fleet.Fleet) > 0, s.dark
 	s.mu.Unlock()
 
 	panel.Call("setAttribute", "data-state", state)
@@ -405,6 +497,18 @@ func (p *LivePanel) Render() app.UI {
 				app.Div().ID(liveBandsID).Class("live-bands"),
 				app.Div().ID(liveGPUsID).Class("live-gpus").DataSet("testid", "live-gpus"),
 			),
+			app.Div().ID(liveFleetID).Class("live-fleet").DataSet("testid", "live-fleet").OnClick(func(ctx app.Context, e app.Event) {
+				// The table is drawn outside go-app: its rows name their agent.
+				el := e.Get("target").Call("closest", "[data-pick]")
+				if !el.Truthy() {
+					return
+				}
+				if agent := el.Call("getAttribute", "data-pick").String(); agent == "*" {
+					p.Session.choose(nil, true)
+				} else {
+					p.Session.pick(agent)
+				}
+			}),
 			app.Div().ID(liveDeployID).Class("live-deployment").DataSet("testid", "live-deployment"),
 			app.Div().ID(liveTimelineID).Class("chart live-timeline").DataSet("testid", "live-timeline"),
 			app.Div().ID(liveTransfersID).Class("live-transfers").DataSet("testid", "live-transfers"),

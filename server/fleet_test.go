@@ -616,3 +616,62 @@ func TestStampedRaws(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetView: in Chromium, 25 agents stream (more than the page draws
+// unasked): the fleet table lists all 25 with their rates, the page
+// subscribes to none of their batches until a row is clicked, then draws
+// that agent's bands only; the slowest transfers are listed fleet-wide.
+func TestFleetView(t *testing.T) {
+	ctx, _, _ := browser(t)
+	n := startNATS(t)
+	r := startReplica(t, n.url(), freeAddr(t))
+	actx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for i := range 25 {
+		st := &stream.Streamer{Agent: fmt.Sprintf("gpu%02d/agent", i), URL: "ws://" + r.addr + "/ws/agent", Token: fleetToken}
+		wg.Add(2)
+		go func() { defer wg.Done(); st.Run(actx) }()
+		go func() {
+			defer wg.Done()
+			st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: fmt.Sprintf("gpu%02d", i), Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for j := 2; actx.Err() == nil; j++ {
+				select {
+				case <-actx.Done():
+					return
+				case <-tick.C:
+				}
+				e := fleetEvent(j)
+				if e.Done != nil {
+					e.Done.TransferUS = float64(100*i + j%7) // agent 24 is the slowest
+				}
+				st.Publish(e)
+			}
+		}()
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r.addr+"/?view=flow")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "25 agents in the fleet table", `document.querySelectorAll('[data-testid="fleet-agent"]').length == 25`, 30*time.Second)
+	waitFor(t, ctx, "rates in the fleet table",
+		`[...document.querySelectorAll('[data-testid="fleet-agent"]')].every(r => Number(r.children[6].textContent.replace(/,/g, '')) > 0)`, 15*time.Second)
+	time.Sleep(time.Second)
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="live-band"]').length`)); err != nil || n != 0 {
+		t.Errorf("%d bands drawn before any agent was picked (%v): a page should not take every agent's batches", n, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(`[data-testid="fleet-agent"][data-agent="gpu03/agent"]`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "gpu03's bands", `document.querySelectorAll('.live-agent[data-agent="gpu03/agent"] [data-testid="live-band"]').length > 0`, 20*time.Second)
+	others, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll('.live-agent')].filter(d => d.dataset.agent != 'gpu03/agent').length`))
+	if others != 0 {
+		t.Errorf("%d other agents drawn after picking gpu03", others)
+	}
+	waitFor(t, ctx, "the slowest transfers, fleet-wide", `document.querySelector('[data-testid="fleet-slowest"] td')?.textContent == 'gpu24/agent'`, 15*time.Second)
+	shot, _ := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	artifact(t, "fleet", shot)
+}

@@ -58,6 +58,9 @@ type hub struct {
 	bus       *bus
 	storedSeq map[string]uint64
 	storedTS  map[string]int64
+
+	fleet   map[string]*fleetStat // per agent, for the fleet summary
+	slowest []fleetTransfer       // the slowest transfers of the last minute
 }
 
 // historyBuilders bounds the subscribers packing their history at once.
@@ -72,6 +75,9 @@ type subscriber struct {
 	behind     chan struct{}
 	behindOnce sync.Once
 	queued     atomic.Int64 // bytes in frames
+	// agents, when not nil, are the only agents whose events the
+	// subscriber gets (the fleet summary covers every agent).
+	agents map[string]bool
 }
 
 func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) *hub {
@@ -82,7 +88,7 @@ func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) 
 	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, lastTS: map[string]int64{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20}, state: map[string][]stored{},
 		conns: map[string]*websocket.Conn{}, seen: map[string]time.Time{},
 		record: record, metrics: reg, subQueue: 1024, logf: logf, stopped: stopped, stop: stop, builders: make(chan struct{}, historyBuilders),
-		storedSeq: map[string]uint64{}, storedTS: map[string]int64{}}
+		storedSeq: map[string]uint64{}, storedTS: map[string]int64{}, fleet: map[string]*fleetStat{}}
 }
 
 // followReplay is how many stored frames a replica reads back at start:
@@ -127,7 +133,7 @@ const maxCatchUp = 200_000
 
 // catchUp is the frames of every event stored from stream message since
 // on (that message again: a browser may have seen only part of it).
-func (h *hub) catchUp(ctx context.Context, since uint64) ([][]byte, uint64, error) {
+func (h *hub) catchUp(ctx context.Context, since uint64, agents map[string]bool) ([][]byte, uint64, error) {
 	events, err := h.bus.readRange(ctx, since, 0, maxCatchUp)
 	if err != nil {
 		return nil, 0, err
@@ -138,6 +144,9 @@ func (h *hub) catchUp(ctx context.Context, since uint64) ([][]byte, uint64, erro
 	}
 	raws := make([][]byte, 0, len(events))
 	for _, e := range events {
+		if agents != nil && !agents[e.Agent] {
+			continue
+		}
 		if raw, err := event.Encode(e); err == nil && len(raw) <= maxEventBytes {
 			raws = append(raws, raw)
 		}
@@ -286,7 +295,9 @@ func (h *hub) publishEncoded(events []event.Event, raws [][]byte) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var fresh [][]byte
+	var freshAgents []string
 	var last, stream uint64
+	now := time.Now()
 	for i, e := range events {
 		stream = max(stream, e.Stream)
 		if h.lastSeq[e.Agent] > 0 && event.Restarted(e, h.lastTS[e.Agent]) {
@@ -312,6 +323,8 @@ func (h *hub) publishEncoded(events []event.Event, raws [][]byte) uint64 {
 		}
 		st := stored{e, raw}
 		fresh = append(fresh, raw)
+		freshAgents = append(freshAgents, e.Agent)
+		h.fleetSeen(e, now)
 		h.recent.add(st)
 		h.remember(st)
 		h.count(e)
@@ -320,11 +333,15 @@ func (h *hub) publishEncoded(events []event.Event, raws [][]byte) uint64 {
 	if len(fresh) > 0 {
 		h.version++
 	}
-	frames, counts := packCounted(fresh)
-	for i, frame := range frames {
-		lf := liveFrame{frame, stream, counts[i]}
-		for s := range h.subs {
-			h.offer(s, lf)
+	for _, g := range byAgent(fresh, freshAgents) {
+		frames, counts := packCounted(g.raws)
+		for i, frame := range frames {
+			lf := liveFrame{frame, stream, counts[i], g.agent}
+			for s := range h.subs {
+				if s.agents == nil || s.agents[g.agent] {
+					h.offer(s, lf)
+				}
+			}
 		}
 	}
 	return last
@@ -337,6 +354,7 @@ type liveFrame struct {
 	data   []byte
 	stream uint64
 	events int
+	agent  string // every event of a frame is one agent's
 }
 
 // maxEventBytes is the largest event a frame can carry.
@@ -597,16 +615,19 @@ func isState(k event.Kind) bool {
 // the last subscriber packed, when no event arrived since); the packing
 // happens afterwards, so agents never wait for a subscriber (frames
 // published meanwhile queue for it).
-func (h *hub) subscribe() (*subscriber, [][]byte) {
+func (h *hub) subscribe() (*subscriber, [][]byte) { return h.subscribeTo(nil) }
+
+// subscribeTo is subscribe for the given agents only (nil: all of them).
+func (h *hub) subscribeTo(agents map[string]bool) (*subscriber, [][]byte) {
 	h.builders <- struct{}{}
 	defer func() { <-h.builders }()
-	s := &subscriber{frames: make(chan liveFrame, h.subQueue), behind: make(chan struct{})}
+	s := &subscriber{frames: make(chan liveFrame, h.subQueue), behind: make(chan struct{}), agents: agents}
 	h.mu.Lock()
 	version := h.version
 	var state map[string][]stored
 	var recent []stored
 	frames := h.cached
-	fresh := h.cachedVersion == version && frames != nil
+	fresh := h.cachedVersion == version && frames != nil && agents == nil
 	if !fresh {
 		state, recent = h.snapshot()
 	}
@@ -615,17 +636,60 @@ func (h *hub) subscribe() (*subscriber, [][]byte) {
 	h.mu.Unlock()
 	h.metrics.Set("kvscope_hub_subscribers", "Browsers subscribed to /ws/live.", float64(n))
 	if !fresh {
-		frames = historyFrames(history(state, recent))
+		hist := history(state, recent)
+		if agents != nil {
+			for a := range hist {
+				if !agents[a] {
+					delete(hist, a)
+				}
+			}
+		}
+		frames = historyFrames(hist)
 		if frames == nil {
 			frames = [][]byte{}
 		}
-		h.mu.Lock()
-		if version >= h.cachedVersion {
-			h.cached, h.cachedVersion = frames, version
+		if agents == nil {
+			h.mu.Lock()
+			if version >= h.cachedVersion {
+				h.cached, h.cachedVersion = frames, version
+			}
+			h.mu.Unlock()
 		}
-		h.mu.Unlock()
 	}
 	return s, frames
+}
+
+// group is one agent's share of a publish.
+type group struct {
+	agent string
+	raws  [][]byte
+}
+
+// byAgent splits encoded events by agent, keeping each agent's order (a
+// publish is almost always one agent's frame: one group).
+func byAgent(raws [][]byte, agents []string) []group {
+	if len(raws) == 0 {
+		return nil
+	}
+	same := true
+	for _, a := range agents {
+		same = same && a == agents[0]
+	}
+	if same {
+		return []group{{agents[0], raws}}
+	}
+	var out []group
+	index := map[string]int{}
+	for i, a := range agents {
+		j, ok := index[a]
+		if !ok {
+			j = len(out)
+			index[a] = j
+			out = append(out, group{agent: a})
+		}
+		out[j].raws = append(out[j].raws, raws[i])
+	}
+	return out
 }
 
 func (h *hub) unsubscribe(s *subscriber) {
@@ -775,6 +839,7 @@ func (h *hub) prune(now time.Time) {
 			delete(h.state, name)
 			delete(h.storedSeq, name)
 			delete(h.storedTS, name)
+			delete(h.fleet, name)
 		}
 	}
 }
@@ -793,7 +858,16 @@ func (h *hub) liveHandler() http.Handler {
 		defer h.closeOnStop(conn)()
 		ctx := conn.CloseRead(r.Context()) // read-only: anything sent closes it
 		since, _ := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
-		s, hist := h.subscribe()
+		var agents map[string]bool
+		if list, ok := r.URL.Query()["agents"]; ok { // ?agents=a,b: only these agents' events
+			agents = map[string]bool{}
+			for _, a := range strings.Split(strings.Join(list, ","), ",") {
+				if a = strings.TrimSpace(a); a != "" && len(agents) < 1000 {
+					agents[a] = true
+				}
+			}
+		}
+		s, hist := h.subscribeTo(agents)
 		defer h.unsubscribe(s)
 		var caughtUp uint64 // the last stream message the catch-up read
 		if since > 0 && h.bus != nil {
@@ -801,7 +875,7 @@ func (h *hub) liveHandler() http.Handler {
 			// event it saw on, from the log, instead of the recent history
 			// (live frames queue meanwhile; the browser drops what it
 			// already has by agent and sequence).
-			if frames, through, err := h.catchUp(ctx, since); err == nil {
+			if frames, through, err := h.catchUp(ctx, since, agents); err == nil {
 				hist, caughtUp = frames, through
 			} else {
 				h.logf("a browser resuming after stream message %d: %v (sending the recent history)", since, err)
@@ -821,10 +895,19 @@ func (h *hub) liveHandler() http.Handler {
 				return
 			}
 		}
+		fleetTick := time.NewTicker(time.Second)
+		defer fleetTick.Stop()
+		if !send(h.fleetSummary()) {
+			return
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case <-fleetTick.C:
+				if !send(h.fleetSummary()) {
+					return
+				}
 			case <-s.behind:
 				conn.Close(websocket.StatusTryAgainLater, "fell behind: resume with ?since=<the last stream_seq seen>")
 				return

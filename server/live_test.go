@@ -87,6 +87,9 @@ func (s *liveSub) follow(ctx context.Context, addr string) error {
 		if _, ok := event.HistoryCount(data); ok {
 			continue // the header before the history frames
 		}
+		if _, ok := event.ParseFleet(data); ok {
+			continue // the fleet summary, once a second
+		}
 		evs, err := event.DecodeFrame(data)
 		if err != nil {
 			return err

@@ -313,3 +313,15 @@ func TestSubject(t *testing.T) {
 		}
 	}
 }
+
+func TestParseFleet(t *testing.T) {
+	f, ok := ParseFleet([]byte(`{"fleet":[{"agent":"a","events_per_s":5,"p99_us":120}],"slowest":[{"agent":"a","request":"r","transfer_us":900}]}`))
+	if !ok || len(f.Fleet) != 1 || f.Fleet[0].EventsPS != 5 || f.Slowest[0].TransferUS != 900 {
+		t.Fatalf("%+v %v", f, ok)
+	}
+	for _, bad := range []string{`{"history":3}`, `[{"v":1}]`, `{"fleet":null}`, `{"fleet":`, ``} {
+		if _, ok := ParseFleet([]byte(bad)); ok {
+			t.Errorf("%q read as a fleet summary", bad)
+		}
+	}
+}
