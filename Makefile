@@ -93,6 +93,7 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./agent/...
 	$(GO) test -run '^$$' -bench LiveEvents -benchtime 20000x ./server
+	$(GO) test -run '^$$' -bench Fleet -benchtime 1x ./server
 	@$(MAKE) --no-print-directory bench-nixl
 
 # The nixl backend's nixlbench-style table (agent/transfer/nixl_bench_test.go),
