@@ -70,6 +70,12 @@ func livePipeline(b *testing.B, burst int) {
 				return
 			}
 			now := time.Now().UnixNano()
+			if _, ok := event.HistoryCount(data); ok {
+				continue
+			}
+			if _, ok := event.ParseFleet(data); ok {
+				continue // the fleet summary
+			}
 			evs, err := event.DecodeFrame(data)
 			if err != nil {
 				b.Error(err)
