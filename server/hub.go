@@ -41,6 +41,8 @@ type hub struct {
 	logf          func(format string, args ...any)
 	stopped       context.Context // done once the hub closes
 	stop          context.CancelFunc
+	agentsStopped context.Context // done first: no more events come in
+	stopAgents    context.CancelFunc
 
 	// A new subscriber's history is packed outside mu, at most
 	// historyBuilders at a time (a storm of subscribers cannot take every
@@ -85,9 +87,10 @@ func newHub(reg *metrics.Registry, record io.Writer, logf func(string, ...any)) 
 		logf = func(string, ...any) {}
 	}
 	stopped, stop := context.WithCancel(context.Background())
+	agentsStopped, stopAgents := context.WithCancel(stopped)
 	return &hub{subs: map[*subscriber]struct{}{}, lastSeq: map[string]uint64{}, lastTS: map[string]int64{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20}, state: map[string][]stored{},
 		conns: map[string]*websocket.Conn{}, seen: map[string]time.Time{},
-		record: record, metrics: reg, subQueue: 1024, logf: logf, stopped: stopped, stop: stop, builders: make(chan struct{}, historyBuilders),
+		record: record, metrics: reg, subQueue: 1024, logf: logf, stopped: stopped, stop: stop, agentsStopped: agentsStopped, stopAgents: stopAgents, builders: make(chan struct{}, historyBuilders),
 		storedSeq: map[string]uint64{}, storedTS: map[string]int64{}, fleet: map[string]*fleetStat{}}
 }
 
@@ -236,12 +239,34 @@ func (h *hub) store(ctx context.Context, agent string, events []event.Event, fra
 // close ends every agent and browser connection with "going away" (the
 // server is stopping); http.Server.Shutdown does not reach hijacked
 // websocket connections.
-func (h *hub) close() { h.stop() }
+func (h *hub) close() {
+	h.stopAgents()
+	// What agents were acknowledged is in the browsers' queues: let them
+	// have it (up to 1 s) before their connections close too.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		h.mu.Lock()
+		queued := 0
+		for s := range h.subs {
+			queued += len(s.frames)
+		}
+		h.mu.Unlock()
+		if queued == 0 {
+			break
+		}
+	}
+	h.stop()
+}
 
 // closeOnStop closes a connection with "going away" when the hub closes;
 // the returned function cancels that.
 func (h *hub) closeOnStop(conn *websocket.Conn) func() bool {
 	return context.AfterFunc(h.stopped, func() { conn.Close(websocket.StatusGoingAway, "server stopping") })
+}
+
+// closeAgentOnStop is closeOnStop for an agent's connection: agents go
+// first when the hub closes.
+func (h *hub) closeAgentOnStop(conn *websocket.Conn) func() bool {
+	return context.AfterFunc(h.agentsStopped, func() { conn.Close(websocket.StatusGoingAway, "server stopping") })
 }
 
 // stored is an event the hub keeps, with its encoding (done once, when it
@@ -722,7 +747,7 @@ func (h *hub) agentHandler(token string) http.Handler {
 			return
 		}
 		defer conn.CloseNow()
-		defer h.closeOnStop(conn)()
+		defer h.closeAgentOnStop(conn)()
 		conn.SetReadLimit(event.MaxFrameBytes)
 		ctx := r.Context()
 		welcome := h.connect(ctx, name, conn, r.RemoteAddr)
