@@ -95,14 +95,8 @@ func (a *apiServer) api(fn func(ctx context.Context, a *apiServer, req apiReques
 			writeAPIError(w, http.StatusMethodNotAllowed, &badData{fmt.Errorf("use POST with a JSON body")})
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-		if err != nil {
-			writeAPIError(w, http.StatusRequestEntityTooLarge, &badData{fmt.Errorf("body: %w", err)})
-			return
-		}
 		var req apiRequest
-		if err := json.Unmarshal(body, &req); err != nil {
-			writeAPIError(w, http.StatusBadRequest, &badData{fmt.Errorf("body is not the request JSON: %w", err)})
+		if !readBody(w, r, &req, "the request JSON") {
 			return
 		}
 		req.versioned()
@@ -136,6 +130,22 @@ func (a *apiServer) api(fn func(ctx context.Context, a *apiServer, req apiReques
 		enc.SetIndent("", "  ")
 		enc.Encode(res)
 	})
+}
+
+// readBody reads a request's JSON body (at most maxBody bytes) into v,
+// or answers the error (413 for too large, 400 naming what was expected)
+// and returns false.
+func readBody(w http.ResponseWriter, r *http.Request, v any, what string) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeAPIError(w, http.StatusRequestEntityTooLarge, &badData{fmt.Errorf("body: %w", err)})
+		return false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		writeAPIError(w, http.StatusBadRequest, &badData{fmt.Errorf("body is not %s: %w", what, err)})
+		return false
+	}
+	return true
 }
 
 func writeAPIError(w http.ResponseWriter, status int, err error) {

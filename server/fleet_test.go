@@ -250,6 +250,32 @@ func fleetEvent(i int) event.Event {
 		Layer: fmt.Sprintf("model.layers.%d.self_attn", i%24), Kind: "full", Descs: 8, Bytes: 131072, EndNS: 4000, Timing: event.Measured}}
 }
 
+// startFleetAgents starts n agents named by the format, spread over the
+// replicas' addresses, each publishing its hello and then perAgent-1
+// fleet events at rate a second; wg ends with their streams, pubs with
+// their publishing.
+func startFleetAgents(ctx context.Context, wg, pubs *sync.WaitGroup, n, perAgent, rate int, name string, addrs ...string) []*stream.Streamer {
+	streamers := make([]*stream.Streamer, n)
+	for i := range streamers {
+		st := &stream.Streamer{Agent: fmt.Sprintf(name, i), URL: "ws://" + addrs[i%len(addrs)] + "/ws/agent", Token: fleetToken}
+		streamers[i] = st
+		wg.Add(1)
+		go func() { defer wg.Done(); st.Run(ctx) }()
+		pubs.Add(1)
+		go func() {
+			defer pubs.Done()
+			st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: st.Agent, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+			tick := time.NewTicker(time.Second / time.Duration(rate))
+			defer tick.Stop()
+			for j := 2; j <= perAgent; j++ {
+				<-tick.C
+				st.Publish(fleetEvent(j))
+			}
+		}()
+	}
+	return streamers
+}
+
 // TestFleet is the fleet in short: 10 agents stream to two kvscope serve
 // replicas that share one JetStream event log, and browsers (Go websocket
 // clients) on both replicas see every agent's events. Meanwhile one
@@ -272,26 +298,8 @@ func TestFleet(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.run(ctx) }()
 	}
-	streamers := make([]*stream.Streamer, agents)
 	var pubs sync.WaitGroup
-	for i := range streamers {
-		r := []*replica{r1, r2}[i%2]
-		st := &stream.Streamer{Agent: fmt.Sprintf("gpu%02d.fleet/agent", i), URL: "ws://" + r.addr + "/ws/agent", Token: fleetToken}
-		streamers[i] = st
-		wg.Add(1)
-		go func() { defer wg.Done(); st.Run(ctx) }()
-		pubs.Add(1)
-		go func() {
-			defer pubs.Done()
-			st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: st.Agent, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
-			tick := time.NewTicker(time.Second / rate)
-			defer tick.Stop()
-			for j := 2; j <= perAgent; j++ {
-				<-tick.C
-				st.Publish(fleetEvent(j))
-			}
-		}()
-	}
+	streamers := startFleetAgents(ctx, &wg, &pubs, agents, perAgent, rate, "gpu%02d.fleet/agent", r1.addr, r2.addr)
 
 	time.Sleep(800 * time.Millisecond)
 	t.Log("restarting replica 1")
@@ -393,24 +401,7 @@ func TestFleetBrowser(t *testing.T) {
 	actx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg, pubs sync.WaitGroup
-	streamers := make([]*stream.Streamer, agents)
-	for i := range streamers {
-		st := &stream.Streamer{Agent: fmt.Sprintf("host%d/agent", i), URL: "ws://" + r1.addr + "/ws/agent", Token: fleetToken}
-		streamers[i] = st
-		wg.Add(1)
-		go func() { defer wg.Done(); st.Run(actx) }()
-		pubs.Add(1)
-		go func() {
-			defer pubs.Done()
-			st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: st.Agent, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
-			tick := time.NewTicker(time.Second / rate)
-			defer tick.Stop()
-			for j := 2; j <= perAgent; j++ {
-				<-tick.C
-				st.Publish(fleetEvent(j))
-			}
-		}()
-	}
+	streamers := startFleetAgents(actx, &wg, &pubs, agents, perAgent, rate, "host%d/agent", r1.addr)
 	time.Sleep(time.Second)
 	t.Log("restarting replica 2, the page's, with a history of 8 frames: the page must resume from the log")
 	r2.stop()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -104,14 +103,8 @@ func liveRunHandler(e *embeddedAgent, cat model.Catalog, maxPairs int64) http.Ha
 			writeAPIError(w, http.StatusConflict, &badData{errors.New("this server runs no embedded agent (kvscope serve --agent none): start one with --agent embedded, or run kvscope-agent with a scenario")})
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-		if err != nil {
-			writeAPIError(w, http.StatusRequestEntityTooLarge, &badData{fmt.Errorf("body: %w", err)})
-			return
-		}
 		var req liveRunRequest
-		if err := json.Unmarshal(body, &req); err != nil {
-			writeAPIError(w, http.StatusBadRequest, &badData{fmt.Errorf("body is not {\"query\": \"...\"}: %w", err)})
+		if !readBody(w, r, &req, `{"query": "..."}`) {
 			return
 		}
 		s, adjusted, err := liveScenario(req.Query, cat, embeddedHostLimit, maxPairs)
