@@ -183,7 +183,9 @@ func runStreaming(ctx context.Context, st eventStream, logf func(string, ...any)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st.Run(streamCtx)
+			if err := st.Run(streamCtx); err != nil {
+				logf("agent: %v", err) // the events cannot leave (a refused --nats login)
+			}
 		}()
 	}
 	err := run(ctx)
