@@ -97,17 +97,20 @@ func runServe(args []string, stdout io.Writer) error {
 		return &usageError{err}
 	}
 	bo.Logf, bo.Token = o.Logf, o.Token
-	b, err := openBus(context.Background(), bo)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	if b.srv != nil {
+	// Without its event log the server still serves what it can: the app,
+	// the API and a live view kept in memory (what it says at start).
+	switch b, err := openBus(context.Background(), bo); {
+	case err != nil:
+		o.Logf("event log unavailable: %v; serving without it: live events stay in this process's memory only (none survive a restart, other replicas do not see them)", err)
+	case b.srv != nil:
+		defer b.close()
 		o.Logf("event log: embedded NATS JetStream on %s, data in %s (agents may publish there with kvscope-agent --nats)", b.url, bo.DataDir)
-	} else {
+		o.Bus = b
+	default:
+		defer b.close()
 		o.Logf("event log: JetStream stream %s on %s", streamName, redact(b.url))
+		o.Bus = b
 	}
-	o.Bus = b
 	srv := newServer(catalog(), o, rec)
 	return srv.listenAndServe(o, func(ctx context.Context, addr string) {
 		if srv.embedded != nil {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -665,4 +668,63 @@ func TestFleetView(t *testing.T) {
 	waitFor(t, ctx, "the slowest transfers, fleet-wide", `document.querySelector('[data-testid="fleet-slowest"] td')?.textContent == 'gpu24/agent'`, 15*time.Second)
 	shot, _ := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	artifact(t, "fleet", shot)
+}
+
+// TestMain lets a test run this test binary as kvscope itself
+// (KVSCOPE_SERVER_MAIN=1): a real kvscope serve process.
+func TestMain(m *testing.M) {
+	if os.Getenv("KVSCOPE_SERVER_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer a process writes to while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServeWithoutItsLog: kvscope serve --nats naming a server nobody runs
+// says so, naming it, and serves the app and the API all the same.
+func TestServeWithoutItsLog(t *testing.T) {
+	dead := "nats://" + freeAddr(t)
+	addr := freeAddr(t)
+	cmd := exec.Command(os.Args[0], "serve", "--addr", addr, "--agent", "none", "--nats", dead)
+	cmd.Env = append(os.Environ(), "KVSCOPE_SERVER_MAIN=1")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	for i := 0; ; i++ {
+		resp, err := http.Get("http://" + addr + "/api/models")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("/api/models: %d", resp.StatusCode)
+			}
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the server did not come up: %s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "event log unavailable") || !strings.Contains(out.String(), dead) {
+		t.Errorf("the log does not say the event log at %s is unavailable:\n%s", dead, out.String())
+	}
 }
