@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// The hub's side of the event log (bus.go): storing agents' events in
+// JetStream, following the stream into this replica's browsers, and
+// catching a returning browser up from it.
+
+// followReplay is how many stored frames a replica reads back at start:
+// its browsers' history.
+const followReplay = 1024
+
+// follow delivers the stream to this replica's browsers until the hub
+// closes: publish drops what it already delivered (a frame stored twice),
+// and a message that is not a frame of its agent's events is logged by its
+// stream sequence, counted and skipped.
+func (h *hub) follow(replay uint64) {
+	for h.stopped.Err() == nil {
+		err := h.bus.follow(h.stopped, replay, func(events []event.Event, raws [][]byte) { h.publishEncoded(events, raws) }, func(seq uint64, err error) {
+			h.metrics.Add("kvscope_bus_bad_messages_total", "Stream messages that were not a frame of their agent's events.", 1)
+			h.logf("event log: stream message %d skipped: %v", seq, err)
+		})
+		if err == nil || h.stopped.Err() != nil {
+			return
+		}
+		h.logf("event log: following the stream: %v (again in 1 s)", err)
+		select {
+		case <-h.stopped.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// forged reports whether an agent set what only the log sets.
+func forged(events []event.Event) bool {
+	for _, e := range events {
+		if e.Stream != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// maxCatchUp bounds the events a resuming browser is sent from the log
+// (about 10 s of a busy fleet); beyond it the browser gets the recent
+// history and counts the rest as missed.
+const maxCatchUp = 200_000
+
+// catchUp is the frames of every event stored from stream message since
+// on (that message again: a browser may have seen only part of it).
+func (h *hub) catchUp(ctx context.Context, since uint64, agents map[string]bool) ([][]byte, uint64, error) {
+	events, err := h.bus.readRange(ctx, since, 0, maxCatchUp)
+	if err != nil {
+		return nil, 0, err
+	}
+	var through uint64
+	if len(events) > 0 {
+		through = events[len(events)-1].Stream
+	}
+	raws := make([][]byte, 0, len(events))
+	for _, e := range events {
+		if agents != nil && !agents[e.Agent] {
+			continue
+		}
+		if raw, err := event.Encode(e); err == nil && len(raw) <= maxEventBytes {
+			raws = append(raws, raw)
+		}
+	}
+	frames := packFrames(raws)
+	if frames == nil {
+		frames = [][]byte{}
+	}
+	return frames, through, nil
+}
+
+// store keeps an agent's events and returns the last sequence number
+// stored for it, which the agent is acknowledged. Without a bus that is
+// publish; with one, the events not stored yet go to JetStream as one
+// frame, and the acknowledgement means JetStream has them (they reach
+// this replica's browsers, and every other replica's, through follow).
+func (h *hub) store(ctx context.Context, agent string, events []event.Event, frame []byte) (uint64, error) {
+	if h.bus == nil {
+		for i := range events {
+			events[i].Stream = 0 // there is no log
+		}
+		return h.publish(events), nil
+	}
+	type fresh struct {
+		seq uint64
+		ts  int64
+		raw []byte
+	}
+	h.mu.Lock()
+	last, lastTS := h.storedSeq[agent], h.storedTS[agent]
+	var todo []fresh
+	for _, e := range events {
+		if last > 0 && event.Restarted(e, lastTS) {
+			h.logf("agent %q restarted: its sequence starts again", agent)
+			last = 0
+		}
+		if e.Seq <= last {
+			continue
+		}
+		last, lastTS = e.Seq, e.TS
+		e.Stream = 0 // the log's to set
+		raw, err := event.Encode(e)
+		if err != nil || len(raw) > maxEventBytes {
+			h.reject("event_too_big") // acknowledged, as publish does: no frame can carry it
+			continue
+		}
+		todo = append(todo, fresh{e.Seq, e.TS, raw})
+	}
+	h.mu.Unlock()
+	if len(todo) == len(events) && len(todo) > 0 && frame != nil && !forged(events) {
+		// Every event is new: store the agent's frame as it came.
+		last := todo[len(todo)-1]
+		if err := h.bus.publish(ctx, agent, frame, todo[0].seq, last.seq, last.ts); err != nil {
+			h.metrics.Add("kvscope_bus_publish_errors_total", "Frames JetStream did not store (the agent resends them).", 1)
+			return 0, err
+		}
+		h.metrics.Add("kvscope_bus_stored_events_total", "Events this replica stored in JetStream.", float64(len(todo)))
+		todo = nil
+	}
+	// One message per frame within a browser's limits, each with its own
+	// sequence range (its message id).
+	for len(todo) > 0 {
+		n, size := 0, 2
+		for n < len(todo) && n < event.MaxFrameEvents && (n == 0 || size+len(todo[n].raw)+1 <= event.MaxFrameBytes) {
+			size += len(todo[n].raw) + 1
+			n++
+		}
+		raws := make([][]byte, n)
+		for i := range raws {
+			raws[i] = todo[i].raw
+		}
+		if err := h.bus.publish(ctx, agent, event.JoinFrame(raws), todo[0].seq, todo[n-1].seq, todo[n-1].ts); err != nil {
+			h.metrics.Add("kvscope_bus_publish_errors_total", "Frames JetStream did not store (the agent resends them).", 1)
+			return 0, err
+		}
+		h.metrics.Add("kvscope_bus_stored_events_total", "Events this replica stored in JetStream.", float64(n))
+		todo = todo[n:]
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur := h.storedSeq[agent]; last > cur || event.Restarted(events[0], h.storedTS[agent]) {
+		h.storedSeq[agent], h.storedTS[agent] = last, lastTS
+	}
+	return h.storedSeq[agent], nil
+}
