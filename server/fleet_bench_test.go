@@ -194,17 +194,19 @@ func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSe
 // NATS server, both replicas, the agents and the subscribers.
 func BenchmarkFleet(b *testing.B) {
 	const agents, perAgent = 100, 2000
-	for _, mode := range []string{"memory", "jetstream", "memory-paced", "jetstream-paced", "jetstream-faults"} {
+	for _, mode := range []string{"memory", "jetstream", "memory-paced", "jetstream-paced", "jetstream-paced-10k", "jetstream-faults"} {
 		b.Run(mode, func(b *testing.B) {
-			paced := strings.HasSuffix(mode, "-paced")
 			perSecond, n := 0, perAgent
-			if paced { // 100 agents × 200 events/s = 20,000 events/s for 5 s
+			switch {
+			case strings.HasSuffix(mode, "-paced"): // 100 agents × 200 events/s = 20,000 events/s for 5 s
 				perSecond, n = 200, 1000
+			case strings.HasSuffix(mode, "-paced-10k"): // 10,000 events/s for 5 s
+				perSecond, n = 100, 500
 			}
 			for range b.N {
 				var addrs []string
 				var during func()
-				switch strings.TrimSuffix(strings.TrimSuffix(mode, "-paced"), "-faults") {
+				switch strings.Split(mode, "-")[0] {
 				case "memory":
 					srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: fleetToken, Agent: "none"}, nil)
 					ln, err := net.Listen("tcp", "127.0.0.1:0")
