@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -74,6 +75,7 @@ type bus struct {
 
 	mu       sync.Mutex
 	follower jetstream.Consumer // follow's consumer, for its figures
+	closing  atomic.Bool        // close has begun: a disconnect is expected
 }
 
 // defaultDataDir is where the embedded server keeps its files.
@@ -129,7 +131,11 @@ func openBus(ctx context.Context, o busOptions) (*bus, error) {
 		logf = func(string, ...any) {}
 	}
 	opts = append(opts,
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { logf("NATS: disconnected (%v); reconnecting", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if !b.closing.Load() {
+				logf("NATS: disconnected (%v); reconnecting", err)
+			}
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { logf("NATS: reconnected to %s", nc.ConnectedUrlRedacted()) }))
 	auth, err := o.Auth.Options()
 	if err != nil {
@@ -299,6 +305,7 @@ func (b *bus) follow(ctx context.Context, replay uint64, deliver func(events []e
 
 // close ends the connection and the embedded server.
 func (b *bus) close() {
+	b.closing.Store(true)
 	if b.nc != nil {
 		b.nc.Drain()
 		b.nc.Close()
