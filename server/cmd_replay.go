@@ -25,9 +25,7 @@ func runReplay(args []string, stdout io.Writer) error {
 	from := fs.Uint64("from", 1, "with --nats: the first stream sequence number to play")
 	through := fs.Uint64("through", 0, "with --nats: the last stream sequence number to play (0: the end)")
 	var auth stream.NATSAuth
-	fs.StringVar(&auth.Creds, "nats-creds", "", "a NATS credentials file for --nats")
-	fs.StringVar(&auth.User, "nats-user", "", "NATS user for --nats (password from $KVSCOPE_NATS_PASSWORD)")
-	fs.StringVar(&auth.CA, "nats-ca", "", "CA file for NATS TLS")
+	auth.Flags(fs, "a NATS credentials file for --nats")
 	files, err := parseWithArgs(fs, args)
 	if err != nil {
 		return err

@@ -270,20 +270,6 @@ func packCounted(events [][]byte) ([][]byte, []int) {
 	return frames, counts
 }
 
-// joinParts makes one frame of frames' insides (their events, without
-// the brackets); size is the frame's length.
-func joinParts(parts [][]byte, size int) []byte {
-	out := make([]byte, 0, size)
-	out = append(out, '[')
-	for i, p := range parts {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, p...)
-	}
-	return append(out, ']')
-}
-
 // offer queues a frame for a subscriber, dropping its oldest frame when
 // its queue is full.
 func (h *hub) offer(s *subscriber, frame liveFrame) {
@@ -816,7 +802,7 @@ func (h *hub) liveHandler() http.Handler {
 					if len(parts) == 0 {
 						return true
 					}
-					ok := send(joinParts(parts, psize))
+					ok := send(event.JoinFrame(parts))
 					parts, psize, pn = nil, 2, 0
 					return ok
 				}

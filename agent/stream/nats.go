@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -29,6 +30,17 @@ const (
 type NATSAuth struct {
 	Creds, User, Password string
 	CA, Cert, Key         string
+}
+
+// Flags registers --nats-creds, --nats-user, --nats-ca, --nats-cert and
+// --nats-key on fs (the password comes from $KVSCOPE_NATS_PASSWORD, never a
+// flag: command lines are visible to every user of the host).
+func (a *NATSAuth) Flags(fs *flag.FlagSet, credsHelp string) {
+	fs.StringVar(&a.Creds, "nats-creds", "", credsHelp)
+	fs.StringVar(&a.User, "nats-user", "", "NATS user for --nats (password from $KVSCOPE_NATS_PASSWORD)")
+	fs.StringVar(&a.CA, "nats-ca", "", "CA file to verify the NATS servers' TLS certificates")
+	fs.StringVar(&a.Cert, "nats-cert", "", "client certificate for NATS TLS (with --nats-key)")
+	fs.StringVar(&a.Key, "nats-key", "", "client key for NATS TLS")
 }
 
 // Options are the nats.go options for a; a missing file is an error that
