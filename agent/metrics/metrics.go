@@ -26,7 +26,7 @@ type Registry struct {
 	mu        sync.Mutex
 	counters  map[string]*vec[*prometheus.CounterVec]
 	gauges    map[string]*vec[*prometheus.GaugeVec]
-	summaries map[string]prometheus.Summary
+	summaries map[string]*vec[prometheus.Summary]
 	dropped   prometheus.Counter
 }
 
@@ -39,7 +39,7 @@ type vec[V any] struct {
 // New makes an empty registry.
 func New() *Registry {
 	r := &Registry{reg: prometheus.NewRegistry(), counters: map[string]*vec[*prometheus.CounterVec]{},
-		gauges: map[string]*vec[*prometheus.GaugeVec]{}, summaries: map[string]prometheus.Summary{}}
+		gauges: map[string]*vec[*prometheus.GaugeVec]{}, summaries: map[string]*vec[prometheus.Summary]{}}
 	r.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvscope_metrics_dropped_total",
 		Help: "Updates the registry refused: label names or a type other than the metric's first use, or a negative counter increment."})
 	r.reg.MustRegister(r.dropped)
@@ -54,22 +54,29 @@ func split(kv []string) (names, values []string) {
 	return names, values
 }
 
+// lookup finds metric name in m, or makes it with newVec and registers it
+// (false: the registry refused it, a name already taken by another type).
+func lookup[V prometheus.Collector](r *Registry, m map[string]*vec[V], name string, names []string, newVec func() V) (*vec[V], bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v, ok := m[name]; ok {
+		return v, true
+	}
+	v := &vec[V]{newVec(), names}
+	if r.reg.Register(v.v) != nil {
+		return nil, false
+	}
+	m[name] = v
+	return v, true
+}
+
 // Add adds v (not negative) to a counter.
 func (r *Registry) Add(name, help string, v float64, labelPairs ...string) {
 	names, values := split(labelPairs)
-	r.mu.Lock()
-	c, ok := r.counters[name]
-	if !ok {
-		c = &vec[*prometheus.CounterVec]{prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, names), names}
-		if r.reg.Register(c.v) != nil {
-			r.mu.Unlock()
-			r.dropped.Inc()
-			return
-		}
-		r.counters[name] = c
-	}
-	r.mu.Unlock()
-	if v < 0 || math.IsNaN(v) || !slices.Equal(c.names, names) {
+	c, ok := lookup(r, r.counters, name, names, func() *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, names)
+	})
+	if !ok || v < 0 || math.IsNaN(v) || !slices.Equal(c.names, names) {
 		r.dropped.Inc()
 		return
 	}
@@ -79,19 +86,10 @@ func (r *Registry) Add(name, help string, v float64, labelPairs ...string) {
 // Set sets a gauge.
 func (r *Registry) Set(name, help string, v float64, labelPairs ...string) {
 	names, values := split(labelPairs)
-	r.mu.Lock()
-	g, ok := r.gauges[name]
-	if !ok {
-		g = &vec[*prometheus.GaugeVec]{prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, names), names}
-		if r.reg.Register(g.v) != nil {
-			r.mu.Unlock()
-			r.dropped.Inc()
-			return
-		}
-		r.gauges[name] = g
-	}
-	r.mu.Unlock()
-	if !slices.Equal(g.names, names) {
+	g, ok := lookup(r, r.gauges, name, names, func() *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, names)
+	})
+	if !ok || !slices.Equal(g.names, names) {
 		r.dropped.Inc()
 		return
 	}
@@ -101,20 +99,15 @@ func (r *Registry) Set(name, help string, v float64, labelPairs ...string) {
 // Observe records one observation of a summary: its p50 and p99 cover the
 // last ten minutes.
 func (r *Registry) Observe(name, help string, v float64) {
-	r.mu.Lock()
-	s, ok := r.summaries[name]
-	if !ok {
-		s = prometheus.NewSummary(prometheus.SummaryOpts{Name: name, Help: help, Objectives: map[float64]float64{0.5: 0.01, 0.99: 0.001},
+	s, ok := lookup(r, r.summaries, name, nil, func() prometheus.Summary {
+		return prometheus.NewSummary(prometheus.SummaryOpts{Name: name, Help: help, Objectives: map[float64]float64{0.5: 0.01, 0.99: 0.001},
 			MaxAge: 10 * time.Minute})
-		if r.reg.Register(s) != nil {
-			r.mu.Unlock()
-			r.dropped.Inc()
-			return
-		}
-		r.summaries[name] = s
+	})
+	if !ok {
+		r.dropped.Inc()
+		return
 	}
-	r.mu.Unlock()
-	s.Observe(v)
+	s.v.Observe(v)
 }
 
 // Register adds a collector (the event log's figures, read when scraped).
