@@ -329,11 +329,7 @@ func (w *watcher) compare(url, engine string, e *watch.Engine) []event.MismatchD
 	if w.cfg.Model == nil || e.Cache == nil || (side != "P" && side != "D") {
 		return nil
 	}
-	eng := w.cfg.P
-	if side == "D" {
-		eng = w.cfg.D
-	}
-	p, err := plan.New(w.cfg.Model, eng)
+	p, err := plan.New(w.cfg.Model, w.engine(side))
 	if err != nil {
 		return []event.MismatchData{{Engine: engine, Side: side, Field: "plan", Observed: observedPlan(e), Predicted: "no plan: " + err.Error(), Source: "kvscope"}}
 	}

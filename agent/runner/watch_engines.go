@@ -45,15 +45,19 @@ func (l link) engineLine(tp int) string {
 	return s + " · mapped in the scenario"
 }
 
+// engine is the scenario's flags for side P or D.
+func (w *watcher) engine(side string) plan.Engine {
+	if side == "D" {
+		return w.cfg.D
+	}
+	return w.cfg.P
+}
+
 // tp is the TP size of a side: the scenario's, else the largest a side
 // channel of that side was given, else 0 (unknown).
 func (w *watcher) tp(side string) int {
 	if w.cfg.Model != nil {
-		e := w.cfg.P
-		if side == "D" {
-			e = w.cfg.D
-		}
-		return max(e.TensorParallelSize, 1)
+		return max(w.engine(side).TensorParallelSize, 1)
 	}
 	n := 0
 	for _, sc := range w.cfg.SideChannels {
@@ -164,10 +168,7 @@ func (w *watcher) compareRank(agent string, l link, md *watch.RankMetadata) []ev
 	if w.cfg.Model == nil || (l.Side != "P" && l.Side != "D") {
 		return nil
 	}
-	eng, side := w.cfg.P, xfer.P
-	if l.Side == "D" {
-		eng, side = w.cfg.D, xfer.D
-	}
+	eng, side := w.engine(l.Side), xfer.Side(l.Side)
 	src := fmt.Sprintf("side channel %s rank %d", l.Engine, l.Rank)
 	mismatch := func(field, observed, predicted string) event.MismatchData {
 		return event.MismatchData{Engine: agent, Side: l.Side, Field: field, Observed: observed, Predicted: predicted, Source: src}
