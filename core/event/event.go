@@ -49,6 +49,26 @@ const (
 	Synthesized Timing = "synthesized"
 )
 
+// payloads names each kind's payload (its JSON key), in the order of
+// Event's payload fields.
+var payloads = [...]struct {
+	kind Kind
+	key  string
+}{
+	{Hello, "hello"}, {Registration, "registration"}, {Handshake, "handshake"}, {TransferStart, "start"},
+	{DescBatch, "batch"}, {TransferDone, "done"}, {Error, "error"}, {Sample, "sample"}, {PlanMismatch, "mismatch"},
+}
+
+// payloadIndex is a kind's place in payloads, -1 for an unknown kind.
+func payloadIndex(k Kind) int {
+	for i, p := range payloads {
+		if p.kind == k {
+			return i
+		}
+	}
+	return -1
+}
+
 // Event is one event. Exactly the payload of its kind is set.
 type Event struct {
 	V     int    `json:"v"`
@@ -367,21 +387,19 @@ func (e *Event) Validate() error {
 	case e.Seq == 0:
 		return bad("seq", "must be positive")
 	}
-	payloads := map[Kind]bool{
-		Hello: e.Hello != nil, Registration: e.Registration != nil, Handshake: e.Handshake != nil,
-		TransferStart: e.Start != nil, DescBatch: e.Batch != nil, TransferDone: e.Done != nil,
-		Error: e.Error != nil, Sample: e.Sample != nil, PlanMismatch: e.Mismatch != nil,
-	}
-	has, known := payloads[e.Kind]
-	if !known {
+	set := [len(payloads)]bool{e.Hello != nil, e.Registration != nil, e.Handshake != nil, e.Start != nil, e.Batch != nil,
+		e.Done != nil, e.Error != nil, e.Sample != nil, e.Mismatch != nil}
+	i := payloadIndex(e.Kind)
+	if i < 0 {
 		return bad("kind", fmt.Sprintf("unknown kind %q", e.Kind))
 	}
+	has := set[i]
 	if !has {
 		return bad("kind", fmt.Sprintf("kind %s without its payload", e.Kind))
 	}
 	n := 0
-	for _, set := range payloads {
-		if set {
+	for _, p := range set {
+		if p {
 			n++
 		}
 	}
