@@ -288,12 +288,12 @@ func (b *bus) follow(ctx context.Context, replay uint64, deliver func(events []e
 		if meta != nil {
 			seq = meta.Sequence.Stream
 		}
-		events, err := decodeStored(m.Data(), m.Headers().Get(stream.HeaderAgent), seq)
+		events, raws, err := routeStored(m.Data(), m.Headers().Get(stream.HeaderAgent), seq)
 		if err != nil {
 			bad(seq, err)
 			return
 		}
-		deliver(events, stampedRaws(m.Data(), seq, len(events)))
+		deliver(events, raws)
 	}, jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return err
@@ -346,8 +346,8 @@ func natsFlags(fs *flag.FlagSet) func() (busOptions, error) {
 	}
 }
 
-// decodeStored reads a stored frame: its agent's events, each stamped with
-// the message's stream sequence.
+// decodeStored reads a stored frame whole: its agent's events, each
+// stamped with the message's stream sequence (kvscope replay plays them).
 func decodeStored(data []byte, agent string, seq uint64) ([]event.Event, error) {
 	events, err := event.DecodeFrame(data)
 	if err == nil {
@@ -362,117 +362,121 @@ func decodeStored(data []byte, agent string, seq uint64) ([]event.Event, error) 
 	return events, nil
 }
 
-// stampedRaws is each event's JSON from a stored frame with its stream
-// sequence added ({"stream_seq":N, then the event's own fields: the log
-// never stores one), or nil when the frame does not split as expected
-// (the hub then encodes the events itself).
-func stampedRaws(frame []byte, seq uint64, n int) [][]byte {
-	raws := splitObjects(frame, n)
-	if raws == nil {
-		return nil
+// routeStored reads a stored frame for routing to browsers, without
+// decoding what the hub does not read: each event's head (its payload
+// decoded only for the kinds the hub reads, payloadRead) and its JSON as
+// the agent wrote it, stamped with the message's stream sequence
+// ({"stream_seq":N, then the event's own fields). The frame is checked
+// as event.Peek checks; a payload of a kind the hub does not read reaches
+// browsers checked for well-formed JSON only (the replica that stored it
+// decoded it whole; an agent that publishes to NATS itself can spoil only
+// its own events, which the browser counts as malformed).
+func routeStored(data []byte, agent string, seq uint64) ([]event.Event, [][]byte, error) {
+	heads, err := event.Peek(data)
+	if err != nil {
+		return nil, nil, err
 	}
-	prefix := []byte(`{"stream_seq":` + strconv.FormatUint(seq, 10) + `,`)
-	out := make([][]byte, n)
-	for i, r := range raws {
-		if len(r) < 2 || r[0] != '{' || bytes.Contains(r, []byte(`"stream_seq"`)) {
-			return nil
-		}
-		out[i] = append(append(make([]byte, 0, len(prefix)+len(r)), prefix...), r[1:]...)
-	}
-	return out
-}
-
-// splitObjects splits a JSON array of n objects (one DecodeFrame has
-// accepted) into the objects' bytes, by their braces outside strings; nil
-// when it does not come out as n objects.
-func splitObjects(frame []byte, n int) [][]byte {
-	out := make([][]byte, 0, n)
-	depth, start := 0, -1
-	inString, escaped := false, false
-	for i, c := range frame {
+	prefix := `{"stream_seq":` + strconv.FormatUint(seq, 10) + `,`
+	size := 0
+	for i, h := range heads {
 		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{':
-			if depth == 0 {
-				start = i
-			}
-			depth++
-		case c == '}':
-			depth--
-			if depth == 0 && start >= 0 {
-				out = append(out, frame[start:i+1])
-				start = -1
-			}
-			if depth < 0 {
-				return nil
+		case h.Agent != agent:
+			return nil, nil, &event.FrameError{Index: i, Field: "agent", Reason: fmt.Sprintf("%q in a message of agent %q", h.Agent, agent)}
+		case h.Stream != 0 || bytes.Contains(h.Raw, []byte(`"stream_seq"`)):
+			return nil, nil, &event.FrameError{Index: i, Field: "stream_seq", Reason: "set in a stored event (the log sets it)"}
+		}
+		size += len(prefix) + len(h.Raw) - 1
+	}
+	buf := make([]byte, 0, size)
+	events := make([]event.Event, len(heads))
+	raws := make([][]byte, len(heads))
+	for i, h := range heads {
+		e := event.Event{V: event.Version, Agent: h.Agent, Seq: h.Seq, Kind: h.Kind, TS: h.TS}
+		if payloadRead(h.Kind) {
+			if e, err = event.DecodeEvent(h.Raw); err != nil {
+				err.(*event.FrameError).Index = i
+				return nil, nil, err
 			}
 		}
+		e.Stream = seq
+		events[i] = e
+		start := len(buf)
+		buf = append(append(buf, prefix...), h.Raw[1:]...)
+		raws[i] = buf[start:len(buf):len(buf)]
 	}
-	if len(out) != n || depth != 0 || inString {
-		return nil
-	}
-	return out
+	return events, raws, nil
 }
 
-// readRange reads the events of stream messages from to through (0: the
+// payloadRead reports the kinds whose payload the hub reads (the fleet
+// summary and the metrics): the others are routed by their heads.
+func payloadRead(k event.Kind) bool {
+	return k == event.Hello || k == event.TransferDone || k == event.Error || k == event.Sample
+}
+
+// readEvents reads the events of stream messages from to through (0: the
 // stream's last message when the read starts), at most maxEvents (the
-// read stops after the message that passes it); messages that do not
-// decode are skipped.
-func (b *bus) readRange(ctx context.Context, from, through uint64, maxEvents int) ([]event.Event, error) {
+// read stops after the message that passes it), each decoded whole;
+// messages that do not decode are skipped.
+func (b *bus) readEvents(ctx context.Context, from, through uint64, maxEvents int) ([]event.Event, error) {
+	var out []event.Event
+	err := b.readRange(ctx, from, through, maxEvents, func(data []byte, agent string, seq uint64) int {
+		events, err := decodeStored(data, agent, seq)
+		if err != nil {
+			return 0
+		}
+		out = append(out, events...)
+		return len(events)
+	})
+	return out, err
+}
+
+// readRange hands take each stream message from to through (0: the
+// stream's last message when the read starts) with its agent and stream
+// sequence; take says how many events it kept, and the read stops after
+// the message that brings them to maxEvents.
+func (b *bus) readRange(ctx context.Context, from, through uint64, maxEvents int, take func(data []byte, agent string, seq uint64) int) error {
 	info, err := b.stream.Info(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if through == 0 || through > info.State.LastSeq {
 		through = info.State.LastSeq
 	}
 	from = max(from, info.State.FirstSeq)
 	if from > through {
-		return nil, nil
+		return nil
 	}
 	cons, err := b.js.OrderedConsumer(ctx, streamName, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subjectPrefix + ">"}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer it.Stop()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	stop := context.AfterFunc(rctx, it.Stop)
 	defer stop()
-	var out []event.Event
+	kept := 0
 	for {
 		m, err := it.Next()
 		if err != nil {
 			if rctx.Err() != nil {
-				return out, fmt.Errorf("reading stream messages %d-%d: %w", from, through, rctx.Err())
+				return fmt.Errorf("reading stream messages %d-%d: %w", from, through, rctx.Err())
 			}
-			return out, err
+			return err
 		}
 		meta, err := m.Metadata()
 		if err != nil {
-			return out, err
+			return err
 		}
 		seq := meta.Sequence.Stream
-		if events, err := decodeStored(m.Data(), m.Headers().Get(stream.HeaderAgent), seq); err == nil {
-			out = append(out, events...)
-		}
-		if seq >= through || len(out) >= maxEvents {
-			return out, nil
+		kept += take(m.Data(), m.Headers().Get(stream.HeaderAgent), seq)
+		if seq >= through || kept >= maxEvents {
+			return nil
 		}
 	}
 }

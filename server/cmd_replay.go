@@ -44,7 +44,7 @@ func runReplay(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		events, err = b.readRange(context.Background(), *from, *through, maxReplayEvents)
+		events, err = b.readEvents(context.Background(), *from, *through, maxReplayEvents)
 		b.close()
 		if err != nil {
 			return fmt.Errorf("--nats %s, stream messages %d-%d: %w", redact(*natsURL), *from, *through, err)

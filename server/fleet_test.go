@@ -563,7 +563,7 @@ func TestReplayFromStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.close()
-	events, err := ro.readRange(context.Background(), 2, 3, 100)
+	events, err := ro.readEvents(context.Background(), 2, 3, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,37 +576,56 @@ func TestReplayFromStream(t *testing.T) {
 	}
 }
 
-// TestStampedRaws: the stored frame's events come out with their stream
+// TestRouteStored: a stored frame's events come out with their stream
 // sequence first and every field of their own, equal to encoding them
 // with it; strings holding braces, quotes and escapes do not confuse the
-// split; anything else is left to the hub to encode.
-func TestStampedRaws(t *testing.T) {
+// split; the payloads the hub reads are decoded, a descriptor batch's is
+// not; a frame of another agent, with a stream sequence of its own, or
+// with a payload the hub reads that does not decode is refused, naming
+// the event.
+func TestRouteStored(t *testing.T) {
 	evs := []event.Event{
 		{V: event.Version, Agent: "a", Seq: 1, TS: 5, Kind: event.Error, Error: &event.ErrorData{Status: "ERR_X", Message: `brace } { "quoted" \ back\slash \"`}},
 		{V: event.Version, Agent: "a", Seq: 2, TS: 6, Kind: event.Sample, Sample: &event.SampleData{GBps: 1.5}},
+		{V: event.Version, Agent: "a", Seq: 3, TS: 7, Kind: event.DescBatch, Batch: &event.BatchData{Request: "r}", Descs: 4, Timing: event.Measured}},
 	}
 	frame, err := event.EncodeFrame(evs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raws := stampedRaws(frame, 42, 2)
-	if len(raws) != 2 {
-		t.Fatalf("%d raws", len(raws))
+	events, raws, err := routeStored(frame, "a", 42)
+	if err != nil || len(raws) != 3 || len(events) != 3 {
+		t.Fatalf("%d events, %d raws, %v", len(events), len(raws), err)
 	}
 	for i, raw := range raws {
+		if !bytes.HasPrefix(raw, []byte(`{"stream_seq":42,"v":1,`)) {
+			t.Errorf("raw %d: %s", i, raw)
+		}
 		var got event.Event
 		if err := json.Unmarshal(raw, &got); err != nil {
 			t.Fatalf("%s: %v", raw, err)
 		}
 		want := evs[i]
 		want.Stream = 42
-		if fmt.Sprint(got.Error, got.Sample, got.Seq, got.Stream) != fmt.Sprint(want.Error, want.Sample, want.Seq, want.Stream) {
+		if fmt.Sprint(got.Error, got.Sample, got.Batch, got.Seq, got.Stream) != fmt.Sprint(want.Error, want.Sample, want.Batch, want.Seq, want.Stream) {
 			t.Errorf("raw %d: %+v, want %+v", i, got, want)
 		}
+		if e := events[i]; e.Seq != want.Seq || e.Stream != 42 || e.Kind != want.Kind || e.TS != want.TS {
+			t.Errorf("event %d: %+v, want %+v", i, e, want)
+		}
 	}
-	for _, bad := range []string{`[{"a":1}`, `[{"a":"}"}]`, `[1,2]`, `[{"stream_seq":1,"v":1}, {"v":1}]`} {
-		if raws := stampedRaws([]byte(bad), 1, 2); raws != nil {
-			t.Errorf("%s: split into %q", bad, raws)
+	if events[0].Error == nil || events[0].Error.Status != "ERR_X" || events[1].Sample == nil || events[1].Sample.GBps != 1.5 || events[2].Batch != nil {
+		t.Errorf("payloads: %+v %+v %+v", events[0].Error, events[1].Sample, events[2].Batch)
+	}
+	for _, tt := range []struct{ frame, agent, want string }{
+		{string(frame), "b", `event 0: agent: "a" in a message of agent "b"`},
+		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","stream_seq":0,"batch":{}}]`, "a", "event 0: stream_seq: set in a stored event"},
+		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{}},{"v":1,"agent":"a","seq":2,"kind":"sample","sample":{"gbps":"fast"}}]`, "a", "event 1: event: json: cannot unmarshal"},
+		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{}]`, "a", "event 0"},
+		{`{"a":1}`, "a", "not a JSON array"},
+	} {
+		if _, _, err := routeStored([]byte(tt.frame), tt.agent, 1); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.frame, err, tt.want)
 		}
 	}
 }

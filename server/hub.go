@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -594,13 +595,14 @@ func (h *hub) agentHandler(token string) http.Handler {
 		defer h.closeAgentOnStop(conn)()
 		conn.SetReadLimit(event.MaxFrameBytes)
 		ctx := r.Context()
+		var in messageReader
 		welcome := h.connect(ctx, name, conn, r.RemoteAddr)
 		defer h.disconnect(name, conn)
 		if err := h.ack(ctx, conn, welcome); err != nil {
 			return
 		}
 		for {
-			_, data, err := conn.Read(ctx)
+			data, err := in.read(ctx, conn)
 			if err != nil {
 				if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
 					h.reject("too_big")
@@ -628,6 +630,24 @@ func (h *hub) agentHandler(token string) http.Handler {
 			}
 		}
 	})
+}
+
+// messageReader reads a connection's messages into buffers sized by the
+// last one: a steady stream of frames costs one allocation each, not the
+// doubling of a buffer grown from empty (and its copies).
+type messageReader struct{ last int }
+
+func (m *messageReader) read(ctx context.Context, conn *websocket.Conn) ([]byte, error) {
+	_, r, err := conn.Reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, m.last+m.last/8+2*bytes.MinRead))
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	m.last = buf.Len()
+	return buf.Bytes(), nil
 }
 
 func (h *hub) reject(reason string) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -36,14 +37,23 @@ func (h *hub) follow(replay uint64) {
 	}
 }
 
-// forged reports whether an agent set what only the log sets.
-func forged(events []event.Event) bool {
-	for _, e := range events {
-		if e.Stream != 0 {
-			return true
-		}
+// agentRaws is each event's JSON as the agent wrote it, when the frame
+// is in the form the log routes without decoding it again (event.Peek's)
+// and sets no stream sequence (the log's to set); nil otherwise, and the
+// hub encodes the events itself.
+func agentRaws(frame []byte, n int) [][]byte {
+	heads, err := event.Peek(frame)
+	if err != nil || len(heads) != n {
+		return nil
 	}
-	return false
+	raws := make([][]byte, n)
+	for i, h := range heads {
+		if h.Stream != 0 || bytes.Contains(h.Raw, []byte(`"stream_seq"`)) {
+			return nil
+		}
+		raws[i] = h.Raw
+	}
+	return raws
 }
 
 // maxCatchUp bounds the events a resuming browser is sent from the log
@@ -54,22 +64,26 @@ const maxCatchUp = 200_000
 // catchUp is the frames of every event stored from stream message since
 // on (that message again: a browser may have seen only part of it).
 func (h *hub) catchUp(ctx context.Context, since uint64, agents map[string]bool) ([][]byte, uint64, error) {
-	events, err := h.bus.readRange(ctx, since, 0, maxCatchUp)
+	var raws [][]byte
+	var through uint64
+	err := h.bus.readRange(ctx, since, 0, maxCatchUp, func(data []byte, agent string, seq uint64) int {
+		through = seq
+		if agents != nil && !agents[agent] {
+			return 0
+		}
+		_, rs, err := routeStored(data, agent, seq)
+		if err != nil {
+			return 0
+		}
+		for _, r := range rs {
+			if len(r) <= maxEventBytes {
+				raws = append(raws, r)
+			}
+		}
+		return len(rs)
+	})
 	if err != nil {
 		return nil, 0, err
-	}
-	var through uint64
-	if len(events) > 0 {
-		through = events[len(events)-1].Stream
-	}
-	raws := make([][]byte, 0, len(events))
-	for _, e := range events {
-		if agents != nil && !agents[e.Agent] {
-			continue
-		}
-		if raw, err := event.Encode(e); err == nil && len(raw) <= maxEventBytes {
-			raws = append(raws, raw)
-		}
 	}
 	frames := packFrames(raws)
 	if frames == nil {
@@ -84,11 +98,15 @@ func (h *hub) catchUp(ctx context.Context, since uint64, agents map[string]bool)
 // frame, and the acknowledgement means JetStream has them (they reach
 // this replica's browsers, and every other replica's, through follow).
 func (h *hub) store(ctx context.Context, agent string, events []event.Event, frame []byte) (uint64, error) {
+	var raws [][]byte
+	if frame != nil {
+		raws = agentRaws(frame, len(events))
+	}
 	if h.bus == nil {
 		for i := range events {
 			events[i].Stream = 0 // there is no log
 		}
-		return h.publish(events), nil
+		return h.publishEncoded(events, raws), nil
 	}
 	type fresh struct {
 		seq uint64
@@ -98,7 +116,7 @@ func (h *hub) store(ctx context.Context, agent string, events []event.Event, fra
 	h.mu.Lock()
 	last, lastTS := h.storedSeq[agent], h.storedTS[agent]
 	var todo []fresh
-	for _, e := range events {
+	for i, e := range events {
 		if last > 0 && event.Restarted(e, lastTS) {
 			h.logf("agent %q restarted: its sequence starts again", agent)
 			last = 0
@@ -107,8 +125,14 @@ func (h *hub) store(ctx context.Context, agent string, events []event.Event, fra
 			continue
 		}
 		last, lastTS = e.Seq, e.TS
-		e.Stream = 0 // the log's to set
-		raw, err := event.Encode(e)
+		var raw []byte
+		var err error
+		if raws != nil {
+			raw = raws[i]
+		} else {
+			e.Stream = 0 // the log's to set
+			raw, err = event.Encode(e)
+		}
 		if err != nil || len(raw) > maxEventBytes {
 			h.reject("event_too_big") // acknowledged, as publish does: no frame can carry it
 			continue
@@ -116,7 +140,7 @@ func (h *hub) store(ctx context.Context, agent string, events []event.Event, fra
 		todo = append(todo, fresh{e.Seq, e.TS, raw})
 	}
 	h.mu.Unlock()
-	if len(todo) == len(events) && len(todo) > 0 && frame != nil && !forged(events) {
+	if len(todo) == len(events) && len(todo) > 0 && raws != nil {
 		// Every event is new: store the agent's frame as it came.
 		last := todo[len(todo)-1]
 		if err := h.bus.publish(ctx, agent, frame, todo[0].seq, last.seq, last.ts); err != nil {

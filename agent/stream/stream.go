@@ -1,7 +1,8 @@
 // Package stream sends an agent's events to a kvscope server over a
 // websocket (/ws/agent, bearer token). Publishing never blocks: events wait
 // in a bounded queue, which drops its oldest event (and counts it) when
-// full. Frames leave at least every 50 ms; the server acknowledges the last
+// full. Frames leave at least every 50 ms while the server keeps up (at
+// most InFlight frames wait for its acknowledgement); it acknowledges the last
 // sequence number it stored, and after a reconnect (with backoff) the
 // stream resumes after that number, so the only gaps a subscriber can see
 // are the drops the agent counted.
@@ -30,6 +31,7 @@ type Streamer struct {
 	QueueSize  int           // events kept until acknowledged (default 8192)
 	FlushEvery time.Duration // the longest an event waits for its frame (default 25 ms, at most 50)
 	MaxBatch   int           // events per frame (default 512)
+	InFlight   int           // frames sent and not yet acknowledged, at most (default 2)
 	Logf       func(format string, args ...any)
 
 	mu      sync.Mutex
@@ -59,6 +61,9 @@ func (s *Streamer) init() {
 		}
 		if s.MaxBatch <= 0 {
 			s.MaxBatch = 512
+		}
+		if s.InFlight <= 0 {
+			s.InFlight = 2
 		}
 	})
 }
@@ -221,26 +226,41 @@ func (s *Streamer) session(ctx context.Context) error {
 	s.mu.Unlock()
 	tick := time.NewTicker(s.FlushEvery)
 	defer tick.Stop()
+	// A window of frames in flight: while it is full, events gather into
+	// the next frame, so a busy agent sends fewer, larger frames (and the
+	// server stores fewer messages) instead of one frame per event.
+	var inflight []uint64 // the last sequence number of each frame not acknowledged
+	lastAck := sent
 	for {
-		batch := s.pending(sent)
-		if len(batch) > 0 {
-			frame, err := s.frame(&batch)
-			if err != nil {
-				return err
-			}
-			if frame == nil { // one event too large for any frame: dropped
-				sent = batch[0].Seq
-				continue
-			}
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err = conn.Write(wctx, websocket.MessageText, frame)
-			cancel()
-			if err != nil {
-				return err
-			}
-			sent = batch[len(batch)-1].Seq
-			if len(batch) == s.MaxBatch {
-				continue // more waiting
+		acked := s.Acked()
+		if acked < lastAck { // the server lost what it stored: nothing is in flight
+			inflight = nil
+		}
+		lastAck = acked
+		for len(inflight) > 0 && inflight[0] <= acked {
+			inflight = inflight[1:]
+		}
+		if len(inflight) < s.InFlight {
+			if batch := s.pending(sent); len(batch) > 0 {
+				frame, err := s.frame(&batch)
+				if err != nil {
+					return err
+				}
+				if frame == nil { // one event too large for any frame: dropped
+					sent = batch[0].Seq
+					continue
+				}
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err = conn.Write(wctx, websocket.MessageText, frame)
+				cancel()
+				if err != nil {
+					return err
+				}
+				sent = batch[len(batch)-1].Seq
+				inflight = append(inflight, sent)
+				if len(batch) == s.MaxBatch {
+					continue // more waiting
+				}
 			}
 		}
 		select {
@@ -327,5 +347,9 @@ func (s *Streamer) readAcks(ctx context.Context, conn *websocket.Conn) error {
 		}
 		s.mu.Unlock()
 		s.ackUpTo(a.Ack)
+		select { // the window may have room again
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 }

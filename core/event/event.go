@@ -355,6 +355,24 @@ func DecodeFrame(data []byte) ([]Event, error) {
 	return nil, locate(data)
 }
 
+// DecodeEvent reads and validates one event's JSON object (one element
+// of a frame, as Peek's Head.Raw holds it).
+func DecodeEvent(raw []byte) (Event, error) {
+	var e Event
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return Event{}, &FrameError{Field: "event", Reason: err.Error()}
+	}
+	if dec.More() {
+		return Event{}, &FrameError{Field: "event", Reason: "trailing data after the event"}
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
 // locate finds what is wrong with a frame the fast path refused.
 func locate(data []byte) error {
 	var raw []json.RawMessage
