@@ -419,7 +419,7 @@ func payloadRead(k event.Kind) bool {
 // messages that do not decode are skipped.
 func (b *bus) readEvents(ctx context.Context, from, through uint64, maxEvents int) ([]event.Event, error) {
 	var out []event.Event
-	err := b.readRange(ctx, from, through, maxEvents, func(data []byte, agent string, seq uint64) int {
+	_, err := b.readRange(ctx, from, through, maxEvents, func(data []byte, agent string, seq uint64) int {
 		events, err := decodeStored(data, agent, seq)
 		if err != nil {
 			return 0
@@ -433,27 +433,28 @@ func (b *bus) readEvents(ctx context.Context, from, through uint64, maxEvents in
 // readRange hands take each stream message from to through (0: the
 // stream's last message when the read starts) with its agent and stream
 // sequence; take says how many events it kept, and the read stops after
-// the message that brings them to maxEvents.
-func (b *bus) readRange(ctx context.Context, from, through uint64, maxEvents int, take func(data []byte, agent string, seq uint64) int) error {
+// the message that brings them to maxEvents. complete says it read
+// through.
+func (b *bus) readRange(ctx context.Context, from, through uint64, maxEvents int, take func(data []byte, agent string, seq uint64) int) (complete bool, err error) {
 	info, err := b.stream.Info(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if through == 0 || through > info.State.LastSeq {
 		through = info.State.LastSeq
 	}
 	from = max(from, info.State.FirstSeq)
 	if from > through {
-		return nil
+		return true, nil
 	}
 	cons, err := b.js.OrderedConsumer(ctx, streamName, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subjectPrefix + ">"}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
 	if err != nil {
-		return err
+		return false, err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer it.Stop()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -465,18 +466,18 @@ func (b *bus) readRange(ctx context.Context, from, through uint64, maxEvents int
 		m, err := it.Next()
 		if err != nil {
 			if rctx.Err() != nil {
-				return fmt.Errorf("reading stream messages %d-%d: %w", from, through, rctx.Err())
+				return false, fmt.Errorf("reading stream messages %d-%d: %w", from, through, rctx.Err())
 			}
-			return err
+			return false, err
 		}
 		meta, err := m.Metadata()
 		if err != nil {
-			return err
+			return false, err
 		}
 		seq := meta.Sequence.Stream
 		kept += take(m.Data(), m.Headers().Get(stream.HeaderAgent), seq)
 		if seq >= through || kept >= maxEvents {
-			return nil
+			return seq >= through, nil
 		}
 	}
 }

@@ -29,6 +29,20 @@ type countingSub struct {
 	last   map[string]uint64
 	ages   []time.Duration
 	since  uint64 // the last stream message seen: where a reconnection resumes
+	// away ends the current connection; the next waits until back
+	away context.CancelFunc
+	back time.Time
+}
+
+// disconnect drops the subscriber's connection and keeps it away for d
+// (a browser tab losing its network): it then resumes from the log.
+func (s *countingSub) disconnect(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.back = time.Now().Add(d)
+	if s.away != nil {
+		s.away()
+	}
 }
 
 func (s *countingSub) run(ctx context.Context, addr string) {
@@ -39,16 +53,23 @@ func (s *countingSub) run(ctx context.Context, addr string) {
 		if s.since > 0 {
 			u += fmt.Sprintf("?since=%d", s.since)
 		}
+		wait := time.Until(s.back)
+		cctx, away := context.WithCancel(ctx)
+		s.away = away
 		s.mu.Unlock()
-		conn, _, err := websocket.Dial(ctx, u, nil)
+		if wait > 0 {
+			time.Sleep(wait)
+		}
+		conn, _, err := websocket.Dial(cctx, u, nil)
 		if err != nil {
+			away()
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
 		conn.SetReadLimit(event.MaxFrameBytes + 1024)
 		var in messageReader
 		for {
-			data, err := in.read(ctx, conn)
+			data, err := in.read(cctx, conn)
 			if err != nil {
 				break
 			}
@@ -71,6 +92,7 @@ func (s *countingSub) run(ctx context.Context, addr string) {
 			s.mu.Unlock()
 		}
 		conn.CloseNow()
+		away()
 	}
 }
 
@@ -80,7 +102,7 @@ func (s *countingSub) run(ctx context.Context, addr string) {
 // second stored and delivered (from the first publish to the last
 // subscriber done), the p99 age at the subscribers, the heap in use and
 // the least fraction of the events a subscriber received.
-func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSecond int, during func()) (rate float64, p99 time.Duration, heapMiB, delivered float64) {
+func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSecond int, during func(subs []*countingSub)) (rate float64, p99 time.Duration, heapMiB, delivered float64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var subs []*countingSub
@@ -129,7 +151,7 @@ func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSe
 		}()
 	}
 	if during != nil {
-		during()
+		during(subs)
 	}
 	wg.Wait()
 	want := int64(agents * perAgent)
@@ -166,10 +188,14 @@ func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSe
 	} else {
 		delivered = 1
 	}
+	// The age at the subscribers that stayed (one sent away for 10 s
+	// receives what it missed 10 s late, by design).
 	var ages []time.Duration
 	for _, s := range subs {
 		s.mu.Lock()
-		ages = append(ages, s.ages...)
+		if s.back.IsZero() {
+			ages = append(ages, s.ages...)
+		}
 		s.mu.Unlock()
 	}
 	sort.Slice(ages, func(i, j int) bool { return ages[i] < ages[j] })
@@ -196,7 +222,7 @@ func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSe
 func BenchmarkFleet(b *testing.B) {
 	const agents, perAgent = 100, 2000
 	modes := []string{"memory", "jetstream", "memory-paced-20k", "jetstream-paced-10k", "jetstream-paced-20k", "jetstream-paced-40k",
-		"jetstream-paced-60k", "memory-paced-60k", "jetstream-faults"}
+		"jetstream-paced-60k", "memory-paced-60k", "jetstream-faults-paced-20k"}
 	for _, mode := range modes {
 		b.Run(mode, func(b *testing.B) {
 			perSecond, n := 0, perAgent
@@ -207,10 +233,13 @@ func BenchmarkFleet(b *testing.B) {
 				}
 				perSecond = thousands * 1000 / agents
 				n = 5 * perSecond
+				if strings.Contains(mode, "-faults") { // long enough for a subscriber 10 s away
+					n = 15 * perSecond
+				}
 			}
 			for range b.N {
 				var addrs []string
-				var during func()
+				var during func([]*countingSub)
 				switch strings.Split(mode, "-")[0] {
 				case "memory":
 					srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: fleetToken, Agent: "none"}, nil)
@@ -226,11 +255,13 @@ func BenchmarkFleet(b *testing.B) {
 					n := startNATS(b)
 					r1, r2 := startReplica(b, n.url(), freeAddr(b)), startReplica(b, n.url(), freeAddr(b))
 					addrs = []string{r1.addr, r2.addr}
-					if strings.HasSuffix(mode, "-faults") {
-						// While the agents publish: replica 1 restarts, then
-						// the NATS server (file storage); nothing may be lost.
-						during = func() {
+					if strings.Contains(mode, "-faults") {
+						// While the agents publish: a subscriber goes away for
+						// 10 s, replica 1 restarts, then the NATS server (file
+						// storage); nothing may be lost.
+						during = func(subs []*countingSub) {
 							time.Sleep(time.Second)
+							subs[0].disconnect(10 * time.Second)
 							r1.stop()
 							time.Sleep(300 * time.Millisecond)
 							r1.start()

@@ -759,13 +759,15 @@ func (h *hub) liveHandler() http.Handler {
 		s, hist := h.subscribeTo(agents)
 		defer h.unsubscribe(s)
 		var caughtUp uint64 // the last stream message the catch-up read
+		more := false       // the catch-up stopped short of the stream's end
 		if since > 0 && h.bus != nil {
 			// A browser coming back: everything stored from the last
 			// event it saw on, from the log, instead of the recent history
 			// (live frames queue meanwhile; the browser drops what it
-			// already has by agent and sequence).
-			if frames, through, err := h.catchUp(ctx, since, agents); err == nil {
-				hist, caughtUp = frames, through
+			// already has by agent and sequence). One far behind gets a
+			// part and is told to come back for the rest.
+			if frames, through, complete, err := h.catchUp(ctx, since, agents); err == nil {
+				hist, caughtUp, more = frames, through, !complete
 			} else {
 				h.logf("a browser resuming after stream message %d: %v (sending the recent history)", since, err)
 			}
@@ -783,6 +785,10 @@ func (h *hub) liveHandler() http.Handler {
 			if !send(frame) {
 				return
 			}
+		}
+		if more {
+			conn.Close(websocket.StatusTryAgainLater, "more to catch up: resume with ?since=<the last stream_seq seen>")
+			return
 		}
 		fleetTick := time.NewTicker(time.Second)
 		defer fleetTick.Stop()

@@ -56,17 +56,17 @@ func agentRaws(frame []byte, n int) [][]byte {
 	return raws
 }
 
-// maxCatchUp bounds the events a resuming browser is sent from the log
-// (about 10 s of a busy fleet); beyond it the browser gets the recent
-// history and counts the rest as missed.
-const maxCatchUp = 200_000
+// maxCatchUp bounds the events a resuming browser is sent from the log in
+// one go (about 13 MB held for it); a browser further behind is sent that
+// many, then told to resume again from where they end.
+const maxCatchUp = 50_000
 
-// catchUp is the frames of every event stored from stream message since
-// on (that message again: a browser may have seen only part of it).
-func (h *hub) catchUp(ctx context.Context, since uint64, agents map[string]bool) ([][]byte, uint64, error) {
+// catchUp is the frames of the events stored from stream message since on
+// (that message again: a browser may have seen only part of it), at most
+// about maxCatchUp; complete says they reach the end of the stream.
+func (h *hub) catchUp(ctx context.Context, since uint64, agents map[string]bool) (frames [][]byte, through uint64, complete bool, err error) {
 	var raws [][]byte
-	var through uint64
-	err := h.bus.readRange(ctx, since, 0, maxCatchUp, func(data []byte, agent string, seq uint64) int {
+	complete, err = h.bus.readRange(ctx, since, 0, maxCatchUp, func(data []byte, agent string, seq uint64) int {
 		through = seq
 		if agents != nil && !agents[agent] {
 			return 0
@@ -83,13 +83,13 @@ func (h *hub) catchUp(ctx context.Context, since uint64, agents map[string]bool)
 		return len(rs)
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
-	frames := packFrames(raws)
+	frames = packFrames(raws)
 	if frames == nil {
 		frames = [][]byte{}
 	}
-	return frames, through, nil
+	return frames, through, complete, nil
 }
 
 // store keeps an agent's events and returns the last sequence number

@@ -75,20 +75,43 @@ func (a NATSAuth) Options() ([]nats.Option, error) {
 
 // PublishFrame stores one frame of an agent's events on its subject, with
 // the message id agent#first-last (JetStream drops a frame stored twice),
-// and returns once JetStream has it.
+// and returns once JetStream has it. An acknowledgement lost with a
+// connection (a NATS server restarting) is not waited for: the frame goes
+// again after publishAttempt, under the same id, until publishTimeout.
 func PublishFrame(ctx context.Context, js jetstream.JetStream, agent string, frame []byte, first, last uint64, lastTS int64) error {
 	msg := nats.NewMsg(event.Subject(agent))
 	msg.Data = frame
 	msg.Header.Set(HeaderAgent, agent)
 	msg.Header.Set(HeaderLast, strconv.FormatUint(last, 10))
 	msg.Header.Set(HeaderLastTS, strconv.FormatInt(lastTS, 10))
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	id := fmt.Sprintf("%s#%d-%d", agent, first, last)
+	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	if _, err := js.PublishMsg(pctx, msg, jetstream.WithMsgID(fmt.Sprintf("%s#%d-%d", agent, first, last)), jetstream.WithExpectStream(StreamName)); err != nil {
+	for {
+		actx, acancel := context.WithTimeout(pctx, publishAttempt)
+		_, err := js.PublishMsg(actx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName))
+		acancel()
+		switch {
+		case err == nil:
+			return nil
+		case pctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)):
+			select { // again, under the same id
+			case <-pctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
 		return fmt.Errorf("storing %s's events %d-%d in JetStream: %w", agent, first, last, err)
 	}
-	return nil
 }
+
+// publishAttempt is how long one publish waits for JetStream's
+// acknowledgement before sending the frame again; publishTimeout is how
+// long PublishFrame tries in all.
+const (
+	publishAttempt = 1 * time.Second
+	publishTimeout = 10 * time.Second
+)
 
 // NATS sends an agent's events straight to the event log (kvscope-agent
 // --nats), with Streamer's queue: events wait, in order, until JetStream
