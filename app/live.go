@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -119,7 +120,7 @@ type Live struct {
 	FleetVer      uint64
 	Ring          *event.Ring
 	Ignored       uint64 // events the ring refused: repeats replayed after a reconnect
-	Malformed     uint64 // frames that did not decode
+	Malformed     uint64 // events (or whole frames) that did not decode
 	LastMalformed string
 	Verified      map[string]uint64 // transfer_done by verdict: exact, wrong, skipped
 	Transfers     []liveTransfer    // newest last
@@ -150,14 +151,35 @@ func (l *Live) AddFrame(data []byte, at time.Time) error {
 	return nil
 }
 
-// decode decodes a frame, counting one that does not decode.
+// decode decodes a frame. A frame that does not decode whole is split
+// into its events (the hub joins several agents' frames into one
+// message): the events that decode are kept and each one that does not is
+// counted; a frame that does not even split is counted once and dropped.
 func (l *Live) decode(data []byte) ([]event.Event, error) {
 	events, err := event.DecodeFrame(data)
-	if err != nil {
+	if err == nil {
+		return events, nil
+	}
+	heads, perr := event.Peek(data)
+	if perr != nil {
 		l.Malformed++
 		l.LastMalformed = err.Error()
+		return nil, err
 	}
-	return events, err
+	events = events[:0]
+	for i, h := range heads {
+		e, err := event.DecodeEvent(h.Raw)
+		if err != nil {
+			l.Malformed++
+			l.LastMalformed = fmt.Sprintf("%s event %d: %v", h.Agent, h.Seq, err)
+			if fe, ok := err.(*event.FrameError); ok {
+				fe.Index = i
+			}
+			continue
+		}
+		events = append(events, e)
+	}
+	return events, nil
 }
 
 // AddHistory adds a connection's first frame: the hub's replay of what

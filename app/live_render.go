@@ -196,7 +196,7 @@ func liveStatsHTML(l *Live, st liveStatus, paused bool, sincePause uint64) strin
 		item("live-ignored", strconv.FormatUint(l.Ignored, 10), fmt.Sprintf("%s repeats ignored (replayed after a reconnect)", commas(int64(l.Ignored))), "")
 	}
 	if l.Malformed > 0 {
-		item("live-malformed", strconv.FormatUint(l.Malformed, 10), fmt.Sprintf("%s malformed frames dropped: %s", commas(int64(l.Malformed)), l.LastMalformed), "bad")
+		item("live-malformed", strconv.FormatUint(l.Malformed, 10), fmt.Sprintf("%s malformed events or frames dropped: %s", commas(int64(l.Malformed)), l.LastMalformed), "bad")
 	}
 	if l.Forgotten > 0 {
 		item("live-forgotten", strconv.FormatUint(l.Forgotten, 10), fmt.Sprintf("%s agents forgotten (at most %d are drawn)", commas(int64(l.Forgotten)), liveMaxAgents), "")

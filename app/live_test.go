@@ -309,6 +309,17 @@ func TestLiveMalformedFramesAreCounted(t *testing.T) {
 	if l.Malformed != 1 || l.Ring.Total != 1 {
 		t.Errorf("malformed %d, events %d; want 1 and 1", l.Malformed, l.Ring.Total)
 	}
+	// One agent's bad event in a message that joins several agents'
+	// frames costs that event only.
+	mixed := []byte(`[{"v":1,"agent":"b","seq":1,"kind":"sample","sample":{}},` +
+		`{"v":1,"agent":"c","seq":1,"kind":"desc_batch","batch":{"descs":"many","timing":"measured"}},` +
+		`{"v":1,"agent":"b","seq":2,"kind":"sample","sample":{}}]`)
+	if err := l.AddFrame(mixed, t0); err != nil {
+		t.Fatal(err)
+	}
+	if l.Malformed != 2 || l.Ring.Total != 3 || !strings.Contains(l.LastMalformed, "c event 1") {
+		t.Errorf("malformed %d (%s), events %d; want 2 and 3", l.Malformed, l.LastMalformed, l.Ring.Total)
+	}
 }
 
 func TestLiveBackoff(t *testing.T) {
