@@ -485,6 +485,62 @@ func TestHubSlowSubscriber(t *testing.T) {
 	}
 }
 
+// TestHubSlowSubscriberOnTheLog: with the event log, a subscriber that
+// never reads is told to resume from the log once its queue is full
+// (nothing dropped in silence); publishing never waits for it and a
+// reading subscriber gets every frame.
+func TestHubSlowSubscriberOnTheLog(t *testing.T) {
+	reg := metrics.New()
+	h := newHub(reg, nil, nil)
+	h.bus = &bus{} // offer's behaviour with a log; nothing here reads it
+	slow, _ := h.subscribe()
+	fast, _ := h.subscribe()
+	const frames = 3000
+	got := make(chan int)
+	go func() {
+		n := 0
+		for range fast.frames {
+			if n++; n == frames {
+				break
+			}
+		}
+		got <- n
+	}()
+	start := time.Now()
+	for i := 1; i <= frames; i++ {
+		h.publish([]event.Event{{V: 1, Agent: "a", Seq: uint64(i), Kind: event.Sample, Sample: &event.SampleData{}}})
+		for len(fast.frames) > h.subQueue/2 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("publishing %d frames took %v: a slow subscriber stalled the hub", frames, d)
+	}
+	select {
+	case n := <-got:
+		if n != frames {
+			t.Fatalf("the reading subscriber got %d frames", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reading subscriber did not get every frame")
+	}
+	select {
+	case <-slow.behind:
+	default:
+		t.Fatal("the subscriber that never read was not told to resume from the log")
+	}
+	select {
+	case <-fast.behind:
+		t.Fatal("the reading subscriber was told to resume")
+	default:
+	}
+	var sb strings.Builder
+	reg.Write(&sb)
+	if !strings.Contains(sb.String(), "kvscope_hub_subscriber_resumes_total 1\n") {
+		t.Errorf("metrics: want one resume counted:\n%s", sb.String())
+	}
+}
+
 // TestReplay: a recording plays back into the hub in frames of at most
 // 50 ms of recorded time, every event once, in order.
 func TestReplay(t *testing.T) {
