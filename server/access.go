@@ -100,7 +100,7 @@ func sameOrigin(r *http.Request) bool {
 }
 
 // apiPaths are the JSON API's POST routes.
-var apiPaths = map[string]bool{"/api/plan": true, "/api/pd": true, "/api/oracle": true, "/api/check": true, "/api/live/run": true}
+var apiPaths = map[string]bool{"/api/plan": true, "/api/pd": true, "/api/oracle": true, "/api/tune": true, "/api/check": true, "/api/live/run": true}
 
 // wrap applies the rules in front of h.
 func (a *access) wrap(h http.Handler) http.Handler {

@@ -14,6 +14,7 @@ import (
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/tune"
 	"github.com/kvscope/kvscope/core/vlog"
 	"github.com/kvscope/kvscope/core/xfer"
 )
@@ -56,6 +57,12 @@ type apiRequest struct {
 	VLLMVersion string `json:"vllm_version"`
 	// Log is a vLLM startup log (/api/check).
 	Log string `json:"log"`
+	// The search of /api/tune: its ranges, objective, mix weights and
+	// how many candidates to list.
+	Ranges    tune.Ranges `json:"ranges"`
+	Objective string      `json:"objective"`
+	Weights   string      `json:"weights"`
+	Top       int         `json:"top"`
 }
 
 // versioned gives the engines the request's vLLM version where they name
@@ -286,6 +293,49 @@ func apiPD(ctx context.Context, a *apiServer, req apiRequest) (any, error) {
 		return pd, nil
 	})
 }
+
+// apiTune runs a search as kvscope tune does, admitted by its estimated
+// memory (what it keeps per candidate and per distinct plan).
+func apiTune(ctx context.Context, a *apiServer, req apiRequest) (any, error) {
+	obj, err := tune.ParseObjective(req.Objective, req.Weights)
+	if err != nil {
+		return nil, &badData{err}
+	}
+	m, err := req.load(a.cat)
+	if err != nil {
+		return nil, err
+	}
+	prompt := req.Prompt
+	if prompt == 0 {
+		prompt = 4096
+	}
+	draft := req.Draft
+	if draft != "" && draft != "mtp" {
+		draft = displayName(draft)
+	}
+	s, err := tune.NewSearch(tune.Space{Model: m, ModelName: m.Name, DraftName: draft, P: req.P, D: req.D, Ranges: req.Ranges,
+		Request: xfer.Request{PromptTokens: prompt}, Objective: obj, Top: req.Top})
+	if err != nil {
+		return nil, &badData{err}
+	}
+	_, total := s.Progress()
+	need := baseBytes + int64(total)*tuneCandidateBytes
+	if need > a.lim.MaxMemory {
+		return nil, &tooBigError{what: "memory", estimate: need, limit: a.lim.MaxMemory, flag: "--max-memory"}
+	}
+	if err := a.adm.acquire(ctx, need); err != nil {
+		return nil, err
+	}
+	defer a.adm.release(need)
+	if err := s.Step(ctx, total); err != nil {
+		return nil, err
+	}
+	return s.Result(), nil
+}
+
+// tuneCandidateBytes bounds what a search keeps per candidate: its figures
+// and flags, and a distinct transfer's cache entry.
+const tuneCandidateBytes = 2 << 10
 
 func apiOracle(ctx context.Context, a *apiServer, req apiRequest) (any, error) {
 	return a.heavy(ctx, req, true, oracleMemory, func(pd *xfer.PD) (any, error) {

@@ -233,6 +233,7 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	mux.Handle("/api/plan", a.api(apiPlan))
 	mux.Handle("/api/pd", a.api(apiPD))
 	mux.Handle("/api/oracle", a.api(apiOracle))
+	mux.Handle("/api/tune", a.api(apiTune))
 	mux.Handle("/api/check", a.api(apiCheck))
 	mux.Handle("/api/models", apiModels(cat))
 	var emb *embeddedAgent

@@ -37,6 +37,7 @@ func commands() []command {
 	return []command{
 		{"plan", "plan one engine's KV cache groups and what they cost", runPlan},
 		{"pd", "plan a prefill/decode pair and compute the descriptor geometry of a transfer", runPD},
+		{"tune", "search P/D engine flags for the most D KV tokens, the fewest descriptors or a mix, as vLLM and the handshake allow", runTune},
 		{"oracle", "prove a transfer on bytes, or run the sweep (--sweep)", runOracle},
 		{"check", "hold a vLLM startup log against kvscope's plan, line by line (exit 3 when they differ)", runCheck},
 		{"versions", "list the vLLM version profiles and the table of behaviour changes", runVersions},

@@ -1,0 +1,515 @@
+package tune
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// Space is a search: the model (with its draft layers), the flags P and D
+// keep, the ranges searched, the request whose descriptors are counted and
+// the objective.
+type Space struct {
+	Model     *model.Model
+	ModelName string      // as vllm serve names it (the config's name when empty)
+	DraftName string      // the draft model vllm serve loads ("mtp": the model's own MTP layers)
+	P, D      plan.Engine // the fixed flags of each engine
+	Ranges    Ranges
+	Request   xfer.Request // the request whose descriptors a candidate costs (default 4,096 prompt tokens)
+	Objective Objective
+	Top       int // candidates listed (default 20)
+}
+
+// Candidate is one point of the space.
+type Candidate struct {
+	Index          int    `json:"index"`
+	TP             TPPair `json:"tp"`
+	PBlockSize     int    `json:"p_block_size"` // as given: 0 is the version's
+	DBlockSize     int    `json:"d_block_size"`
+	MinGroupLayers int    `json:"min_kv_cache_group_layers"` // 0: the engines' own
+	Selector       string `json:"selector"`                  // "": the engines' own
+	MaxBatched     int    `json:"max_num_batched_tokens"`    // D's; 0: D's own
+	KVCacheDType   string `json:"kv_cache_dtype"`            // "": the engines' own
+	Connector      string `json:"connector"`
+}
+
+// engines is the candidate's P and D engines.
+func (c Candidate) engines(p, d plan.Engine) (plan.Engine, plan.Engine) {
+	p.TensorParallelSize, d.TensorParallelSize = c.TP.P, c.TP.D
+	if c.PBlockSize != 0 {
+		p.BlockSize = c.PBlockSize
+	}
+	d.BlockSize = c.DBlockSize
+	if c.MinGroupLayers != 0 {
+		p.MinGroupLayers, d.MinGroupLayers = c.MinGroupLayers, c.MinGroupLayers
+	}
+	if c.Selector != "" {
+		p.Selector, d.Selector = plan.Selector(c.Selector), plan.Selector(c.Selector)
+	}
+	if c.MaxBatched != 0 {
+		d.MaxNumBatchedTokens = c.MaxBatched
+	}
+	if c.KVCacheDType != "" {
+		p.KVCacheDType, d.KVCacheDType = c.KVCacheDType, c.KVCacheDType
+	}
+	return p, d
+}
+
+// Scored is a candidate vLLM and the handshake accept, with its figures.
+type Scored struct {
+	Candidate
+	PBlock       int      `json:"p_block_size_planned"` // attention block sizes as planned (after alignment)
+	DBlock       int      `json:"d_block_size_planned"`
+	PGroups      int      `json:"p_groups"`
+	DGroups      int      `json:"d_groups"`
+	DKVTokens    int64    `json:"d_kv_cache_tokens"`
+	PKVTokens    int64    `json:"p_kv_cache_tokens"`
+	DConcurrency float64  `json:"d_max_concurrency"`
+	Descs        int      `json:"descriptors_per_request"`
+	Merged       int      `json:"descriptors_merged"`
+	PaddingBytes int64    `json:"padding_bytes_per_request"` // P's and D's, per rank
+	PagesDivide  bool     `json:"pages_divide"`
+	Path         string   `json:"path"` // vllm or group-pairs
+	Score        float64  `json:"score"`
+	OnFront      bool     `json:"pareto"`
+	PServe       string   `json:"p_vllm_serve"`
+	DServe       string   `json:"d_vllm_serve"`
+	Inferred     bool     `json:"inferred"` // the plans or the transfer rest on inferred rules
+	Notes        []string `json:"notes,omitempty"`
+	pe, de       plan.Engine
+}
+
+// Engines are the candidate's P and D engines as planned.
+func (s *Scored) Engines() (plan.Engine, plan.Engine) { return s.pe, s.de }
+
+// Refusal counts the candidates refused for one reason.
+type Refusal struct {
+	Reason  string `json:"reason"`
+	Count   int    `json:"count"`
+	Example string `json:"example"` // the first refused candidate's message
+}
+
+// Result is a search's outcome so far.
+type Result struct {
+	Objective Objective    `json:"objective"`
+	Request   xfer.Request `json:"request"`
+	Total     int          `json:"candidates"`
+	Evaluated int          `json:"evaluated"`
+	Feasible  int          `json:"feasible"`
+	Refused   []Refusal    `json:"refused"`
+	// Top is the best candidates, best first; Front is the Pareto front of
+	// D KV tokens (more) against descriptors per request (fewer), by KV
+	// tokens; All is every feasible candidate, in candidate order.
+	Top   []Scored `json:"top"`
+	Front []Scored `json:"pareto_front"`
+	// Dividing is the best candidate whose P and D pages divide (nil when
+	// none does): descriptors then follow whole pages.
+	Dividing *Scored  `json:"best_pages_divide"`
+	All      []Scored `json:"-"`
+	// Inferred says which figures rest on behaviour kvscope infers.
+	Inferred []string `json:"inferred"`
+}
+
+// Search is a search under way.
+type Search struct {
+	space      Space
+	conn       map[string]xfer.Connector
+	candidates []Candidate
+	next       int
+	feasible   []Scored
+	refused    map[string]*Refusal
+	order      []string                // refusal reasons, first seen first
+	plans      map[plan.Engine]planned // P's plans (few: P's flags vary little)
+	transfers  map[transferKey]transferred
+	inferred   map[string]bool
+	sig        []byte // scratch for signatures
+}
+
+type planned struct {
+	p   *plan.Plan
+	err error
+}
+
+// transferKey names a transfer by hashes of its plans' geometry.
+type transferKey struct {
+	p, d      uint64
+	connector string
+}
+
+type transferred struct {
+	descs, merged int
+	path          string
+	rejection     *xfer.Rejection
+	inferred      []string
+	err           error
+}
+
+// NewSearch checks the space and lists its candidates.
+func NewSearch(s Space) (*Search, error) {
+	if s.Model == nil {
+		return nil, errors.New("tune: no model")
+	}
+	if s.Request.PromptTokens == 0 {
+		s.Request.PromptTokens = 4096
+	}
+	if s.Top == 0 {
+		s.Top = 20
+	}
+	if s.Top < 0 || s.Top > 1000 {
+		return nil, &RangeError{Flag: "--top", Value: fmt.Sprint(s.Top), Reason: "list 1 to 1000 candidates"}
+	}
+	if s.Objective.Name == "" {
+		s.Objective.Name = ByKVTokens
+	}
+	if err := s.Objective.check(); err != nil {
+		return nil, err
+	}
+	r := s.Ranges
+	or := func(v, def string) string {
+		if strings.TrimSpace(v) == "" {
+			return def
+		}
+		return v
+	}
+	pTP, dTP := max(s.P.TensorParallelSize, 1), max(s.D.TensorParallelSize, 1)
+	tps, err := ParseTPPairs("--tp-pairs", or(r.TPPairs, fmt.Sprintf("%d:%d", pTP, dTP)))
+	if err != nil {
+		return nil, err
+	}
+	dBlocks, err := ParseInts("--block-sizes", or(r.BlockSizes, DefaultBlockSizes), 1, MaxBlockSize, true)
+	if err != nil {
+		return nil, err
+	}
+	pBlocks, err := ParseInts("--p-block-sizes", or(r.PBlockSizes, fmt.Sprint(s.P.BlockSize)), 1, MaxBlockSize, true)
+	if err != nil {
+		return nil, err
+	}
+	minLayers, err := ParseInts("--min-kv-cache-group-layers", or(r.MinGroupLayers, "0"), 1, 1<<10, true)
+	if err != nil {
+		return nil, err
+	}
+	selectors, err := ParseWords("--selectors", or(r.Selectors, "default"), Selectors)
+	if err != nil {
+		return nil, err
+	}
+	mnbts, err := ParseInts("--max-num-batched-tokens", or(r.MaxBatched, "0"), 1, MaxBatchedTokens, true)
+	if err != nil {
+		return nil, err
+	}
+	dtypes, err := ParseWords("--kv-cache-dtypes", or(r.KVCacheDTypes, "default"), append([]string{""}, KVCacheDTypes...))
+	if err != nil {
+		return nil, err
+	}
+	conns, err := ParseWords("--connectors", or(r.Connectors, "nixl"), []string{"nixl", "nixl-push"})
+	if err != nil {
+		return nil, err
+	}
+	n := 1
+	for _, k := range []int{len(tps), len(dBlocks), len(pBlocks), len(minLayers), len(selectors), len(mnbts), len(dtypes), len(conns)} {
+		n *= k
+		if n > MaxCandidates {
+			return nil, &RangeError{Flag: "the ranges", Value: describeCount(tps, dBlocks, pBlocks, minLayers, selectors, mnbts, dtypes, conns),
+				Reason: fmt.Sprintf("more than %d candidates: narrow a range", MaxCandidates)}
+		}
+	}
+	srch := &Search{space: s, conn: map[string]xfer.Connector{}, refused: map[string]*Refusal{},
+		plans: map[plan.Engine]planned{}, transfers: map[transferKey]transferred{}, inferred: map[string]bool{}}
+	for _, c := range conns {
+		if srch.conn[c], err = xfer.ParseConnector(c); err != nil {
+			return nil, &RangeError{Flag: "--connectors", Value: c, Reason: err.Error()}
+		}
+	}
+	srch.candidates = make([]Candidate, 0, n)
+	for _, tp := range tps {
+		for _, pb := range pBlocks {
+			for _, db := range dBlocks {
+				for _, ml := range minLayers {
+					for _, sel := range selectors {
+						for _, mb := range mnbts {
+							for _, dt := range dtypes {
+								for _, cn := range conns {
+									srch.candidates = append(srch.candidates, Candidate{Index: len(srch.candidates), TP: tp, PBlockSize: pb, DBlockSize: db,
+										MinGroupLayers: ml, Selector: sel, MaxBatched: mb, KVCacheDType: dt, Connector: cn})
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return srch, nil
+}
+
+func describeCount(tps []TPPair, lists ...any) string {
+	parts := []string{fmt.Sprintf("%d TP pairs", len(tps))}
+	names := []string{"D block sizes", "P block sizes", "min group layers", "selectors", "batched-token limits", "KV cache dtypes", "connectors"}
+	for i, l := range lists {
+		var n int
+		switch v := l.(type) {
+		case []int:
+			n = len(v)
+		case []string:
+			n = len(v)
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", n, names[i]))
+	}
+	return strings.Join(parts, " x ")
+}
+
+// Candidates is the search's candidates, in order.
+func (s *Search) Candidates() []Candidate { return s.candidates }
+
+// Progress is how many candidates are evaluated, of how many.
+func (s *Search) Progress() (done, total int) { return s.next, len(s.candidates) }
+
+// Done reports whether every candidate is evaluated.
+func (s *Search) Done() bool { return s.next == len(s.candidates) }
+
+// Step evaluates up to n more candidates; it stops early when ctx ends
+// (returning its error).
+func (s *Search) Step(ctx context.Context, n int) error {
+	for end := min(s.next+n, len(s.candidates)); s.next < end; s.next++ {
+		if s.next%64 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.evaluate(s.candidates[s.next])
+	}
+	return nil
+}
+
+// Run evaluates every candidate of a space and ranks them.
+func Run(ctx context.Context, sp Space) (*Result, error) {
+	s, err := NewSearch(sp)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Step(ctx, len(s.candidates)); err != nil {
+		return nil, fmt.Errorf("tune: stopped after %d of %d candidates: %w", s.next, len(s.candidates), err)
+	}
+	return s.Result(), nil
+}
+
+// refuse counts a refused candidate under reason.
+func (s *Search) refuse(reason, example string) {
+	r := s.refused[reason]
+	if r == nil {
+		r = &Refusal{Reason: reason, Example: example}
+		s.refused[reason] = r
+		s.order = append(s.order, reason)
+	}
+	r.Count++
+}
+
+// plan plans one engine; cache keeps the plan for the next candidate
+// with the same engine (P's: a search holds few of them).
+func (s *Search) plan(e plan.Engine, cache bool) (*plan.Plan, error) {
+	if got, ok := s.plans[e]; ok {
+		return got.p, got.err
+	}
+	var p *plan.Plan
+	err := e.CheckFlags()
+	if err == nil {
+		p, err = plan.New(s.space.Model, e)
+	}
+	if cache {
+		s.plans[e] = planned{p, err}
+	}
+	return p, err
+}
+
+// evaluate plans a candidate's engines, checks the handshake and costs
+// the request, keeping it or counting why not.
+func (s *Search) evaluate(c Candidate) {
+	conn := s.conn[c.Connector]
+	pe, de := c.engines(s.space.P, s.space.D)
+	pe, de, notes, err := xfer.ConnectorEngines(s.space.Model, conn, pe, de)
+	if err != nil {
+		s.refuse("connector: "+c.Connector, err.Error())
+		return
+	}
+	pp, err := s.plan(pe, true)
+	if err != nil {
+		s.refuse(refusalOf("P", err), err.Error())
+		return
+	}
+	dp, err := s.plan(de, false)
+	if err != nil {
+		s.refuse(refusalOf("D", err), err.Error())
+		return
+	}
+	if pp.VLLMVersion != dp.VLLMVersion {
+		s.refuse("P and D follow different vLLM versions", fmt.Sprintf("P %s, D %s", pp.VLLMVersion, dp.VLLMVersion))
+		return
+	}
+	req := s.space.Request
+	if err := req.Check(pp, dp); err != nil {
+		s.refuse("the request does not fit max_model_len", err.Error())
+		return
+	}
+	t := s.transfer(pp, dp, conn, c.Connector)
+	switch {
+	case t.err != nil:
+		s.refuse("the transfer cannot be computed", t.err.Error())
+		return
+	case t.rejection != nil:
+		s.refuse("handshake: "+t.rejection.Rule, t.rejection.Detail)
+		return
+	}
+	sc := Scored{Candidate: c, PBlock: pp.BlockSize, DBlock: dp.BlockSize, PGroups: pp.NumGroups, DGroups: dp.NumGroups,
+		DKVTokens: dp.KVCacheTokens, PKVTokens: pp.KVCacheTokens, DConcurrency: dp.MaxConcurrency, Descs: t.descs, Merged: t.merged,
+		PaddingBytes: pp.PaddingBytesPerRequest + dp.PaddingBytesPerRequest, PagesDivide: xfer.PagesDivide(pp, dp), Path: t.path,
+		Inferred: pp.Inferred || dp.Inferred || len(t.inferred) > 0, Notes: notes, pe: pe, de: de}
+	for _, why := range append(append(append([]string(nil), pp.InferredReasons...), dp.InferredReasons...), t.inferred...) {
+		s.inferred[why] = true
+	}
+	s.feasible = append(s.feasible, sc)
+}
+
+// refusalOf names why vLLM refuses an engine: the flag at fault, or the
+// planner's error with its numbers taken out (so refusals of one kind
+// count together).
+func refusalOf(side string, err error) string {
+	var fe *plan.FlagError
+	if errors.As(err, &fe) {
+		return fmt.Sprintf("vLLM refuses %s's %s", side, fe.Flag)
+	}
+	msg := err.Error()
+	if i := strings.IndexAny(msg, "0123456789"); i > 0 {
+		msg = strings.TrimSpace(strings.TrimRight(msg[:i], " (:,"))
+	}
+	return fmt.Sprintf("vLLM refuses %s: %s", side, msg)
+}
+
+// transfer computes a request between two plans, once per distinct pair
+// of plan geometries and connector.
+func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) transferred {
+	k := transferKey{s.signature(pp), s.signature(dp), name}
+	if got, ok := s.transfers[k]; ok {
+		return got
+	}
+	var out transferred
+	t, err := xfer.Compute(s.space.Model, pp, dp, s.space.Request, xfer.Options{Connector: conn})
+	switch {
+	case err != nil:
+		out.err = err
+	case t.Rejection != nil:
+		out.rejection = t.Rejection
+	default:
+		out.descs, out.merged, out.path, out.inferred = t.Descs, t.Merged, string(t.Path), t.Inferred
+	}
+	s.transfers[k] = out
+	return out
+}
+
+// signature hashes what a plan's transfer geometry depends on: its engine
+// as resolved, its sizes and every group's layers, block size and page
+// (FNV-1a, 64 bits: a search keeps a hash per distinct plan, not the text).
+func (s *Search) signature(p *plan.Plan) uint64 {
+	b := fmt.Appendf(s.sig[:0], "%+v|%d|%d|%d|%d", p.Engine, p.BlockSize, p.PageBytes, p.NumBlocks, p.Slots)
+	for _, g := range p.Groups {
+		b = fmt.Appendf(b, "|%s:%d:%d", g.Kind, g.BlockSize, g.PageBytes)
+		for _, l := range g.Layers {
+			b = append(append(b, ','), l...)
+		}
+	}
+	s.sig = b
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+// Result ranks what is evaluated so far.
+func (s *Search) Result() *Result {
+	r := &Result{Objective: s.space.Objective, Request: s.space.Request, Total: len(s.candidates), Evaluated: s.next, Feasible: len(s.feasible),
+		Refused: []Refusal{}, Top: []Scored{}, Front: []Scored{}, Inferred: []string{}}
+	for _, reason := range s.order {
+		r.Refused = append(r.Refused, *s.refused[reason])
+	}
+	sort.SliceStable(r.Refused, func(i, j int) bool { return r.Refused[i].Count > r.Refused[j].Count })
+	for why := range s.inferred {
+		r.Inferred = append(r.Inferred, why)
+	}
+	sort.Strings(r.Inferred)
+	all := append([]Scored(nil), s.feasible...)
+	s.space.Objective.score(all)
+	front := paretoFront(all)
+	onFront := map[int]bool{}
+	for _, f := range front {
+		onFront[f.Index] = true
+	}
+	for i := range all {
+		all[i].OnFront = onFront[all[i].Index]
+	}
+	r.All = all
+	ranked := append([]Scored(nil), all...)
+	sort.SliceStable(ranked, func(i, j int) bool { return better(ranked[i], ranked[j]) })
+	if len(ranked) > s.space.Top {
+		ranked = ranked[:s.space.Top]
+	}
+	for i := range ranked {
+		s.serveLines(&ranked[i])
+	}
+	for _, c := range all {
+		if c.PagesDivide && (r.Dividing == nil || better(c, *r.Dividing)) {
+			d := c
+			r.Dividing = &d
+		}
+	}
+	if r.Dividing != nil {
+		s.serveLines(r.Dividing)
+	}
+	for i := range front {
+		front[i].OnFront = true
+		s.serveLines(&front[i])
+	}
+	r.Top, r.Front = ranked, front
+	return r
+}
+
+// better orders candidates: the higher score, then pages that divide,
+// then fewer descriptors, then the earlier candidate.
+func better(a, b Scored) bool {
+	switch {
+	case a.Score != b.Score:
+		return a.Score > b.Score
+	case a.PagesDivide != b.PagesDivide:
+		return a.PagesDivide
+	case a.Descs != b.Descs:
+		return a.Descs < b.Descs
+	}
+	return a.Index < b.Index
+}
+
+// paretoFront is the candidates no other beats on both D KV tokens (more)
+// and descriptors per request (fewer), by KV tokens, most first; of equal
+// points, the first candidate stands for them.
+func paretoFront(all []Scored) []Scored {
+	pts := append([]Scored(nil), all...)
+	sort.SliceStable(pts, func(i, j int) bool {
+		if pts[i].DKVTokens != pts[j].DKVTokens {
+			return pts[i].DKVTokens > pts[j].DKVTokens
+		}
+		if pts[i].Descs != pts[j].Descs {
+			return pts[i].Descs < pts[j].Descs
+		}
+		return pts[i].Index < pts[j].Index
+	})
+	var front []Scored
+	best := math.MaxInt
+	for _, p := range pts {
+		if p.Descs < best {
+			front = append(front, p)
+			best = p.Descs
+		}
+	}
+	return front
+}
