@@ -79,7 +79,12 @@ type indexRun struct {
 // indexRuns splits D's index range into runs by the P rank that holds them
 // (the one vLLM's rank choice would pick where several replicas do).
 func indexRuns(dSeg Segment, pSegs func(rank int) Segment, pTP, dTP, j int) ([]indexRun, error) {
-	var out []indexRun
+	return appendIndexRuns(nil, dSeg, pSegs, pTP, dTP, j)
+}
+
+// appendIndexRuns is indexRuns appending to out, so that a caller walking
+// every layer reuses one slice.
+func appendIndexRuns(out []indexRun, dSeg Segment, pSegs func(rank int) Segment, pTP, dTP, j int) ([]indexRun, error) {
 	for idx := dSeg.Lo; idx < dSeg.Hi; {
 		r, err := holder(idx, pSegs, pTP, dTP, j)
 		if err != nil {

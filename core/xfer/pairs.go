@@ -2,7 +2,6 @@ package xfer
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 )
 
@@ -42,15 +41,10 @@ func (t *Transfer) groupPairPath(opt Options) error {
 	}
 
 	// Order D's layers by (P group, D group), then by D's layer order.
-	type item struct {
-		name   string
-		pg, dg int
-		pos    int
-	}
-	var items []item
-	for i, dl := range t.DRegs[0].Layers {
+	items := make([]gpItem, 0, len(t.DRegs[0].Layers))
+	for _, dl := range t.DRegs[0].Layers {
 		pl, _ := t.PRegs[0].Layer(dl.Name)
-		items = append(items, item{dl.Name, pl.Group, dl.Group, i})
+		items = append(items, gpItem{dl.Name, pl.Group, dl.Group})
 	}
 	sort.SliceStable(items, func(a, b int) bool {
 		if items[a].pg != items[b].pg {
@@ -72,54 +66,156 @@ func (t *Transfer) groupPairPath(opt Options) error {
 		}
 	}
 
-	rps := t.newRankPairs()
+	return t.groupPairs(opt, items)
+}
+
+// gpItem is one D layer on the group-pair path: its name and the P and D
+// groups it moves between.
+type gpItem struct {
+	name   string
+	pg, dg int
+}
+
+// gpJob is one run of indices of one segment of one layer that one P rank
+// supplies to one D rank: the unit the group-pair path writes pairs for.
+type gpJob struct {
+	d, item, seg int
+	run          indexRun
+	count        int // its descriptor pairs
+}
+
+// tokenRun is one run of tokens inside one P page and one D page, with
+// the blocks that hold those pages and the rows the run starts at.
+type tokenRun struct {
+	lo, hi         int   // token range
+	pBlock, dBlock int64 // block ids
+	pRow, dRow     int64 // first row in each page
+	rows           int64
+	whole          bool // both pages whole and equal: one pair moves every head
+}
+
+// tokenRuns are the token runs of one (P group, D group) pair of block
+// sizes over D's span, and how many of them are whole pages.
+type tokenRuns struct {
+	runs  []tokenRun
+	whole int
+}
+
+// groupPairs writes every descriptor pair in two passes: the first splits
+// each D rank's layers and segments into runs of P ranks and counts their
+// pairs; the second writes the pairs into one slice of exactly that size,
+// shared by the rank pairs. Nothing grows and nothing is copied.
+func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 	pTP, dTP := len(t.PRegs), len(t.DRegs)
-	// Each D rank's pairs go to per-P-rank scratch slices, reused across D
-	// ranks, then into rank pairs of their exact size: far less garbage
-	// than growing every rank pair's slice (the browser's GC feels it).
-	scratch := make([][]Pair, pTP)
-	var order []int
-	for j, dReg := range t.DRegs {
-		for p := range scratch {
-			scratch[p] = scratch[p][:0]
+	nItems := len(items)
+	// Every rank's registration of every layer, looked up once.
+	pLayers := make([]*LayerReg, pTP*nItems)
+	dLayers := make([]*LayerReg, dTP*nItems)
+	for i, it := range items {
+		for r, reg := range t.PRegs {
+			pLayers[r*nItems+i], _ = reg.Layer(it.name)
 		}
-		order = order[:0]
-		for _, it := range items {
+		for j, reg := range t.DRegs {
+			dLayers[j*nItems+i], _ = reg.Layer(it.name)
+		}
+	}
+	// Token runs per attention layer: one list per (P group, D group),
+	// whose layers share block sizes, pages and D's span.
+	tokens := make([]int, nItems) // index into sets, -1 for state layers
+	var sets []tokenRuns
+	for i, it := range items {
+		tokens[i] = -1
+		pl, dl := pLayers[i], dLayers[i]
+		if dl.Kind.IsState() {
+			continue
+		}
+		if n := len(sets); n > 0 && i > 0 && tokens[i-1] == n-1 && items[i-1].pg == it.pg && items[i-1].dg == it.dg &&
+			pLayers[i-1].BlockSize == pl.BlockSize && dLayers[i-1].BlockSize == dl.BlockSize {
+			tokens[i] = n - 1
+			continue
+		}
+		tokens[i] = len(sets)
+		sets = append(sets, t.tokenRuns(t.DNeed[it.name], pl.BlockSize, dl.BlockSize, it.pg, it.dg))
+	}
+
+	// Pass 1: the runs and their counts, per rank pair in first-use order.
+	var jobs []gpJob
+	counts := make([]int, pTP*dTP)
+	var order [][2]int
+	seen := make([]bool, pTP)
+	var runs []indexRun
+	for j := range t.DRegs {
+		clear(seen)
+		for i := range items {
 			if err := canceled(opt.Ctx); err != nil {
 				return err
 			}
-			dl, _ := dReg.Layer(it.name)
+			dl := dLayers[j*nItems+i]
 			for si, ds := range dl.Segments {
-				pSeg := func(r int) Segment {
-					l, _ := t.PRegs[r].Layer(it.name)
-					return l.Segments[si]
-				}
-				runs, err := indexRuns(ds, pSeg, pTP, dTP, j)
-				if err != nil {
-					return fmt.Errorf("xfer: layer %s %s on D rank %d: %w", it.name, ds.Name, j, err)
+				pSeg := func(r int) Segment { return pLayers[r*nItems+i].Segments[si] }
+				var err error
+				if runs, err = appendIndexRuns(runs[:0], ds, pSeg, pTP, dTP, j); err != nil {
+					return fmt.Errorf("xfer: layer %s %s on D rank %d: %w", items[i].name, ds.Name, j, err)
 				}
 				for _, run := range runs {
-					buf := scratch[run.Rank]
-					if len(buf) == 0 && !slices.Contains(order, run.Rank) {
-						order = append(order, run.Rank)
+					if !seen[run.Rank] {
+						seen[run.Rank] = true
+						order = append(order, [2]int{run.Rank, j})
 					}
-					pl, _ := t.PRegs[run.Rank].Layer(it.name)
+					n := 1
 					if ds.IsAttention() {
-						buf = t.attnRuns(buf, it.name, pl, dl, t.PRegs[run.Rank], dReg, si, run, it.pg, it.dg)
-					} else {
-						buf = append(buf, t.stateRun(it.name, pl, dl, t.PRegs[run.Rank], dReg, si, run, it.pg, it.dg))
+						set := sets[tokens[i]]
+						switch {
+						case ds.Name == SegLatent:
+							n = len(set.runs)
+						default:
+							n = set.whole + (len(set.runs)-set.whole)*(run.Hi-run.Lo)
+						}
 					}
-					scratch[run.Rank] = buf
+					counts[run.Rank*dTP+j] += n
+					jobs = append(jobs, gpJob{d: j, item: i, seg: si, run: run, count: n})
 				}
 			}
 		}
-		for _, p := range order {
-			rp := rps.get(p, j)
-			rp.Pairs = append(make([]Pair, 0, len(rp.Pairs)+len(scratch[p])), rp.Pairs...)
-			rp.Pairs = append(rp.Pairs, scratch[p]...)
+	}
+
+	// Pass 2: one slice for every pair; each rank pair a window of it.
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	all := make([]Pair, total)
+	next := make([]int, pTP*dTP) // where each rank pair's next pair goes
+	t.RankPairs = make([]RankPair, 0, len(order))
+	at := 0
+	for _, k := range order {
+		rp := t.rankPair(k[0], k[1])
+		c := counts[k[0]*dTP+k[1]]
+		rp.Pairs = all[at : at+c : at+c]
+		next[k[0]*dTP+k[1]] = at
+		at += c
+		t.RankPairs = append(t.RankPairs, rp)
+	}
+	for ji, jb := range jobs {
+		if ji > 0 && jb.item != jobs[ji-1].item {
+			if err := canceled(opt.Ctx); err != nil {
+				return err
+			}
+		}
+		it := items[jb.item]
+		pReg, dReg := t.PRegs[jb.run.Rank], t.DRegs[jb.d]
+		pl, dl := pLayers[jb.run.Rank*nItems+jb.item], dLayers[jb.d*nItems+jb.item]
+		ps, ds := &pl.Segments[jb.seg], &dl.Segments[jb.seg]
+		pr, dr := &pReg.Regions[ps.Region], &dReg.Regions[ds.Region]
+		k := jb.run.Rank*dTP + jb.d
+		out := all[next[k] : next[k]+jb.count]
+		next[k] += jb.count
+		if ds.IsAttention() {
+			attnPairs(out, it, ps, ds, pr, dr, jb.run, sets[tokens[jb.item]].runs)
+		} else {
+			out[0] = t.stateRun(it.name, ps, ds, pr, dr, jb.run, it.pg, it.dg)
 		}
 	}
-	rps.store()
 	return nil
 }
 
@@ -136,48 +232,95 @@ func pagesOf(s Span, blockSize int, state bool) (int, int) {
 	return first, ceilDiv(s.Hi, blockSize) - first
 }
 
-// attnRuns appends the descriptors of one attention segment for one run of
-// heads supplied by one P rank.
-func (t *Transfer) attnRuns(out []Pair, name string, pl, dl *LayerReg, pReg, dReg *Registration, si int, run indexRun, pg, dg int) []Pair {
-	ps, ds := pl.Segments[si], dl.Segments[si]
-	pr, dr := pReg.Regions[ps.Region], dReg.Regions[ds.Region]
-	bsP, bsD := pl.BlockSize, dl.BlockSize
-	span := t.DNeed[name]
-	tokenMajor := ds.Name == SegLatent
+// tokenRuns splits D's span of one layer into runs that end where a P
+// page (bsP tokens) or a D page (bsD tokens) ends, with their blocks.
+func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg int) tokenRuns {
+	var out tokenRuns
 	for tok := span.Lo; tok < span.Hi; {
 		pPage, dPage := tok/bsP, tok/bsD
 		end := min(span.Hi, (pPage+1)*bsP, (dPage+1)*bsD)
 		pBlock, _ := t.PPages[pg].Block(pPage)
 		dBlock, _ := t.DPages[dg].Block(dPage)
-		pBase := int64(pBlock)*pr.BlockLen + ps.Offset
-		dBase := int64(dBlock)*dr.BlockLen + ds.Offset
-		pRow, dRow, rows := tok-pPage*bsP, tok-dPage*bsD, end-tok
-		emit := func(lo, hi int, pOff, dOff, length int64) {
-			out = append(out, Pair{
-				Src: Loc{pr.Index, pBase + pOff}, Dst: Loc{dr.Index, dBase + dOff}, Len: length, SrcID: -1, DstID: -1,
-				Layer: name, Seg: ds.Name, Lo: lo, Hi: hi, Tokens: Span{tok, end}, PGroup: pg, DGroup: dg,
-			})
+		rows := end - tok
+		r := tokenRun{lo: tok, hi: end, pBlock: int64(pBlock), dBlock: int64(dBlock),
+			pRow: int64(tok - pPage*bsP), dRow: int64(tok - dPage*bsD), rows: int64(rows), whole: rows == bsP && rows == bsD}
+		if r.whole {
+			out.whole++
 		}
-		switch {
-		case tokenMajor:
-			emit(run.Lo, run.Hi, int64(pRow)*ps.RowBytes, int64(dRow)*ds.RowBytes, int64(rows)*ds.RowBytes)
-		case rows == bsP && rows == bsD:
-			emit(run.Lo, run.Hi, int64(run.Lo-ps.Lo)*ps.IndexBytes, int64(run.Lo-ds.Lo)*ds.IndexBytes, int64(run.Hi-run.Lo)*ds.IndexBytes)
-		default:
-			for h := run.Lo; h < run.Hi; h++ {
-				emit(h, h+1, int64(h-ps.Lo)*ps.IndexBytes+int64(pRow)*ps.RowBytes, int64(h-ds.Lo)*ds.IndexBytes+int64(dRow)*ds.RowBytes, int64(rows)*ds.RowBytes)
-			}
-		}
+		out.runs = append(out.runs, r)
 		tok = end
 	}
 	return out
 }
 
+// attnPairs writes the descriptors of one attention segment for one run
+// of heads supplied by one P rank, token run by token run: the latent
+// (token-major) in one pair per token run; K or V heads in one pair per
+// token run where both pages are whole and equal, else one per head (HND
+// keeps a head's tokens contiguous only inside a page). out has exactly
+// their number.
+func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run indexRun, runs []tokenRun) {
+	pIdx, dIdx := pr.Index, dr.Index
+	pLen, dLen := pr.BlockLen, dr.BlockLen
+	pHeads := ps.Offset + int64(run.Lo-ps.Lo)*ps.IndexBytes // the run's first head in a block
+	dHeads := ds.Offset + int64(run.Lo-ds.Lo)*ds.IndexBytes
+	pRowB, dRowB := ps.RowBytes, ds.RowBytes
+	pIdxB, dIdxB := ps.IndexBytes, ds.IndexBytes
+	k := 0
+	if ds.Name == SegLatent {
+		for _, r := range runs {
+			q := &out[k]
+			k++
+			q.Src = Loc{pIdx, r.pBlock*pLen + ps.Offset + r.pRow*pRowB}
+			q.Dst = Loc{dIdx, r.dBlock*dLen + ds.Offset + r.dRow*dRowB}
+			q.Len = r.rows * dRowB
+			q.SrcID, q.DstID = -1, -1
+			q.Layer, q.Seg = it.name, ds.Name
+			q.Lo, q.Hi = run.Lo, run.Hi
+			q.Tokens = Span{r.lo, r.hi}
+			q.PGroup, q.DGroup = it.pg, it.dg
+		}
+		return
+	}
+	heads := int64(run.Hi - run.Lo)
+	for _, r := range runs {
+		pAt, dAt := r.pBlock*pLen+pHeads, r.dBlock*dLen+dHeads
+		if r.whole {
+			q := &out[k]
+			k++
+			q.Src = Loc{pIdx, pAt}
+			q.Dst = Loc{dIdx, dAt}
+			q.Len = heads * dIdxB
+			q.SrcID, q.DstID = -1, -1
+			q.Layer, q.Seg = it.name, ds.Name
+			q.Lo, q.Hi = run.Lo, run.Hi
+			q.Tokens = Span{r.lo, r.hi}
+			q.PGroup, q.DGroup = it.pg, it.dg
+			continue
+		}
+		pAt += r.pRow * pRowB
+		dAt += r.dRow * dRowB
+		length := r.rows * dRowB
+		for h := run.Lo; h < run.Hi; h++ {
+			q := &out[k]
+			k++
+			q.Src = Loc{pIdx, pAt}
+			q.Dst = Loc{dIdx, dAt}
+			q.Len = length
+			q.SrcID, q.DstID = -1, -1
+			q.Layer, q.Seg = it.name, ds.Name
+			q.Lo, q.Hi = h, h+1
+			q.Tokens = Span{r.lo, r.hi}
+			q.PGroup, q.DGroup = it.pg, it.dg
+			pAt += pIdxB
+			dAt += dIdxB
+		}
+	}
+}
+
 // stateRun is the descriptor of one state segment's run of channels (or
 // heads) from one P rank: the final state, one block on each side.
-func (t *Transfer) stateRun(name string, pl, dl *LayerReg, pReg, dReg *Registration, si int, run indexRun, pg, dg int) Pair {
-	ps, ds := pl.Segments[si], dl.Segments[si]
-	pr, dr := pReg.Regions[ps.Region], dReg.Regions[ds.Region]
+func (t *Transfer) stateRun(name string, ps, ds *Segment, pr, dr *Region, run indexRun, pg, dg int) Pair {
 	pBlock, dBlock := t.PPages[pg].IDs[0], t.DPages[dg].IDs[0]
 	return Pair{
 		Src:   Loc{pr.Index, int64(pBlock)*pr.BlockLen + ps.Offset + int64(run.Lo-ps.Lo)*ps.IndexBytes},

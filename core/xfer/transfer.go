@@ -80,22 +80,27 @@ func (t *Transfer) newRankPairs() *rankPairs {
 	return &rankPairs{t: t, byKey: map[[2]int]*RankPair{}}
 }
 
-// get is the rank pair P pr -> D dr, made on first use: a READ posted by
-// D (pull) or a WRITE posted by P (push), its notification naming the
-// initiator's TP size as vLLM's does.
+// get is the rank pair P pr -> D dr, made on first use.
 func (r *rankPairs) get(pr, dr int) *RankPair {
 	k := [2]int{pr, dr}
 	if rp, ok := r.byKey[k]; ok {
 		return rp
 	}
-	op, initiatorTP := "READ", len(r.t.DRegs)
-	if r.t.Mode == Push {
-		op, initiatorTP = "WRITE", len(r.t.PRegs)
-	}
-	rp := &RankPair{P: pr, D: dr, Op: op, Notif: fmt.Sprintf("req-0:%d", initiatorTP)}
-	r.byKey[k] = rp
+	rp := r.t.rankPair(pr, dr)
+	r.byKey[k] = &rp
 	r.order = append(r.order, k)
-	return rp
+	return &rp
+}
+
+// rankPair is an empty rank pair P pr -> D dr: a READ posted by D (pull)
+// or a WRITE posted by P (push), its notification naming the initiator's
+// TP size as vLLM's does.
+func (t *Transfer) rankPair(pr, dr int) RankPair {
+	op, initiatorTP := "READ", len(t.DRegs)
+	if t.Mode == Push {
+		op, initiatorTP = "WRITE", len(t.PRegs)
+	}
+	return RankPair{P: pr, D: dr, Op: op, Notif: fmt.Sprintf("req-0:%d", initiatorTP)}
 }
 
 // store appends the rank pairs to the transfer, in order.

@@ -167,6 +167,7 @@ func (t *Transfer) vllmPath(opt Options) error {
 				return err
 			}
 			rp := rps.get(src, j)
+			rp.Pairs = make([]Pair, 0, t.vllmCount(dReg, len(dv), len(ds), slices.Contains(amp.Ranks, src), slices.Contains(smp.Ranks, src)))
 			pReg := t.PRegs[src]
 			emitAttn := func(group int) {
 				slotA := slices.Index(amp.Ranks, src)
@@ -230,6 +231,29 @@ func (t *Transfer) vllmPath(opt Options) error {
 	}
 	rps.store()
 	return nil
+}
+
+// vllmCount is how many pairs vLLM's path lists for one source rank of one
+// D rank: every attention region times every page of every attention group
+// (when the rank supplies attention), and every state sub-region per state
+// group (when it supplies state).
+func (t *Transfer) vllmCount(dReg *Registration, attnRegions, stateRegions int, attn, state bool) int {
+	n := 0
+	for g, grp := range dReg.plan.Groups {
+		switch {
+		case stateRegions == 0:
+			if attn {
+				n += attnRegions * len(t.DPages[g].IDs)
+			}
+		case grp.Kind.IsState():
+			if state {
+				n += stateRegions
+			}
+		case attn:
+			n += attnRegions * len(t.DPages[g].IDs)
+		}
+	}
+	return n
 }
 
 // attnPair is one attention descriptor pair on vLLM's path: D's local
