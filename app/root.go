@@ -38,6 +38,7 @@ type Root struct {
 	keys     app.Func
 	live     *liveSession // the live view's subscription, kept across views
 	check    checkState   // the Check view's log and outcome
+	tune     *tuneState   // the Tune view's search, running or done
 	idleGC   bool         // a collection is waiting for the browser to be idle
 }
 
@@ -148,9 +149,10 @@ func (c *Root) change(ctx app.Context, edit func(*Settings)) {
 }
 
 // presentation is the settings without what only changes how they are
-// drawn (the view and the theme).
+// drawn (the view and the theme) or what only a search reads (the Tune
+// view's ranges: a search starts when asked, not on every edit).
 func presentation(s Settings) string {
-	s.View, s.Dark = "", false
+	s.View, s.Dark, s.Tune = "", false, TuneSettings{}
 	return s.Query().Encode()
 }
 
@@ -286,6 +288,8 @@ func (c *Root) Render() app.UI {
 			body = c.renderCharts()
 		case "check":
 			body = c.renderCheck()
+		case "tune":
+			body = c.renderTune()
 		default:
 			body = c.renderPlan()
 		}
@@ -386,7 +390,7 @@ func (c *Root) renderFooter() app.UI {
 }
 
 func (c *Root) renderHelp() app.UI {
-	keys := [][2]string{{"1 … 6", "switch view"}, {"d", "dark mode"}, {"e", "export the plans as JSON"}, {"l", "copy a link to this view"}, {"?", "this help"}, {"Esc", "close"}}
+	keys := [][2]string{{"1 … 7", "switch view"}, {"d", "dark mode"}, {"e", "export the plans as JSON"}, {"l", "copy a link to this view"}, {"?", "this help"}, {"Esc", "close"}}
 	return app.Div().Class("overlay").OnClick(func(ctx app.Context, e app.Event) { c.help = false }).Body(
 		app.Div().Class("help").Body(
 			app.H2().Text("Keyboard shortcuts"),

@@ -29,6 +29,7 @@ type Settings struct {
 	Prompt    int
 	Hit       int
 	Dark      bool
+	Tune      TuneSettings
 	// Unknown lists the query keys kvscope does not know: shown as a
 	// warning, never silently dropped. It is not part of the query.
 	Unknown []string
@@ -54,6 +55,31 @@ type Engine struct {
 	Async         bool
 	NoAsync       bool
 	DisableHybrid bool
+}
+
+// TuneSettings is the Tune view's search, as kvscope tune's flags take it
+// (every field a range in tune's syntax; "" is tune's default).
+type TuneSettings struct {
+	TPPairs, BlockSizes, PBlockSizes, MinLayers, Selectors, MNBT, KVDTypes, Connectors string
+	Objective, Weights                                                                string
+}
+
+// tuneFields are the Tune view's settings: query key, kvscope tune's flag,
+// help, and the field.
+var tuneFields = []struct {
+	key, flag, help string
+	ptr             func(t *TuneSettings) *string
+}{
+	{"tune-tp-pairs", "--tp-pairs", "P:D pairs (2:4,1:2) or P sizes x D sizes (1,2x2,4,8); default the engines' own", func(t *TuneSettings) *string { return &t.TPPairs }},
+	{"tune-block-sizes", "--block-sizes", "D's --block-size: a list and/or from:to:step (default 0,16:1024:16; 0 = the version's)", func(t *TuneSettings) *string { return &t.BlockSizes }},
+	{"tune-p-block-sizes", "--p-block-sizes", "P's --block-size values (default P's own)", func(t *TuneSettings) *string { return &t.PBlockSizes }},
+	{"tune-min-group-layers", "--min-group-layers", "--min-kv-cache-group-layers, both engines (default their own)", func(t *TuneSettings) *string { return &t.MinLayers }},
+	{"tune-selectors", "--selectors", "default, classic, min, balanced, padding-bytes (both engines)", func(t *TuneSettings) *string { return &t.Selectors }},
+	{"tune-mnbt", "--mnbt", "D's --max-num-batched-tokens values (default D's own)", func(t *TuneSettings) *string { return &t.MNBT }},
+	{"tune-kv-cache-dtypes", "--kv-cache-dtypes", "default, auto, bfloat16, float16, fp8 (both engines)", func(t *TuneSettings) *string { return &t.KVDTypes }},
+	{"tune-connectors", "--connectors", "nixl and/or nixl-push (default nixl)", func(t *TuneSettings) *string { return &t.Connectors }},
+	{"tune-objective", "--objective", "kv-tokens, concurrency, descriptors, padding or mix", func(t *TuneSettings) *string { return &t.Objective }},
+	{"tune-weights", "--weights", "with mix: kv=1,concurrency=0,descriptors=1,padding=0", func(t *TuneSettings) *string { return &t.Weights }},
 }
 
 // blankSettings are vLLM's defaults for everything, with no model.
@@ -83,6 +109,7 @@ var Views = []struct{ ID, Title string }{
 	{"flow", "Descriptor flow"},
 	{"charts", "Charts"},
 	{"check", "Check"},
+	{"tune", "Tune"},
 }
 
 // engineField is one engine flag: its query key (vLLM's flag name) and how
@@ -144,6 +171,9 @@ func ParseQuery(q url.Values) (Settings, FieldErrors) {
 		*dst = n
 	}
 	str("view", &s.View)
+	for _, f := range tuneFields {
+		str(f.key, f.ptr(&s.Tune))
+	}
 	str("vllm-version", &s.Version)
 	str("model", &s.Model)
 	str("draft", &s.Draft)
@@ -184,6 +214,9 @@ func ParseQuery(q url.Values) (Settings, FieldErrors) {
 		"prompt-tokens": true, "prefix-hit-tokens": true, "theme": true, "config": true, "draft-config": true}
 	for _, f := range engineFields {
 		known[f.key], known["p-"+f.key], known["d-"+f.key] = true, true, true
+	}
+	for _, f := range tuneFields {
+		known[f.key] = true
 	}
 	for k := range q {
 		if !known[k] {
@@ -245,6 +278,9 @@ func (s Settings) Query() url.Values {
 	set("prefix-hit-tokens", strconv.Itoa(s.Hit), "0")
 	if s.Dark {
 		q.Set("theme", "dark")
+	}
+	for _, f := range tuneFields {
+		set(f.key, *f.ptr(&s.Tune), "")
 	}
 	if s.Model == "custom" && s.Config != "" {
 		q.Set("config", pack(s.Config))

@@ -410,11 +410,21 @@ func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) t
 	return out
 }
 
-// signature hashes what a plan's transfer geometry depends on: its engine
-// as resolved, its sizes and every group's layers, block size and page
-// (FNV-1a, 64 bits: a search keeps a hash per distinct plan, not the text).
+// signature hashes what a plan's transfer geometry depends on, so that
+// candidates whose flags differ but whose plans come out alike (a block
+// size the alignment raises to the same size, a selector that picks the
+// same groups, another batched-token limit) share one computed transfer:
+// the version, the parallel sizes, the dtypes and backend, max_model_len,
+// the planned block size, page and slots, and every group's kind, block
+// size, page and layers. The number of blocks is left out: a request's
+// descriptors do not depend on how many blocks the cache holds
+// (TestRankingMatchesIndependentPlans computes every candidate's transfer
+// afresh and compares). FNV-1a, 64 bits: a search keeps a hash per
+// distinct plan, not the text.
 func (s *Search) signature(p *plan.Plan) uint64 {
-	b := fmt.Appendf(s.sig[:0], "%+v|%d|%d|%d|%d", p.Engine, p.BlockSize, p.PageBytes, p.NumBlocks, p.Slots)
+	e := p.Engine
+	b := fmt.Appendf(s.sig[:0], "%s|%d|%d|%s|%s|%s|%s|%d|%t|%d|%d|%d", p.VLLMVersion, e.TensorParallelSize, e.PipelineParallelSize, e.KVCacheDType,
+		e.MambaSSMCacheDType, e.MambaCacheMode, e.AttentionBackend, e.MaxModelLen, e.DisableHybrid, p.BlockSize, p.PageBytes, p.Slots)
 	for _, g := range p.Groups {
 		b = fmt.Appendf(b, "|%s:%d:%d", g.Kind, g.BlockSize, g.PageBytes)
 		for _, l := range g.Layers {
