@@ -179,6 +179,15 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 		}
 	}
 
+	if opt.CountOnly {
+		t.RankPairs = make([]RankPair, 0, len(order))
+		for _, k := range order {
+			rp := t.rankPair(k[0], k[1])
+			rp.Descs = counts[k[0]*dTP+k[1]]
+			t.RankPairs = append(t.RankPairs, rp)
+		}
+		return nil
+	}
 	// Pass 2: one slice for every pair; each rank pair a window of it.
 	total := 0
 	for _, c := range counts {

@@ -132,6 +132,11 @@ type Options struct {
 	// KeepPairs keeps every descriptor pair in the result (the oracle and
 	// the descriptor view need them); otherwise only totals are kept.
 	KeepPairs bool
+	// CountOnly counts each rank pair's descriptors without writing them:
+	// the handshake, the path and Descs are as a full computation's, while
+	// Merged, Bytes and the group pairs stay zero (merging needs the
+	// pairs' addresses). A search costs thousands of candidates this way.
+	CountOnly bool
 	// Ctx stops the computation once done (nil: never).
 	Ctx context.Context
 }
@@ -223,6 +228,12 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 		return nil, err
 	}
 	if t.Rejection != nil {
+		return t, nil
+	}
+	if opt.CountOnly {
+		for _, rp := range t.RankPairs {
+			t.Descs += rp.Descs
+		}
 		return t, nil
 	}
 	t.finish(opt.KeepPairs)

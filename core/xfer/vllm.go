@@ -167,7 +167,12 @@ func (t *Transfer) vllmPath(opt Options) error {
 				return err
 			}
 			rp := rps.get(src, j)
-			rp.Pairs = make([]Pair, 0, t.vllmCount(dReg, len(dv), len(ds), slices.Contains(amp.Ranks, src), slices.Contains(smp.Ranks, src)))
+			count := t.vllmCount(dReg, len(dv), len(ds), slices.Contains(amp.Ranks, src), slices.Contains(smp.Ranks, src))
+			if opt.CountOnly {
+				rp.Descs = count
+				continue
+			}
+			rp.Pairs = make([]Pair, 0, count)
 			pReg := t.PRegs[src]
 			emitAttn := func(group int) {
 				slotA := slices.Index(amp.Ranks, src)
