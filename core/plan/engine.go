@@ -130,8 +130,18 @@ func (e Engine) resolved(modelMaxLen int, hybrid, mambaAll bool) (Engine, vllm.P
 	if err != nil {
 		return e, prof, nil, err
 	}
+	e, notes, err := e.resolve(&prof, modelMaxLen, hybrid, mambaAll)
+	if err != nil {
+		return e, prof, nil, err
+	}
+	return e, prof, notes.render(&prof), nil
+}
+
+// resolve is resolved with the profile already looked up. It allocates
+// nothing unless a setting is refused: the notes it has to tell come back
+// as flags, rendered by the caller that wants them.
+func (e Engine) resolve(prof *vllm.Profile, modelMaxLen int, hybrid, mambaAll bool) (Engine, modeNotes, error) {
 	e.VLLMVersion = prof.Name
-	var notes []string
 	if e.TensorParallelSize == 0 {
 		e.TensorParallelSize = 1
 	}
@@ -140,7 +150,7 @@ func (e Engine) resolved(modelMaxLen int, hybrid, mambaAll bool) (Engine, vllm.P
 	}
 	if e.MaxModelLen == 0 {
 		if modelMaxLen > 1<<26 {
-			return e, prof, nil, flagErr("--max-model-len", "unset", fmt.Sprintf("the config's derived maximum of %d tokens exceeds 67108864; pass --max-model-len", modelMaxLen))
+			return e, 0, flagErr("--max-model-len", "unset", fmt.Sprintf("the config's derived maximum of %d tokens exceeds 67108864; pass --max-model-len", modelMaxLen))
 		}
 		e.MaxModelLen = modelMaxLen
 	}
@@ -172,53 +182,79 @@ func (e Engine) resolved(modelMaxLen int, hybrid, mambaAll bool) (Engine, vllm.P
 		e.BucketMerge = MergeAuto
 	}
 	if e.AsyncScheduling && e.NoAsyncScheduling {
-		return e, prof, nil, flagErr("--async-scheduling", true, "contradicts --no-async-scheduling")
+		return e, 0, flagErr("--async-scheduling", true, "contradicts --no-async-scheduling")
 	}
-	mode, pc, modeNotes, err := mambaMode(e, prof, hybrid, mambaAll)
+	mode, pc, notes, err := mambaMode(e, prof, hybrid, mambaAll)
 	if err != nil {
-		return e, prof, nil, err
+		return e, 0, err
 	}
 	e.MambaCacheMode, e.PrefixCaching = mode, pc
-	notes = append(notes, modeNotes...)
 	async := e.AsyncScheduling || !e.NoAsyncScheduling && prof.AsyncScheduling(e.PipelineParallelSize) && !(prof.AsyncOffWithMambaPC && hybrid && mode != "none")
 	e.AsyncScheduling, e.NoAsyncScheduling = async, !async
 	if e.MambaSSMCacheDType == "" {
 		e.MambaSSMCacheDType = "auto"
 	}
-	checks := []struct {
-		ok   bool
-		flag string
-		v    any
-		why  string
-	}{
-		{e.TensorParallelSize > 0 && e.TensorParallelSize <= 1024, "--tensor-parallel-size", e.TensorParallelSize, "must be between 1 and 1024"},
-		{e.PipelineParallelSize > 0 && e.PipelineParallelSize <= 256, "--pipeline-parallel-size", e.PipelineParallelSize, "must be between 1 and 256"},
-		{e.BlockSize >= 0 && e.BlockSize <= 1<<20, "--block-size", e.BlockSize, "must be between 1 and 1048576"},
-		{e.MaxModelLen > 0 && e.MaxModelLen <= 1<<26, "--max-model-len", e.MaxModelLen, "must be between 1 and 67108864"},
-		{e.MaxNumBatchedTokens > 0 && e.MaxNumBatchedTokens <= 1<<26, "--max-num-batched-tokens", e.MaxNumBatchedTokens, "must be between 1 and 67108864"},
-		{e.KVCacheMemoryBytes > 0 && e.KVCacheMemoryBytes <= 1<<50, "--kv-cache-memory-bytes", e.KVCacheMemoryBytes, "must be between 1 and 2^50"},
-		{e.NumSpeculativeTokens >= 0 && e.NumSpeculativeTokens <= 64, "--num-speculative-tokens", e.NumSpeculativeTokens, "must be between 0 and 64"},
-		{e.MinGroupLayers > 0 && e.MinGroupLayers <= 1<<16, "--min-kv-cache-group-layers", e.MinGroupLayers, "must be positive"},
-		{e.GroupSize >= 0 && e.GroupSize <= 1<<16, "--kv-cache-group-size", e.GroupSize, "must be positive"},
-		{e.BalancedLambda > 0 && e.BalancedLambda < 1e9, "--balanced-lambda", e.BalancedLambda, "must be positive"},
-		{e.NumGPUBlocksOverride >= 0 && e.NumGPUBlocksOverride <= maxBlocksOverride, "--num-gpu-blocks-override", e.NumGPUBlocksOverride, "must be between 0 and 4294967296"},
-	}
-	for _, c := range checks {
-		if !c.ok {
-			return e, prof, nil, flagErr(c.flag, c.v, c.why)
-		}
+	// The range checks, in the order they are reported. A value is boxed
+	// for the error only when its check fails.
+	switch {
+	case !(e.TensorParallelSize > 0 && e.TensorParallelSize <= 1024):
+		return e, 0, flagErr("--tensor-parallel-size", e.TensorParallelSize, "must be between 1 and 1024")
+	case !(e.PipelineParallelSize > 0 && e.PipelineParallelSize <= 256):
+		return e, 0, flagErr("--pipeline-parallel-size", e.PipelineParallelSize, "must be between 1 and 256")
+	case !(e.BlockSize >= 0 && e.BlockSize <= 1<<20):
+		return e, 0, flagErr("--block-size", e.BlockSize, "must be between 1 and 1048576")
+	case !(e.MaxModelLen > 0 && e.MaxModelLen <= 1<<26):
+		return e, 0, flagErr("--max-model-len", e.MaxModelLen, "must be between 1 and 67108864")
+	case !(e.MaxNumBatchedTokens > 0 && e.MaxNumBatchedTokens <= 1<<26):
+		return e, 0, flagErr("--max-num-batched-tokens", e.MaxNumBatchedTokens, "must be between 1 and 67108864")
+	case !(e.KVCacheMemoryBytes > 0 && e.KVCacheMemoryBytes <= 1<<50):
+		return e, 0, flagErr("--kv-cache-memory-bytes", e.KVCacheMemoryBytes, "must be between 1 and 2^50")
+	case !(e.NumSpeculativeTokens >= 0 && e.NumSpeculativeTokens <= 64):
+		return e, 0, flagErr("--num-speculative-tokens", e.NumSpeculativeTokens, "must be between 0 and 64")
+	case !(e.MinGroupLayers > 0 && e.MinGroupLayers <= 1<<16):
+		return e, 0, flagErr("--min-kv-cache-group-layers", e.MinGroupLayers, "must be positive")
+	case !(e.GroupSize >= 0 && e.GroupSize <= 1<<16):
+		return e, 0, flagErr("--kv-cache-group-size", e.GroupSize, "must be positive")
+	case !(e.BalancedLambda > 0 && e.BalancedLambda < 1e9):
+		return e, 0, flagErr("--balanced-lambda", e.BalancedLambda, "must be positive")
+	case !(e.NumGPUBlocksOverride >= 0 && e.NumGPUBlocksOverride <= maxBlocksOverride):
+		return e, 0, flagErr("--num-gpu-blocks-override", e.NumGPUBlocksOverride, "must be between 0 and 4294967296")
 	}
 	switch e.Selector {
 	case Classic, Min, Balanced, PaddingBytes:
 	default:
-		return e, prof, nil, flagErr("--selector", e.Selector, "want classic, min, balanced or padding-bytes")
+		return e, 0, flagErr("--selector", e.Selector, "want classic, min, balanced or padding-bytes")
 	}
 	switch e.BucketMerge {
 	case MergeAuto, Strict, Loose:
 	default:
-		return e, prof, nil, flagErr("--kv-cache-bucket-merge", e.BucketMerge, "want auto, strict or loose")
+		return e, 0, flagErr("--kv-cache-bucket-merge", e.BucketMerge, "want auto, strict or loose")
 	}
-	return e, prof, notes, nil
+	return e, notes, nil
+}
+
+// modeNotes are the notes resolving the mamba cache mode has to tell, as
+// flags, so that resolving allocates nothing.
+type modeNotes uint8
+
+const (
+	// notePrefixForcedOff: the version disables prefix caching for hybrids.
+	notePrefixForcedOff modeNotes = 1 << iota
+	// notePrefixMambaOnly: the version's per-block prefix caching supports
+	// only Mamba1/Mamba2 hybrids.
+	notePrefixMambaOnly
+)
+
+// render writes the notes as the user reads them; nil when there are none.
+func (n modeNotes) render(prof *vllm.Profile) []string {
+	var notes []string
+	if n&notePrefixForcedOff != 0 {
+		notes = append(notes, fmt.Sprintf("vLLM %s disables prefix caching for hybrid models (\"Hybrid or mamba-based model detected: disabling prefix caching since it is not yet supported.\")", prof.Name))
+	}
+	if n&notePrefixMambaOnly != 0 {
+		notes = append(notes, fmt.Sprintf("vLLM %s supports prefix caching only for Mamba1/Mamba2 hybrids: prefix caching stays off for this model (inferred)", prof.Name))
+	}
+	return notes
 }
 
 // maxBlocksOverride bounds --num-gpu-blocks-override: far above any GPU's
@@ -230,30 +266,30 @@ const maxBlocksOverride = 1 << 32
 // --mamba-cache-mode wins (where the version has the flag); otherwise
 // prefix caching, on or off by the version's default for hybrids or by
 // the flag, implies none or the version's mode for it.
-func mambaMode(e Engine, prof vllm.Profile, hybrid, mambaAll bool) (mode, pc string, notes []string, err error) {
+func mambaMode(e Engine, prof *vllm.Profile, hybrid, mambaAll bool) (mode, pc string, notes modeNotes, err error) {
 	switch e.PrefixCaching {
 	case "", "on", "off":
 	default:
-		return "", "", nil, flagErr("--enable-prefix-caching", e.PrefixCaching, "want on or off")
+		return "", "", 0, flagErr("--enable-prefix-caching", e.PrefixCaching, "want on or off")
 	}
 	switch e.MambaCacheMode {
 	case "", "none", "align", "all":
 	default:
-		return "", "", nil, flagErr("--mamba-cache-mode", e.MambaCacheMode, "want none, align or all")
+		return "", "", 0, flagErr("--mamba-cache-mode", e.MambaCacheMode, "want none, align or all")
 	}
 	if e.MambaCacheMode != "" && !prof.MambaModeFlag && hybrid {
-		return "", "", nil, flagErr("--mamba-cache-mode", e.MambaCacheMode, fmt.Sprintf("vLLM %s has no --mamba-cache-mode (it came with 0.15, #30877); use --enable-prefix-caching", prof.Name))
+		return "", "", 0, flagErr("--mamba-cache-mode", e.MambaCacheMode, fmt.Sprintf("vLLM %s has no --mamba-cache-mode (it came with 0.15, #30877); use --enable-prefix-caching", prof.Name))
 	}
 	pc = e.PrefixCaching
 	if !hybrid {
 		if pc == "" {
 			pc = "on"
 		}
-		return orNone(e.MambaCacheMode), pc, nil, nil
+		return orNone(e.MambaCacheMode), pc, 0, nil
 	}
 	switch {
 	case prof.HybridPrefixCaching == "forced-off" && pc == "on":
-		notes = append(notes, fmt.Sprintf("vLLM %s disables prefix caching for hybrid models (\"Hybrid or mamba-based model detected: disabling prefix caching since it is not yet supported.\")", prof.Name))
+		notes |= notePrefixForcedOff
 		pc = "off"
 	case pc == "" && prof.HybridPrefixCaching == "on":
 		pc = "on"
@@ -274,8 +310,7 @@ func mambaMode(e Engine, prof vllm.Profile, hybrid, mambaAll bool) (mode, pc str
 		return "align", pc, notes, nil
 	case "per-block":
 		if !mambaAll {
-			notes = append(notes, fmt.Sprintf("vLLM %s supports prefix caching only for Mamba1/Mamba2 hybrids: prefix caching stays off for this model (inferred)", prof.Name))
-			return "none", "off", notes, nil
+			return "none", "off", notes | notePrefixMambaOnly, nil
 		}
 		return "all", pc, notes, nil
 	}

@@ -233,7 +233,7 @@ func splitBuckets(buckets []bucket, g int) ([]draftGroup, []string) {
 		l := len(b.layers)
 		n := (l + g - 1) / g
 		if pad := padOf(l, g); pad != 0 {
-			warnings = append(warnings, fmt.Sprintf("Add %d padding layers, may waste at most %.2f%% KV cache memory", pad, 100*float64(pad)/float64(l)))
+			warnings = append(warnings, paddingWarning(pad, l))
 		}
 		for i := 0; i < n; i++ {
 			var members []int
@@ -248,18 +248,44 @@ func splitBuckets(buckets []bucket, g int) ([]draftGroup, []string) {
 
 // groupLayers runs vLLM's dispatch on one rank's specs.
 func groupLayers(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *Layout) (*grouping, error) {
+	r, err := dispatch(specs, e.DisableHybrid, prof.PadPages, fixed == nil)
+	if err != nil || r.dispatch != "" {
+		return r, err
+	}
+	lim := e.limits(prof)
+	if fixed != nil {
+		return r, r.applyLayout(fixed, lim)
+	}
+	r.dispatch = "hybrid"
+	r.buckets = makeBuckets(r.specs, e.merge(prof), prof.MergeBuckets, lim)
+	sizes := make([]int, len(r.buckets))
+	bytes := make([]int64, len(r.buckets))
+	for j, b := range r.buckets {
+		sizes[j], bytes[j] = len(b.layers), b.bytes
+	}
+	r.groupSize = chooseGroupSize(e, prof, sizes, bytes)
+	r.groups, r.warnings = splitBuckets(r.buckets, r.groupSize)
+	return r, nil
+}
+
+// dispatch is the part of vLLM's dispatch that depends on the specs alone:
+// a copy of them converted for a disabled hybrid manager, then one uniform
+// or uniform-type group when the layers allow it (and may choose, free
+// says: a fixed layout does not), else the pages unified for hybrid
+// grouping and dispatch left empty.
+func dispatch(specs []kvspec.LayerSpec, disableHybrid, padPages, free bool) (*grouping, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("plan: the model has no layer with a KV cache")
 	}
 	specs = append([]kvspec.LayerSpec(nil), specs...)
 	r := &grouping{specs: specs}
-	if e.DisableHybrid {
+	if disableHybrid {
 		convertForDisabledHybrid(specs)
 		if !allMergeable(specs) && !uniformType(specs) {
 			return nil, flagErr("--disable-hybrid-kv-cache-manager", true, "the layers cannot be converted to one KV cache type (state layers need the hybrid manager)")
 		}
 	}
-	if fixed == nil {
+	if free {
 		all := make([]int, len(specs))
 		for i := range all {
 			all[i] = i
@@ -277,25 +303,28 @@ func groupLayers(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *L
 			return r, nil
 		}
 	}
-	logs, err := unifyPages(specs, prof.PadPages)
+	logs, err := unifyPages(specs, padPages)
 	if err != nil {
 		return nil, err
 	}
 	r.logs = logs
-	lim := e.limits(prof)
-	if fixed != nil {
-		return r, r.applyLayout(fixed, lim)
-	}
-	r.dispatch = "hybrid"
-	r.buckets = makeBuckets(specs, e.merge(prof), prof.MergeBuckets, lim)
-	sizes := make([]int, len(r.buckets))
-	bytes := make([]int64, len(r.buckets))
-	for j, b := range r.buckets {
-		sizes[j], bytes[j] = len(b.layers), b.bytes
-	}
-	r.groupSize = chooseGroupSize(e, prof, sizes, bytes)
-	r.groups, r.warnings = splitBuckets(r.buckets, r.groupSize)
 	return r, nil
+}
+
+// looseReasons are the inferred reasons a loose bucket merge gives: one
+// for each bucket that holds layers of another head layout than its first.
+func looseReasons(specs []kvspec.LayerSpec, buckets []bucket) []string {
+	var out []string
+	for _, b := range buckets {
+		set := newMergeSet(b.spec)
+		for _, li := range b.layers[1:] {
+			if !set.add(specs[li].Spec) {
+				out = append(out, fmt.Sprintf("bucket merge loose: layer %s shares a bucket with layers of another head layout (same kind, block size, page bytes and window)", specs[li].Layer.Name))
+				break
+			}
+		}
+	}
+	return out
 }
 
 // chooseGroupSize applies the fixed override or the engine's selector.
@@ -379,7 +408,7 @@ func (r *grouping) applyLayout(l *Layout, lim kvspec.Limits) error {
 			break
 		}
 		if pad := padOf(len(b.layers), l.GroupSize); pad != 0 {
-			r.warnings = append(r.warnings, fmt.Sprintf("Add %d padding layers, may waste at most %.2f%% KV cache memory", pad, 100*float64(pad)/float64(len(b.layers))))
+			r.warnings = append(r.warnings, paddingWarning(pad, len(b.layers)))
 		}
 	}
 	return nil

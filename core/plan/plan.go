@@ -1,7 +1,7 @@
 package plan
 
 import (
-	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/kvscope/kvscope/core/kvspec"
@@ -105,8 +105,14 @@ type Layout struct {
 }
 
 // New plans m for one engine. m must already carry any draft or MTP layers.
+// It prepares a Planner for the one plan; a caller that plans one model
+// for many engines keeps a Planner instead.
 func New(m *model.Model, e Engine) (*Plan, error) {
-	return newPlan(m, e, nil)
+	pl, err := NewPlanner(m)
+	if err != nil {
+		return nil, err
+	}
+	return pl.Plan(e)
 }
 
 // WithLayout plans m for one engine with a fixed grouping.
@@ -114,6 +120,8 @@ func WithLayout(m *model.Model, e Engine, l *Layout) (*Plan, error) {
 	return newPlan(m, e, l)
 }
 
+// newPlan is the planner computed step by step for every engine: WithLayout
+// plans with it, and the tests hold the Planner's plans equal to its.
 func newPlan(m *model.Model, e Engine, fixed *Layout) (*Plan, error) {
 	hybrid := hasState(m)
 	e, prof, engineNotes, err := e.resolved(m.MaxModelLen, hybrid, m.MambaAll == "supported")
@@ -143,7 +151,7 @@ func newPlan(m *model.Model, e Engine, fixed *Layout) (*Plan, error) {
 	p.Logs = append(append([]string(nil), rank.Logs...), p.Logs...)
 	p.Notes = append(append(append(append([]string{}, m.Notes...), engineNotes...), rank.Notes...), p.Notes...)
 	if e.PipelineParallelSize > 1 && hasRole(m, model.Draft, model.MTP) {
-		p.addInferred("draft and MTP layers are placed on the last pipeline stage")
+		p.addInferred(reasonDraftStage)
 	}
 	p.finish()
 	if err := p.startupCheck(); err != nil {
@@ -211,6 +219,18 @@ func relevant(rule string, specs []kvspec.LayerSpec, e Engine) bool {
 		}
 	}
 	return false
+}
+
+// profileReasons are the inferred rules of the profile that touch a plan
+// of these specs, as inferred reasons.
+func profileReasons(prof vllm.Profile, specs []kvspec.LayerSpec, e Engine) []string {
+	var out []string
+	for _, r := range prof.Inferred() {
+		if relevant(r, specs, e) {
+			out = append(out, "profile "+prof.Name+": "+r)
+		}
+	}
+	return out
 }
 
 func hasRole(m *model.Model, roles ...model.Role) bool {
@@ -341,31 +361,23 @@ func fromSpecs(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *Lay
 	}
 	p.memory(e, stages)
 	if e.merge(prof) == Loose && g.dispatch == "hybrid" {
-		for _, b := range g.buckets {
-			set := newMergeSet(b.spec)
-			for _, li := range b.layers[1:] {
-				if !set.add(g.specs[li].Spec) {
-					p.addInferred(fmt.Sprintf("bucket merge loose: layer %s shares a bucket with layers of another head layout (same kind, block size, page bytes and window)", g.specs[li].Layer.Name))
-					break
-				}
-			}
+		for _, r := range looseReasons(g.specs, g.buckets) {
+			p.addInferred(r)
 		}
 	}
 	if p.Selector == PaddingBytes && e.GroupSize == 0 && prof.Selector != vllm.SelectorPaddingBytes {
-		p.addInferred(fmt.Sprintf("selector padding-bytes follows vLLM PR #58207's diff, which %s does not carry", prof.Label))
+		p.addInferred(paddingBytesReason(prof.Label))
 	}
 	if p.Selector == Balanced && e.GroupSize == 0 {
-		p.addInferred("selector balanced follows vLLM PR #49472, which vLLM main does not carry")
+		p.addInferred(reasonBalanced)
 	}
-	for _, r := range prof.Inferred() {
-		if relevant(r, specs, e) {
-			p.addInferred("profile " + prof.Name + ": " + r)
-		}
+	for _, r := range profileReasons(prof, specs, e) {
+		p.addInferred(r)
 	}
 	if e.MambaCacheMode == "all" {
 		for _, s := range specs {
 			if s.Spec.Kind.IsState() {
-				p.addInferred("mamba cache mode all: the state kernel chunk (64 for gated delta net, 128 otherwise) is assumed")
+				p.addInferred(reasonMambaAll)
 				break
 			}
 		}
@@ -422,7 +434,7 @@ func (p *Plan) memory(e Engine, stages map[string]int) {
 		p.NumBlocks = 0
 	}
 	if e.NumGPUBlocksOverride > 0 {
-		p.Logs = append(p.Logs, fmt.Sprintf("Overriding num_gpu_blocks=%d with num_gpu_blocks_override=%d", p.NumBlocks, e.NumGPUBlocksOverride))
+		p.Logs = append(p.Logs, overrideLog(p.NumBlocks, e.NumGPUBlocksOverride))
 		p.NumBlocks = int64(e.NumGPUBlocksOverride)
 	}
 	if p.BlocksPerRequest > 0 {
@@ -452,9 +464,25 @@ func (p *Plan) addInferred(reason string) {
 
 // finish appends the capacity log lines vLLM prints.
 func (p *Plan) finish() {
-	p.Logs = append(p.Logs,
-		fmt.Sprintf("GPU KV cache size: %s tokens", commas(p.KVCacheTokens)),
-		fmt.Sprintf("Maximum concurrency for %s tokens per request: %.2fx", commas(int64(p.Engine.MaxModelLen)), p.MaxConcurrency))
+	lines := p.capacityLines()
+	p.Logs = append(p.Logs, lines[0], lines[1])
+}
+
+// capacityLines are vLLM's two capacity log lines, "GPU KV cache size: N
+// tokens" and "Maximum concurrency for N tokens per request: X.XXx",
+// formatted as fmt's %s and %.2f would (a plan's concurrency is finite).
+func (p *Plan) capacityLines() [2]string {
+	var buf [96]byte
+	b := append(buf[:0], "GPU KV cache size: "...)
+	b = appendCommas(b, p.KVCacheTokens)
+	b = append(b, " tokens"...)
+	size := string(b)
+	b = append(buf[:0], "Maximum concurrency for "...)
+	b = appendCommas(b, int64(p.Engine.MaxModelLen))
+	b = append(b, " tokens per request: "...)
+	b = strconv.AppendFloat(b, p.MaxConcurrency, 'f', 2, 64)
+	b = append(b, 'x')
+	return [2]string{size, string(b)}
 }
 
 // LogLines returns vLLM's log lines for the plan in the order vLLM prints
@@ -505,20 +533,24 @@ func (p *Plan) LayerByName(name string) (LayerPlan, bool) {
 
 // commas formats n with thousands separators, as vLLM's "{:,}" does.
 func commas(n int64) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
+	var buf [32]byte
+	return string(appendCommas(buf[:0], n))
+}
+
+// appendCommas appends n with thousands separators to b.
+func appendCommas(b []byte, n int64) []byte {
+	var digits [24]byte
+	d := strconv.AppendInt(digits[:0], n, 10)
+	if d[0] == '-' {
+		b, d = append(b, '-'), d[1:]
+	}
+	for i, c := range d {
+		if i > 0 && (len(d)-i)%3 == 0 {
+			b = append(b, ',')
 		}
-		b.WriteRune(c)
+		b = append(b, c)
 	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
+	return b
 }
 
 // Commas formats n with thousands separators.

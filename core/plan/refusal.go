@@ -41,15 +41,22 @@ const gib = 1 << 30
 // against its own memory (from 0.17; 0.14 to 0.16 held the whole model's
 // groups against the smallest worker's memory).
 func (p *Plan) startupCheck() error {
-	e, prof := p.Engine, p.Profile
-	for s := range p.Stages {
-		st := p.Stages[s]
+	return startupCheck(p.Engine, &p.Profile, p.Stages, p.wholeBytesPerBlock(), p.neededBytes)
+}
+
+// startupCheck is the check on a plan's figures: its resolved engine, its
+// stages, the bytes per block of the whole model, and need, the bytes one
+// request of maxLen tokens needs on the worker of stage s (s < 0: the
+// whole model).
+func startupCheck(e Engine, prof *vllm.Profile, stages []Stage, whole int64, need func(s, maxLen int) int64) error {
+	for s := range stages {
+		st := stages[s]
 		if st.Layers == 0 {
 			continue
 		}
 		if !prof.RefusalPerWorker {
 			// The whole model's groups against the smallest worker's memory.
-			s, st = -1, Stage{BytesPerBlock: p.wholeBytesPerBlock()}
+			s, st = -1, Stage{BytesPerBlock: whole}
 		}
 		avail := e.KVCacheMemoryBytes
 		if e.NumGPUBlocksOverride > 0 && prof.RefusalOverride {
@@ -58,19 +65,19 @@ func (p *Plan) startupCheck() error {
 		if prof.NullBlock {
 			avail -= st.BytesPerBlock
 		}
-		stage := s
-		need := func(maxLen int) int64 { return p.neededBytes(stage, maxLen) }
-		if need(e.MaxModelLen) <= avail {
+		if need(s, e.MaxModelLen) <= avail {
 			continue
 		}
-		est := estimateMaxLen(need, avail, e.MaxModelLen)
+		stage := s
+		est := estimateMaxLen(func(maxLen int) int64 { return need(stage, maxLen) }, avail, e.MaxModelLen)
 		if prof.NullBlock {
 			avail += st.BytesPerBlock // the message names the memory, not what the check compared
 		}
+		needed := need(s, e.MaxModelLen)
 		return &RefusalError{
-			Version: prof.Name, MaxModelLen: e.MaxModelLen, NeededBytes: need(e.MaxModelLen), AvailableBytes: avail,
+			Version: prof.Name, MaxModelLen: e.MaxModelLen, NeededBytes: needed, AvailableBytes: avail,
 			EstimatedMaxLen: est, Rule: prof.Refusal,
-			Message: prof.RefusalMessage(e.MaxModelLen, float64(need(e.MaxModelLen))/gib, float64(avail)/gib, est),
+			Message: prof.RefusalMessage(e.MaxModelLen, float64(needed)/gib, float64(avail)/gib, est),
 		}
 	}
 	return nil
