@@ -23,6 +23,7 @@ type tuneState struct {
 	started     time.Time
 	done, total int
 	millis      float64 // from start to the ranked result
+	rankMillis  float64 // ranking and charting the result, at the end
 	result      *tune.Result
 	chart       string
 	err         string
@@ -85,11 +86,13 @@ func (c *Root) startTune(ctx app.Context) {
 			}
 			time.Sleep(time.Millisecond) // the browser's turn: input, drawing
 		}
+		t0 := clock()
 		res := search.Result()
 		chart := tuneChart(res)
+		rank := float64(clock().Sub(t0).Microseconds()) / 1000
 		done, total := search.Progress()
 		ctx.Dispatch(func(ctx app.Context) {
-			st.result, st.chart, st.done, st.total = res, chart, done, total
+			st.result, st.chart, st.done, st.total, st.rankMillis = res, chart, done, total, rank
 			st.millis = float64(clock().Sub(st.started).Microseconds()) / 1000
 			st.canceled = run.Err() != nil && done < total
 			st.cancel = nil
@@ -154,7 +157,7 @@ func (c *Root) renderTune() app.UI {
 	progress := app.Div().Class("tune-progress").Body(
 		app.Progress().DataSet("testid", "tune-progress").Max(max(st.total, 1)).Value(st.done),
 		app.Span().DataSet("testid", "tune-status").DataSet("done", st.done).DataSet("total", st.total).
-			DataSet("ms", strconv.FormatFloat(st.millis, 'f', 1, 64)).DataSet("state", tuneStateName(st, running)).Text(status),
+			DataSet("ms", strconv.FormatFloat(st.millis, 'f', 1, 64)).DataSet("rank-ms", strconv.FormatFloat(st.rankMillis, 'f', 1, 64)).DataSet("state", tuneStateName(st, running)).Text(status),
 	)
 	if st.result == nil {
 		return app.Div().Class("tune-view").Body(form, progress)
@@ -290,16 +293,38 @@ func (c *Root) openCandidate(ctx app.Context, x tune.Candidate) {
 // tuneChart is the Pareto chart: every accepted candidate's D KV tokens
 // against its descriptors per request, coloured by whether P's and D's
 // pages divide, the front drawn over them; hovering a point names its
-// flags.
+// flags. Candidates that land on one point (flags that plan alike) are
+// one point, named by the first of them and their count: a search of
+// thousands draws hundreds of points.
 func tuneChart(res *tune.Result) string {
 	label := func(x tune.Scored) string {
 		return fmt.Sprintf("TP %s · D block %s→%d · P block %d · %s · min %s · mnbt %s · %s · %s", x.TP, autoOr(x.DBlockSize), x.DBlock, x.PBlock,
 			orDefault(x.Selector), autoOr(x.MinGroupLayers), autoOr(x.MaxBatched), orDefault(x.KVCacheDType), x.Connector)
 	}
-	var divide, split, front []opts.ScatterData
+	type point struct {
+		descs  int
+		kv     int64
+		divide bool
+	}
+	first := map[point]tune.Scored{}
+	count := map[point]int{}
+	var order []point
 	for _, x := range res.All {
-		d := opts.ScatterData{Name: label(x), Value: []any{x.Descs, x.DKVTokens}}
-		if x.PagesDivide {
+		p := point{x.Descs, x.DKVTokens, x.PagesDivide}
+		if count[p] == 0 {
+			first[p] = x
+			order = append(order, p)
+		}
+		count[p]++
+	}
+	var divide, split, front []opts.ScatterData
+	for _, p := range order {
+		name := label(first[p])
+		if n := count[p]; n > 1 {
+			name = fmt.Sprintf("%d candidates, e.g. %s", n, name)
+		}
+		d := opts.ScatterData{Name: name, Value: []any{p.descs, p.kv}}
+		if p.divide {
 			divide = append(divide, d)
 		} else {
 			split = append(split, d)

@@ -126,11 +126,24 @@ type Search struct {
 	next       int
 	feasible   []Scored
 	refused    map[string]*Refusal
-	order      []string                // refusal reasons, first seen first
+	order      []string // refusal reasons, first seen first
+	planner    *plan.Planner
 	plans      map[plan.Engine]planned // P's plans (few: P's flags vary little)
 	transfers  map[transferKey]transferred
-	inferred   map[string]bool
-	sig        []byte // scratch for signatures
+	pRegs      map[regKey][]*xfer.Registration // P's registrations, per P plan
+	dRegs      struct {                        // D's last registrations (the next candidates often share its plan)
+		key  regKey
+		regs []*xfer.Registration
+	}
+	inferred map[string]bool
+	sig      []byte // scratch for signatures
+}
+
+// regKey names a plan's registrations: its geometry and its number of
+// blocks (the regions' sizes).
+type regKey struct {
+	sig    uint64
+	blocks int64
 }
 
 type planned struct {
@@ -145,11 +158,11 @@ type transferKey struct {
 }
 
 type transferred struct {
-	descs, merged int
-	path          string
-	rejection     *xfer.Rejection
-	inferred      []string
-	err           error
+	descs     int
+	path      string
+	rejection *xfer.Rejection
+	inferred  []string
+	err       error
 }
 
 // NewSearch checks the space and lists its candidates.
@@ -220,8 +233,12 @@ func NewSearch(s Space) (*Search, error) {
 				Reason: fmt.Sprintf("more than %d candidates: narrow a range", MaxCandidates)}
 		}
 	}
-	srch := &Search{space: s, conn: map[string]xfer.Connector{}, refused: map[string]*Refusal{},
-		plans: map[plan.Engine]planned{}, transfers: map[transferKey]transferred{}, inferred: map[string]bool{}}
+	pl, err := plan.NewPlanner(s.Model)
+	if err != nil {
+		return nil, err
+	}
+	srch := &Search{space: s, conn: map[string]xfer.Connector{}, refused: map[string]*Refusal{}, planner: pl,
+		plans: map[plan.Engine]planned{}, transfers: map[transferKey]transferred{}, pRegs: map[regKey][]*xfer.Registration{}, inferred: map[string]bool{}}
 	for _, c := range conns {
 		if srch.conn[c], err = xfer.ParseConnector(c); err != nil {
 			return nil, &RangeError{Flag: "--connectors", Value: c, Reason: err.Error()}
@@ -318,7 +335,7 @@ func (s *Search) plan(e plan.Engine, cache bool) (*plan.Plan, error) {
 	var p *plan.Plan
 	err := e.CheckFlags()
 	if err == nil {
-		p, err = plan.New(s.space.Model, e)
+		p, err = s.planner.Plan(e)
 	}
 	if cache {
 		s.plans[e] = planned{p, err}
@@ -365,11 +382,13 @@ func (s *Search) evaluate(c Candidate) {
 		return
 	}
 	sc := Scored{Candidate: c, PBlock: pp.BlockSize, DBlock: dp.BlockSize, PGroups: pp.NumGroups, DGroups: dp.NumGroups,
-		DKVTokens: dp.KVCacheTokens, PKVTokens: pp.KVCacheTokens, DConcurrency: dp.MaxConcurrency, Descs: t.descs, Merged: t.merged,
+		DKVTokens: dp.KVCacheTokens, PKVTokens: pp.KVCacheTokens, DConcurrency: dp.MaxConcurrency, Descs: t.descs,
 		PaddingBytes: pp.PaddingBytesPerRequest + dp.PaddingBytesPerRequest, PagesDivide: xfer.PagesDivide(pp, dp), Path: t.path,
 		Inferred: pp.Inferred || dp.Inferred || len(t.inferred) > 0, Notes: notes, pe: pe, de: de}
-	for _, why := range append(append(append([]string(nil), pp.InferredReasons...), dp.InferredReasons...), t.inferred...) {
-		s.inferred[why] = true
+	for _, list := range [][]string{pp.InferredReasons, dp.InferredReasons, t.inferred} {
+		for _, why := range list {
+			s.inferred[why] = true
+		}
 	}
 	s.feasible = append(s.feasible, sc)
 }
@@ -397,14 +416,31 @@ func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) t
 		return got
 	}
 	var out transferred
-	t, err := xfer.Compute(s.space.Model, pp, dp, s.space.Request, xfer.Options{Connector: conn})
+	pk, dk := regKey{k.p, pp.NumBlocks}, regKey{k.d, dp.NumBlocks}
+	pRegs, ok := s.pRegs[pk]
+	if !ok {
+		pRegs, out.err = xfer.RegisterAll(s.space.Model, pp, xfer.P, "", nil)
+		if out.err != nil {
+			return out
+		}
+		s.pRegs[pk] = pRegs
+	}
+	if s.dRegs.regs == nil || s.dRegs.key != dk {
+		s.dRegs.regs, out.err = xfer.RegisterAll(s.space.Model, dp, xfer.D, "", nil)
+		if out.err != nil {
+			s.dRegs.regs = nil
+			return out
+		}
+		s.dRegs.key = dk
+	}
+	t, err := xfer.Compute(s.space.Model, pp, dp, s.space.Request, xfer.Options{Connector: conn, CountOnly: true, PRegs: pRegs, DRegs: s.dRegs.regs})
 	switch {
 	case err != nil:
 		out.err = err
 	case t.Rejection != nil:
 		out.rejection = t.Rejection
 	default:
-		out.descs, out.merged, out.path, out.inferred = t.Descs, t.Merged, string(t.Path), t.Inferred
+		out.descs, out.path, out.inferred = t.Descs, string(t.Path), t.Inferred
 	}
 	s.transfers[k] = out
 	return out
@@ -437,7 +473,8 @@ func (s *Search) signature(p *plan.Plan) uint64 {
 	return h.Sum64()
 }
 
-// Result ranks what is evaluated so far.
+// Result ranks what is evaluated so far. Its All shares the search's
+// candidates (do not modify them); Top, Front and Dividing are copies.
 func (s *Search) Result() *Result {
 	r := &Result{Objective: s.space.Objective, Request: s.space.Request, Total: len(s.candidates), Evaluated: s.next, Feasible: len(s.feasible),
 		Refused: []Refusal{}, Top: []Scored{}, Front: []Scored{}, Inferred: []string{}}
@@ -449,45 +486,45 @@ func (s *Search) Result() *Result {
 		r.Inferred = append(r.Inferred, why)
 	}
 	sort.Strings(r.Inferred)
-	all := append([]Scored(nil), s.feasible...)
+	all := s.feasible
 	s.space.Objective.score(all)
-	front := paretoFront(all)
-	onFront := map[int]bool{}
-	for _, f := range front {
-		onFront[f.Index] = true
-	}
-	for i := range all {
-		all[i].OnFront = onFront[all[i].Index]
-	}
 	r.All = all
-	ranked := append([]Scored(nil), all...)
-	sort.SliceStable(ranked, func(i, j int) bool { return better(ranked[i], ranked[j]) })
-	if len(ranked) > s.space.Top {
-		ranked = ranked[:s.space.Top]
+	// Candidates are large: sort their indices.
+	idx := make([]int, len(all))
+	for i := range idx {
+		idx[i] = i
+		all[i].OnFront = false
 	}
-	for i := range ranked {
-		s.serveLines(&ranked[i])
+	for _, i := range paretoFront(all, idx) {
+		all[i].OnFront = true
+		r.Front = append(r.Front, all[i])
 	}
-	for _, c := range all {
-		if c.PagesDivide && (r.Dividing == nil || better(c, *r.Dividing)) {
-			d := c
+	sort.SliceStable(idx, func(a, b int) bool { return better(&all[idx[a]], &all[idx[b]]) })
+	for _, i := range idx[:min(len(idx), s.space.Top)] {
+		r.Top = append(r.Top, all[i])
+	}
+	for _, i := range idx {
+		if all[i].PagesDivide {
+			d := all[i]
 			r.Dividing = &d
+			break
 		}
+	}
+	for i := range r.Top {
+		s.serveLines(&r.Top[i])
+	}
+	for i := range r.Front {
+		s.serveLines(&r.Front[i])
 	}
 	if r.Dividing != nil {
 		s.serveLines(r.Dividing)
 	}
-	for i := range front {
-		front[i].OnFront = true
-		s.serveLines(&front[i])
-	}
-	r.Top, r.Front = ranked, front
 	return r
 }
 
 // better orders candidates: the higher score, then pages that divide,
 // then fewer descriptors, then the earlier candidate.
-func better(a, b Scored) bool {
+func better(a, b *Scored) bool {
 	switch {
 	case a.Score != b.Score:
 		return a.Score > b.Score
@@ -501,24 +538,25 @@ func better(a, b Scored) bool {
 
 // paretoFront is the candidates no other beats on both D KV tokens (more)
 // and descriptors per request (fewer), by KV tokens, most first; of equal
-// points, the first candidate stands for them.
-func paretoFront(all []Scored) []Scored {
-	pts := append([]Scored(nil), all...)
-	sort.SliceStable(pts, func(i, j int) bool {
-		if pts[i].DKVTokens != pts[j].DKVTokens {
-			return pts[i].DKVTokens > pts[j].DKVTokens
+// points, the first candidate stands for them. It sorts idx (indices of
+// all) and returns the front's indices.
+func paretoFront(all []Scored, idx []int) []int {
+	sort.SliceStable(idx, func(a, b int) bool {
+		x, y := &all[idx[a]], &all[idx[b]]
+		if x.DKVTokens != y.DKVTokens {
+			return x.DKVTokens > y.DKVTokens
 		}
-		if pts[i].Descs != pts[j].Descs {
-			return pts[i].Descs < pts[j].Descs
+		if x.Descs != y.Descs {
+			return x.Descs < y.Descs
 		}
-		return pts[i].Index < pts[j].Index
+		return x.Index < y.Index
 	})
-	var front []Scored
+	var front []int
 	best := math.MaxInt
-	for _, p := range pts {
-		if p.Descs < best {
-			front = append(front, p)
-			best = p.Descs
+	for _, i := range idx {
+		if all[i].Descs < best {
+			front = append(front, i)
+			best = all[i].Descs
 		}
 	}
 	return front

@@ -137,6 +137,11 @@ type Options struct {
 	// Merged, Bytes and the group pairs stay zero (merging needs the
 	// pairs' addresses). A search costs thousands of candidates this way.
 	CountOnly bool
+	// PRegs and DRegs, when set, are P's and D's registrations made
+	// already (RegisterAll, with the same plans, layouts and bases): a search
+	// that pairs one P plan with many D plans registers P once. Compute
+	// only reads them.
+	PRegs, DRegs []*Registration
 	// Ctx stops the computation once done (nil: never).
 	Ctx context.Context
 }
@@ -203,11 +208,15 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 		t.Logs = append(t.Logs, why)
 	}
 	var err error
-	if t.PRegs, err = registerAll(opt.Ctx, m, pp, P, opt.PLayout, opt.Bases); err != nil {
-		return nil, err
+	if t.PRegs = opt.PRegs; t.PRegs == nil {
+		if t.PRegs, err = registerAll(opt.Ctx, m, pp, P, opt.PLayout, opt.Bases); err != nil {
+			return nil, err
+		}
 	}
-	if t.DRegs, err = registerAll(opt.Ctx, m, dp, D, opt.DLayout, opt.Bases); err != nil {
-		return nil, err
+	if t.DRegs = opt.DRegs; t.DRegs == nil {
+		if t.DRegs, err = registerAll(opt.Ctx, m, dp, D, opt.DLayout, opt.Bases); err != nil {
+			return nil, err
+		}
 	}
 	t.Handshake = newHandshake(m, t.PRegs, t.DRegs, opt.Connector, t.Mode)
 	if t.Handshake.Rejection != nil {
@@ -252,6 +261,13 @@ func (req Request) Check(pp, dp *plan.Plan) error {
 		return fmt.Errorf("xfer: --prompt-tokens %d exceeds max_model_len (P %d, D %d)", req.PromptTokens, pp.Engine.MaxModelLen, dp.Engine.MaxModelLen)
 	}
 	return nil
+}
+
+// RegisterAll registers every rank of one side's plan as Compute does
+// (layout "" is split K/V; bases nil the default bases), for
+// Options.PRegs and Options.DRegs.
+func RegisterAll(m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
+	return registerAll(nil, m, p, side, layout, bases)
 }
 
 func registerAll(ctx context.Context, m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
