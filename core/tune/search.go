@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -122,6 +123,8 @@ type Result struct {
 type Search struct {
 	space      Space
 	conn       map[string]xfer.Connector
+	connEng    map[string]connEngines // what each connector does to the engines, as the version runs them
+	flagErrs   map[flagKey]error      // vLLM's verdict on a block size, per version
 	candidates []Candidate
 	next       int
 	feasible   []Scored
@@ -137,6 +140,21 @@ type Search struct {
 	}
 	inferred map[string]bool
 	sig      []byte // scratch for signatures
+}
+
+// connEngines is what a connector does to the engines before planning
+// (xfer.ConnectorEngines, for the search's version and model: the same for
+// every candidate).
+type connEngines struct {
+	disableHybrid bool
+	notes         []string
+	err           error
+}
+
+// flagKey is what Engine.CheckFlags reads.
+type flagKey struct {
+	version string
+	block   int
 }
 
 // regKey names a plan's registrations: its geometry and its number of
@@ -239,10 +257,15 @@ func NewSearch(s Space) (*Search, error) {
 	}
 	srch := &Search{space: s, conn: map[string]xfer.Connector{}, refused: map[string]*Refusal{}, planner: pl,
 		plans: map[plan.Engine]planned{}, transfers: map[transferKey]transferred{}, pRegs: map[regKey][]*xfer.Registration{}, inferred: map[string]bool{}}
+	srch.connEng, srch.flagErrs = map[string]connEngines{}, map[flagKey]error{}
 	for _, c := range conns {
 		if srch.conn[c], err = xfer.ParseConnector(c); err != nil {
 			return nil, &RangeError{Flag: "--connectors", Value: c, Reason: err.Error()}
 		}
+		// The connector's effect depends on the version and the model,
+		// which every candidate shares: worked out once.
+		pe, de, notes, err := xfer.ConnectorEngines(s.Model, srch.conn[c], s.P, s.D)
+		srch.connEng[c] = connEngines{disableHybrid: pe.DisableHybrid != s.P.DisableHybrid || de.DisableHybrid != s.D.DisableHybrid, notes: notes, err: err}
 	}
 	srch.candidates = make([]Candidate, 0, n)
 	for _, tp := range tps {
@@ -333,7 +356,12 @@ func (s *Search) plan(e plan.Engine, cache bool) (*plan.Plan, error) {
 		return got.p, got.err
 	}
 	var p *plan.Plan
-	err := e.CheckFlags()
+	fk := flagKey{e.VLLMVersion, e.BlockSize}
+	err, checked := s.flagErrs[fk]
+	if !checked {
+		err = e.CheckFlags()
+		s.flagErrs[fk] = err
+	}
 	if err == nil {
 		p, err = s.planner.Plan(e)
 	}
@@ -348,11 +376,15 @@ func (s *Search) plan(e plan.Engine, cache bool) (*plan.Plan, error) {
 func (s *Search) evaluate(c Candidate) {
 	conn := s.conn[c.Connector]
 	pe, de := c.engines(s.space.P, s.space.D)
-	pe, de, notes, err := xfer.ConnectorEngines(s.space.Model, conn, pe, de)
-	if err != nil {
-		s.refuse("connector: "+c.Connector, err.Error())
+	ce := s.connEng[c.Connector]
+	if ce.err != nil {
+		s.refuse("connector: "+c.Connector, ce.err.Error())
 		return
 	}
+	if ce.disableHybrid {
+		pe.DisableHybrid, de.DisableHybrid = true, true
+	}
+	notes := ce.notes
 	pp, err := s.plan(pe, true)
 	if err != nil {
 		s.refuse(refusalOf("P", err), err.Error())
@@ -459,10 +491,18 @@ func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) t
 // distinct plan, not the text.
 func (s *Search) signature(p *plan.Plan) uint64 {
 	e := p.Engine
-	b := fmt.Appendf(s.sig[:0], "%s|%d|%d|%s|%s|%s|%s|%d|%t|%d|%d|%d", p.VLLMVersion, e.TensorParallelSize, e.PipelineParallelSize, e.KVCacheDType,
-		e.MambaSSMCacheDType, e.MambaCacheMode, e.AttentionBackend, e.MaxModelLen, e.DisableHybrid, p.BlockSize, p.PageBytes, p.Slots)
+	b := s.sig[:0]
+	for _, str := range []string{p.VLLMVersion, e.KVCacheDType, e.MambaSSMCacheDType, e.MambaCacheMode, e.AttentionBackend} {
+		b = append(append(b, str...), '|')
+	}
+	for _, n := range []int64{int64(e.TensorParallelSize), int64(e.PipelineParallelSize), int64(e.MaxModelLen), int64(p.BlockSize), p.PageBytes, int64(p.Slots)} {
+		b = append(strconv.AppendInt(b, n, 10), '|')
+	}
+	b = strconv.AppendBool(b, e.DisableHybrid)
 	for _, g := range p.Groups {
-		b = fmt.Appendf(b, "|%s:%d:%d", g.Kind, g.BlockSize, g.PageBytes)
+		b = append(append(b, '|'), g.Kind...)
+		b = strconv.AppendInt(append(b, ':'), int64(g.BlockSize), 10)
+		b = strconv.AppendInt(append(b, ':'), g.PageBytes, 10)
 		for _, l := range g.Layers {
 			b = append(append(b, ','), l...)
 		}

@@ -173,7 +173,9 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 						}
 					}
 					counts[run.Rank*dTP+j] += n
-					jobs = append(jobs, gpJob{d: j, item: i, seg: si, run: run, count: n})
+					if !opt.CountOnly {
+						jobs = append(jobs, gpJob{d: j, item: i, seg: si, run: run, count: n})
+					}
 				}
 			}
 		}
