@@ -77,6 +77,16 @@ type Handshake struct {
 
 // MetadataOf is the version-15 metadata a rank advertises.
 func MetadataOf(r *Registration) Metadata {
+	hash := ""
+	if r.plan != nil && r.model != nil {
+		hash = compatHash(r.model, r.plan)
+	}
+	return metadataOf(r, hash)
+}
+
+// metadataOf is MetadataOf with the compatibility hash computed already
+// (every rank of a side shares it).
+func metadataOf(r *Registration, hash string) Metadata {
 	engineID := "prefill"
 	if r.Side == D {
 		engineID = "decode"
@@ -86,15 +96,18 @@ func MetadataOf(r *Registration) Metadata {
 		KVCacheLayout: "HND", BlocksFirst: r.Layout == BlocksFirst, NumBlocks: r.NumBlocks,
 	}
 	if r.plan != nil && r.model != nil { // nil for a registration built by hand (benchmarks)
-		md.BlockSize, md.CompatHash = r.plan.BlockSize, compatHash(r.model, r.plan)
+		md.BlockSize, md.CompatHash = r.plan.BlockSize, hash
 	}
 	md.Members = make([][]Member, len(r.Regions))
+	md.BaseAddrs = make([]uint64, 0, len(r.Regions))
+	md.BlockLens = make([]int64, 0, len(r.Regions))
 	for _, reg := range r.Regions {
 		md.BaseAddrs = append(md.BaseAddrs, reg.Base)
 		md.BlockLens = append(md.BlockLens, reg.BlockLen)
 	}
+	seen := make([]bool, len(r.Regions)) // the regions a layer has listed itself in
 	for _, l := range r.Layers {
-		seen := map[int]bool{}
+		clear(seen)
 		for _, s := range l.Segments {
 			if seen[s.Region] {
 				continue
@@ -132,12 +145,18 @@ func compatHash(m *model.Model, p *plan.Plan) string {
 
 // newHandshake builds both sides' metadata and runs the checks.
 func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mode Mode) *Handshake {
-	hs := &Handshake{}
-	for _, r := range pRegs {
-		hs.P = append(hs.P, MetadataOf(r))
-	}
-	for _, r := range dRegs {
-		hs.D = append(hs.D, MetadataOf(r))
+	hs := &Handshake{P: make([]Metadata, 0, len(pRegs)), D: make([]Metadata, 0, len(dRegs))}
+	for _, side := range []struct {
+		regs []*Registration
+		md   *[]Metadata
+	}{{pRegs, &hs.P}, {dRegs, &hs.D}} {
+		hash := ""
+		if r := side.regs[0]; r.plan != nil && r.model != nil {
+			hash = compatHash(r.model, r.plan)
+		}
+		for _, r := range side.regs {
+			*side.md = append(*side.md, metadataOf(r, hash))
+		}
 	}
 	pp, dp := pRegs[0].plan, dRegs[0].plan
 	pTP, dTP := len(pRegs), len(dRegs)
