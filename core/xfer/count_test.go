@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model/modeltest"
@@ -53,6 +54,9 @@ func TestCountOnlyMatchesPairs(t *testing.T) {
 			}
 			if count.Descs != full.Descs || count.Path != full.Path || count.Descs == 0 || len(count.RankPairs) != len(full.RankPairs) {
 				t.Fatalf("count-only: %d descriptors on %s in %d rank pairs; full: %d on %s in %d", count.Descs, count.Path, len(count.RankPairs), full.Descs, full.Path, len(full.RankPairs))
+			}
+			if fmt.Sprint(count.Handshake.Checks) != fmt.Sprint(full.Handshake.Checks) || count.Handshake.Matched != full.Handshake.Matched {
+				t.Errorf("handshake checks: count-only %v, full %v", count.Handshake.Checks, full.Handshake.Checks)
 			}
 			for i, rp := range count.RankPairs {
 				f := full.RankPairs[i]

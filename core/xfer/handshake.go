@@ -143,8 +143,10 @@ func compatHash(m *model.Model, p *plan.Plan) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// newHandshake builds both sides' metadata and runs the checks.
-func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mode Mode) *Handshake {
+// newHandshake builds both sides' metadata and runs the checks. brief
+// keeps of each rank's metadata only what the checks read (its identity,
+// block size and compatibility hash): a count-only transfer's.
+func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mode Mode, brief bool) *Handshake {
 	hs := &Handshake{P: make([]Metadata, 0, len(pRegs)), D: make([]Metadata, 0, len(dRegs))}
 	for _, side := range []struct {
 		regs []*Registration
@@ -155,6 +157,14 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 			hash = compatHash(r.model, r.plan)
 		}
 		for _, r := range side.regs {
+			if brief {
+				md := Metadata{Version: HandshakeVersion, TPSize: r.TP, TPRank: r.Rank, NumBlocks: r.NumBlocks, CompatHash: hash}
+				if r.plan != nil {
+					md.BlockSize = r.plan.BlockSize
+				}
+				*side.md = append(*side.md, md)
+				continue
+			}
 			*side.md = append(*side.md, metadataOf(r, hash))
 		}
 	}

@@ -133,9 +133,11 @@ type Options struct {
 	// the descriptor view need them); otherwise only totals are kept.
 	KeepPairs bool
 	// CountOnly counts each rank pair's descriptors without writing them:
-	// the handshake, the path and Descs are as a full computation's, while
-	// Merged, Bytes and the group pairs stay zero (merging needs the
-	// pairs' addresses). A search costs thousands of candidates this way.
+	// the handshake's checks, the path and Descs are as a full
+	// computation's, while Merged, Bytes and the group pairs stay zero
+	// (merging needs the pairs' addresses) and the handshake's metadata
+	// holds each rank's identity, block size and compatibility hash only.
+	// A search costs thousands of candidates this way.
 	CountOnly bool
 	// PRegs and DRegs, when set, are P's and D's registrations made
 	// already (RegisterAll, with the same plans, layouts and bases): a search
@@ -218,7 +220,7 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 			return nil, err
 		}
 	}
-	t.Handshake = newHandshake(m, t.PRegs, t.DRegs, opt.Connector, t.Mode)
+	t.Handshake = newHandshake(m, t.PRegs, t.DRegs, opt.Connector, t.Mode, opt.CountOnly)
 	if t.Handshake.Rejection != nil {
 		t.Rejection = t.Handshake.Rejection
 		return t, nil
