@@ -2,6 +2,7 @@ package plan
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -14,20 +15,27 @@ import (
 
 // FuzzPlan drives the planner with arbitrary engine settings on bundled
 // models. Every outcome must be a plan that places each layer once with
-// sane numbers, or an error that names the flag.
+// sane numbers, or an error that names the flag; and it must be the
+// outcome of the step-by-step reference (newPlan).
 func FuzzPlan(f *testing.F) {
 	models := []string{"Qwen__Qwen3.6-35B-A3B", "google__gemma-3-27b-it", "nvidia__NVIDIA-Nemotron-Nano-9B-v2",
 		"deepseek-ai__DeepSeek-V2-Lite", "meta-llama__Llama-4-Scout-17B-16E", "google__gemma-4-E2B"}
 	var loaded []*model.Model
+	var planners []*Planner // one per model, its cache shared by every input
 	for _, name := range models {
-		loaded = append(loaded, modeltest.Load(f, name))
+		m := modeltest.Load(f, name)
+		pl, err := NewPlanner(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		loaded, planners = append(loaded, m), append(planners, pl)
 	}
 	versions := vllm.Versions()
 	f.Add(uint8(0), 2, 1, 0, 262144, 8192, 7, 3, 0, uint8(0), uint8(0), false, false, uint8(len(versions)-1))
 	f.Add(uint8(1), 8, 2, 32, 131072, 2048, 0, 1, 4, uint8(1), uint8(2), true, true, uint8(0))
 	f.Add(uint8(2), 4, 4, 0, 4096, 512, 2, 5, 0, uint8(2), uint8(1), false, true, uint8(20))
 	f.Fuzz(func(t *testing.T, mi uint8, tp, pp, bs, mml, mnbt, spec, minLayers, g int, sel, mode uint8, noAsync, disable bool, vi uint8) {
-		m := loaded[int(mi)%len(loaded)]
+		m, pl := loaded[int(mi)%len(loaded)], planners[int(mi)%len(loaded)]
 		e := Engine{
 			VLLMVersion:        versions[int(vi)%len(versions)],
 			TensorParallelSize: tp, PipelineParallelSize: pp, BlockSize: bs, MaxModelLen: mml,
@@ -37,6 +45,19 @@ func FuzzPlan(f *testing.F) {
 			NoAsyncScheduling: noAsync, DisableHybrid: disable,
 		}
 		p, err := New(m, e)
+		// The Planner's path, fresh and cached, and the step-by-step
+		// reference agree.
+		want, wantErr := newPlan(m, e, nil)
+		if !reflect.DeepEqual(err, wantErr) || !sameIgnoringProfile(p, want) {
+			t.Fatalf("New and the reference differ: %v / %v", err, wantErr)
+		}
+		cached, cachedErr := pl.Plan(e)
+		if !reflect.DeepEqual(cachedErr, wantErr) || !sameIgnoringProfile(cached, want) {
+			t.Fatalf("a shared Planner and the reference differ: %v / %v", cachedErr, wantErr)
+		}
+		if sum, sumErr := pl.Summary(e); !reflect.DeepEqual(sumErr, wantErr) || want != nil && sum != want.Summary() {
+			t.Fatalf("Summary %+v, %v; want %+v, %v", sum, sumErr, want.Summary(), wantErr)
+		}
 		if err != nil {
 			var fe *FlagError
 			var oe *kvspec.OptionError

@@ -17,18 +17,25 @@ import (
 // speculative tokens, attention backend, hybrid manager and bucket merge;
 // and max model len for a model with state layers in mamba cache mode
 // none). What is left for each engine (the limits, the group size, the
-// strided split, the memory pool and the start-up check) runs without
-// allocating in Summary.
+// strided split, the memory pool and the start-up check) is a few integer
+// operations per distinct layer spec, which Summary runs without
+// allocating.
 //
 // A Planner is safe for concurrent use. Its cache grows with each
 // distinct combination of the settings above, which a search over one
-// model's engines keeps small.
+// model's engines keeps small; past 4096 prepared ranks (or 256 version
+// strings) it starts over.
 type Planner struct {
 	m        *model.Model
 	state    bool // the model has state layers (what New passes as hybrid)
 	mambaAll bool // the model supports Mamba prefix caching
 	drafts   bool // the model carries draft or MTP layers
 	kvLayers int  // layers that own a KV cache
+
+	// The cache's bounds: a Planner fed arbitrary engines (a long-lived
+	// server) empties a map that reaches its bound before adding to it.
+	// Entries already handed out stay valid: they are never modified.
+	maxRanks, maxProfiles int
 
 	mu       sync.RWMutex
 	profiles map[string]*profileEntry
@@ -46,12 +53,12 @@ type profileEntry struct {
 
 // rankKey is what shapes a rank's specs, unification and buckets.
 type rankKey struct {
-	prof                                             *profileEntry
-	tensorParallelSize, blockSize, specTokens        int
-	kvCacheDType, ssmCacheDType, mambaCacheMode, abe string
-	maxModelLen                                      int // only where it sizes state blocks (mode none)
-	disableHybrid                                    bool
-	merge                                            BucketMerge
+	prof                                                          *profileEntry
+	tensorParallelSize, blockSize, specTokens                     int
+	kvCacheDType, ssmCacheDType, mambaCacheMode, attentionBackend string
+	maxModelLen                                                   int // only where it sizes state blocks (mode none)
+	disableHybrid                                                 bool
+	merge                                                         BucketMerge
 }
 
 // NewPlanner prepares m for planning. m must already carry any draft or
@@ -68,6 +75,9 @@ func NewPlanner(m *model.Model) (*Planner, error) {
 		profiles: map[string]*profileEntry{},
 		ranks:    map[rankKey]*rankEntry{},
 		stages:   map[int][]int{},
+
+		maxRanks:    4096,
+		maxProfiles: 256,
 	}
 	for _, l := range m.Layers {
 		if l.OwnsKV() {
@@ -95,9 +105,11 @@ func (pl *Planner) Plan(e Engine) (*Plan, error) {
 }
 
 // Summary computes the figures Plan would give for one engine without
-// building the plan: no layers, groups or log lines, and no allocation
-// on the way. It returns the same errors as Plan; a *RefusalError comes
-// with the summary of the refused plan.
+// building the plan: no layers, groups or log lines. Once the Planner's
+// cache holds the engine's rank it allocates nothing, unless it returns
+// an error. It returns the same errors as Plan; a *RefusalError comes
+// with the summary of the refused plan. Plan.Summary gives the same
+// figures from a plan.
 func (pl *Planner) Summary(e Engine) (Summary, error) {
 	var c call
 	if err := pl.run(&c, e); err != nil {
@@ -162,6 +174,9 @@ func (pl *Planner) profile(version string) *profileEntry {
 	if old := pl.profiles[version]; old != nil {
 		return old
 	}
+	if len(pl.profiles) >= pl.maxProfiles {
+		clear(pl.profiles)
+	}
 	pl.profiles[version] = pe
 	return pe
 }
@@ -170,7 +185,7 @@ func (pl *Planner) profile(version string) *profileEntry {
 func (pl *Planner) rank(e *Engine, pe *profileEntry) *rankEntry {
 	k := rankKey{
 		prof: pe, tensorParallelSize: e.TensorParallelSize, blockSize: e.BlockSize, specTokens: e.NumSpeculativeTokens,
-		kvCacheDType: e.KVCacheDType, ssmCacheDType: e.MambaSSMCacheDType, mambaCacheMode: e.MambaCacheMode, abe: e.AttentionBackend,
+		kvCacheDType: e.KVCacheDType, ssmCacheDType: e.MambaSSMCacheDType, mambaCacheMode: e.MambaCacheMode, attentionBackend: e.AttentionBackend,
 		disableHybrid: e.DisableHybrid, merge: e.merge(pe.prof),
 	}
 	if pl.state && e.MambaCacheMode == "none" {
@@ -187,6 +202,9 @@ func (pl *Planner) rank(e *Engine, pe *profileEntry) *rankEntry {
 	defer pl.mu.Unlock()
 	if old := pl.ranks[k]; old != nil {
 		return old
+	}
+	if len(pl.ranks) >= pl.maxRanks {
+		clear(pl.ranks)
 	}
 	pl.ranks[k] = r
 	return r

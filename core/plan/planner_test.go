@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -328,6 +327,29 @@ func TestPlannerIsSafeForConcurrentUse(t *testing.T) {
 	}
 }
 
+func TestPlannerStartsOverWhenItsCacheIsFull(t *testing.T) {
+	m := withDraft(t, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
+	pl, err := NewPlanner(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.maxRanks, pl.maxProfiles = 3, 2
+	grid := engineGrid(11)[:120]
+	kept := make([]*Plan, len(grid))
+	for i, e := range grid {
+		kept[i], _ = pl.Plan(e)
+		if len(pl.ranks) > 3 || len(pl.profiles) > 2 {
+			t.Fatalf("cache holds %d ranks and %d profiles, bounds 3 and 2", len(pl.ranks), len(pl.profiles))
+		}
+	}
+	for i, e := range grid {
+		want, wantErr := newPlan(m, e, nil)
+		got, gotErr := pl.Plan(e)
+		samePlan(t, fmt.Sprintf("%+v", e), got, gotErr, want, wantErr)
+		samePlan(t, "kept "+fmt.Sprintf("%+v", e), kept[i], wantErr, want, wantErr)
+	}
+}
+
 func TestPlannerErrors(t *testing.T) {
 	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
 	noKV := &model.Model{Name: "empty", DType: "bfloat16", MaxModelLen: 4096}
@@ -378,9 +400,6 @@ func TestPlannerErrors(t *testing.T) {
 }
 
 func TestPlannerSummaryAllocatesNothing(t *testing.T) {
-	if os.Getenv("GOFLAGS") != "" && strings.Contains(os.Getenv("GOFLAGS"), "race") {
-		t.Skip("the race detector allocates")
-	}
 	seed := withDraft(t, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
 	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
 	tests := []struct {

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvscope/kvscope/core/kvspec"
 	"github.com/kvscope/kvscope/core/model"
@@ -19,7 +20,7 @@ import (
 // before the limits enter. It is never modified once prepared, except for
 // its split cache, which the Planner's lock guards.
 type rankEntry struct {
-	err      error // the error planning any engine of this rank returns
+	err      error // the error planning any engine of this rank returns (one value for every call)
 	rank     *kvspec.Rank
 	specs    []kvspec.LayerSpec // the grouping's specs: converted and unified
 	dispatch string             // uniform, uniform-type or hybrid
@@ -105,22 +106,13 @@ func prepareRank(m *model.Model, e Engine, prof *vllm.Profile, merge BucketMerge
 		r.buckets = append(r.buckets, b.layers)
 		var cls []int
 		for _, li := range b.layers {
-			if c := r.class[li]; !containsInt(cls, c) {
+			if c := r.class[li]; !slices.Contains(cls, c) {
 				cls = append(cls, c)
 			}
 		}
 		r.bucketClasses = append(r.bucketClasses, cls)
 	}
 	return r
-}
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // groups is how many groups bucket j splits into at group size g.
