@@ -2,13 +2,13 @@ package app
 
 import (
 	"context"
+	"encoding/json"
+	"runtime/debug"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-echarts/go-echarts/v2/charts"
-	"github.com/go-echarts/go-echarts/v2/opts"
 	"github.com/kvscope/kvscope/core/tune"
 	"github.com/kvscope/kvscope/core/xfer"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
@@ -72,11 +72,15 @@ func (c *Root) startTune(ctx app.Context) {
 	st.cancel = cancel
 	search := st.search
 	ctx.Async(func() {
+		// Plans die young: collect less often while searching (the
+		// WebAssembly collector runs on the page's only thread).
+		gc := debug.SetGCPercent(400)
+		defer debug.SetGCPercent(gc)
 		lastDraw := clock()
 		for !search.Done() && run.Err() == nil {
 			t0 := clock()
 			for !search.Done() && clock().Sub(t0) < tuneSlice {
-				if search.Step(run, 4) != nil {
+				if search.Step(run, 1) != nil {
 					break
 				}
 			}
@@ -317,30 +321,57 @@ func tuneChart(res *tune.Result) string {
 		}
 		count[p]++
 	}
-	var divide, split, front []opts.ScatterData
+	// The option is written by hand, not through go-echarts' reflection:
+	// thousands of points cost the page a few milliseconds, not hundreds.
+	series := func(b []byte, name string, pts []point, names []string, extra string) []byte {
+		b = append(b, `{"type":"scatter","name":`...)
+		b = appendJSONString(b, name)
+		b = append(b, extra...)
+		b = append(b, `,"data":[`...)
+		for i, p := range pts {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"name":`...)
+			b = appendJSONString(b, names[i])
+			b = append(b, `,"value":[`...)
+			b = strconv.AppendInt(b, int64(p.descs), 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, p.kv, 10)
+			b = append(b, "]}"...)
+		}
+		return append(b, "]}"...)
+	}
+	var divide, split, front []point
+	var divideNames, splitNames, frontNames []string
 	for _, p := range order {
 		name := label(first[p])
 		if n := count[p]; n > 1 {
 			name = fmt.Sprintf("%d candidates, e.g. %s", n, name)
 		}
-		d := opts.ScatterData{Name: name, Value: []any{p.descs, p.kv}}
 		if p.divide {
-			divide = append(divide, d)
+			divide, divideNames = append(divide, p), append(divideNames, name)
 		} else {
-			split = append(split, d)
+			split, splitNames = append(split, p), append(splitNames, name)
 		}
 	}
 	for _, x := range res.Front {
-		front = append(front, opts.ScatterData{Name: label(x), Value: []any{x.Descs, x.DKVTokens}, SymbolSize: 12, Symbol: "diamond"})
+		front, frontNames = append(front, point{x.Descs, x.DKVTokens, x.PagesDivide}), append(frontNames, label(x))
 	}
-	sc := charts.NewScatter()
-	sc.SetGlobalOptions(
-		charts.WithTitleOpts(opts.Title{Title: "D KV tokens against descriptors per request", Subtitle: "the Pareto front: more tokens, fewer descriptors"}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "item", Formatter: "{b}<br/>{c}"}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "40"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "descriptors per request", Type: "value", Scale: opts.Bool(true)}),
-		charts.WithYAxisOpts(opts.YAxis{Name: "D KV tokens", Type: "value", Scale: opts.Bool(true)}),
-	)
-	sc.AddSeries("pages divide", divide).AddSeries("pages do not divide", split).AddSeries("Pareto front", front)
-	return optionJSON(sc)
+	b := make([]byte, 0, 256+120*(len(order)+len(front)))
+	b = append(b, `{"title":{"text":"D KV tokens against descriptors per request","subtext":"the Pareto front: more tokens, fewer descriptors"},`+
+		`"tooltip":{"show":true,"trigger":"item","formatter":"{b}<br/>{c}"},"legend":{"show":true,"top":"40"},`+
+		`"xAxis":{"name":"descriptors per request","type":"value","scale":true},"yAxis":{"name":"D KV tokens","type":"value","scale":true},"series":[`...)
+	b = series(b, "pages divide", divide, divideNames, `,"symbolSize":7`)
+	b = append(b, ',')
+	b = series(b, "pages do not divide", split, splitNames, `,"symbolSize":7`)
+	b = append(b, ',')
+	b = series(b, "Pareto front", front, frontNames, `,"symbolSize":13,"symbol":"diamond"`)
+	return string(append(b, "]}"...))
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s)
+	return append(b, q...)
 }

@@ -88,8 +88,15 @@ type Scored struct {
 	pe, de       plan.Engine
 }
 
-// Engines are the candidate's P and D engines as planned.
-func (s *Scored) Engines() (plan.Engine, plan.Engine) { return s.pe, s.de }
+// Engines are a candidate's P and D engines as the search plans them
+// (the connector's effect included).
+func (s *Search) Engines(c Candidate) (plan.Engine, plan.Engine) {
+	pe, de := c.engines(s.space.P, s.space.D)
+	if s.connEng[c.Connector].disableHybrid {
+		pe.DisableHybrid, de.DisableHybrid = true, true
+	}
+	return pe, de
+}
 
 // Refusal counts the candidates refused for one reason.
 type Refusal struct {
@@ -375,15 +382,12 @@ func (s *Search) plan(e plan.Engine, cache bool) (*plan.Plan, error) {
 // the request, keeping it or counting why not.
 func (s *Search) evaluate(c Candidate) {
 	conn := s.conn[c.Connector]
-	pe, de := c.engines(s.space.P, s.space.D)
 	ce := s.connEng[c.Connector]
 	if ce.err != nil {
 		s.refuse("connector: "+c.Connector, ce.err.Error())
 		return
 	}
-	if ce.disableHybrid {
-		pe.DisableHybrid, de.DisableHybrid = true, true
-	}
+	pe, de := s.Engines(c)
 	notes := ce.notes
 	pp, err := s.plan(pe, true)
 	if err != nil {
@@ -416,7 +420,7 @@ func (s *Search) evaluate(c Candidate) {
 	sc := Scored{Candidate: c, PBlock: pp.BlockSize, DBlock: dp.BlockSize, PGroups: pp.NumGroups, DGroups: dp.NumGroups,
 		DKVTokens: dp.KVCacheTokens, PKVTokens: pp.KVCacheTokens, DConcurrency: dp.MaxConcurrency, Descs: t.descs,
 		PaddingBytes: pp.PaddingBytesPerRequest + dp.PaddingBytesPerRequest, PagesDivide: xfer.PagesDivide(pp, dp), Path: t.path,
-		Inferred: pp.Inferred || dp.Inferred || len(t.inferred) > 0, Notes: notes, pe: pe, de: de}
+		Inferred: pp.Inferred || dp.Inferred || len(t.inferred) > 0, Notes: notes}
 	for _, list := range [][]string{pp.InferredReasons, dp.InferredReasons, t.inferred} {
 		for _, why := range list {
 			s.inferred[why] = true

@@ -13,8 +13,9 @@ func (s *Search) serveLines(sc *Scored) {
 	if name == "" {
 		name = s.space.Model.Name
 	}
-	sc.PServe = ServeCommand(name, s.space.DraftName, sc.pe, sc.Connector)
-	sc.DServe = ServeCommand(name, s.space.DraftName, sc.de, sc.Connector)
+	pe, de := s.Engines(sc.Candidate)
+	sc.PServe = ServeCommand(name, s.space.DraftName, pe, sc.Connector)
+	sc.DServe = ServeCommand(name, s.space.DraftName, de, sc.Connector)
 }
 
 // ServeCommand is the vllm serve command line of an engine: the flags

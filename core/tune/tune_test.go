@@ -34,10 +34,14 @@ func TestDividingBlockSizeForQwenDFlash(t *testing.T) {
 	p := plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7}
 	d := p
 	d.TensorParallelSize = 4
-	r, err := Run(context.Background(), Space{Model: m, P: p, D: d})
+	s, err := NewSearch(Space{Model: m, P: p, D: d})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Step(context.Background(), len(s.Candidates())); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Result()
 	if r.Dividing == nil {
 		t.Fatalf("no candidate whose pages divide among %d accepted", r.Feasible)
 	}
@@ -52,7 +56,7 @@ func TestDividingBlockSizeForQwenDFlash(t *testing.T) {
 	if r.Dividing.DBlock != pd.Advice.BlockSize {
 		t.Errorf("tune names D block %d (given %d), pd advises --block-size %d", r.Dividing.DBlock, r.Dividing.DBlockSize, pd.Advice.BlockSize)
 	}
-	pe, de := r.Dividing.Engines()
+	pe, de := s.Engines(r.Dividing.Candidate)
 	pp, err1 := plan.New(m, pe)
 	dp, err2 := plan.New(m, de)
 	if err1 != nil || err2 != nil || !xfer.PagesDivide(pp, dp) {

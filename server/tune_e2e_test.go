@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// tuneStatus reads the Tune view's status: candidates done, of how many,
+// the state (running, canceled, done) and the milliseconds it took.
+func tuneStatus(t *testing.T, ctx context.Context) (done, total int, state string, ms float64) {
+	t.Helper()
+	vals, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`(() => { const el = document.querySelector('[data-testid="tune-status"]');
+		return el ? {done: el.dataset.done, total: el.dataset.total, state: el.dataset.state, ms: el.dataset.ms} : {}; })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, _ = strconv.Atoi(vals["done"])
+	total, _ = strconv.Atoi(vals["total"])
+	ms, _ = strconv.ParseFloat(vals["ms"], 64)
+	return done, total, vals["state"], ms
+}
+
+// TestTuneView: in Chromium, the Tune view searches 10,240 candidates of
+// the seed deployment (Qwen3.6-35B-A3B + DFlash, P TP2 -> D TP4, branch
+// profile) in WebAssembly, along every dimension the search has: 5 TP
+// pairs x 128 D block sizes x 2 minimum group sizes x 2 selectors x 2
+// batched-token limits x 2 KV cache dtypes; the progress bar moves while it runs, the page
+// never stalls longer than 50 ms (a timer sampling the event loop, as a
+// keystroke would wait), and it finishes within 2 s; it names the D block
+// size whose pages divide P's, as kvscope tune does, draws the Pareto
+// chart and lists candidates whose Open button sets the engines and
+// shows the P vs D view. A second search is cancelled midway.
+func TestTuneView(t *testing.T) {
+	ctx, ts, _ := browser(t)
+	ranges := [][2]string{{"tp-pairs", "2:2,2:4,2:8,4:4,4:8"}, {"block-sizes", "16:2048:16"}, {"min-group-layers", "2,3"},
+		{"selectors", "default,padding-bytes"}, {"mnbt", "4096,8192"}, {"kv-cache-dtypes", "auto,fp8"}}
+	q := "view=tune"
+	for _, r := range ranges {
+		q += "&tune-" + r[0] + "=" + r[1]
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?"+q), chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] [data-testid="tune-run"]`))); err != nil {
+		t.Fatal(err)
+	}
+	// The event loop's longest stall, sampled every 5 ms from now on.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { window.__stall = 0; let last = performance.now();
+		window.__lagTimer = setInterval(() => { const now = performance.now(); const d = now - last - 5; window.__stall = Math.max(window.__stall, d);
+			if (d > 40) { const el = document.querySelector('[data-testid="tune-status"]'); (window.__stalls = window.__stalls || []).push(Math.round(d) + ' ms at ' + (el ? el.dataset.done : 0)); }
+			last = now; }, 5);
+		return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-testid="tune-run"]`))); err != nil {
+		t.Fatal(err)
+	}
+	// The progress moves: several distinct counts while it runs.
+	seen := map[int]bool{}
+	deadline := time.Now().Add(60 * time.Second)
+	var done, total int
+	var state string
+	var ms float64
+	for time.Now().Before(deadline) {
+		done, total, state, ms = tuneStatus(t, ctx)
+		if state == "running" {
+			seen[done] = true
+		}
+		if state == "done" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stall, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`(() => { clearInterval(window.__lagTimer); return window.__stall; })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalls, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(window.__stalls || []).join(', ')`))
+	rank := attr(t, ctx, `[data-testid="tune-status"]`, "data-rank-ms")
+	t.Logf("search: %d of %d candidates in %.0f ms (ranking and chart %s ms); %d progress counts seen; longest stall %.1f ms; stalls over 40 ms: %s",
+		done, total, ms, rank, len(seen), stall, stalls)
+	if state != "done" || done != 10240 || total != 10240 {
+		t.Fatalf("state %s, %d of %d", state, done, total)
+	}
+	if len(seen) < 2 {
+		t.Errorf("the progress bar showed %d counts while running", len(seen))
+	}
+	if budget := 2000 * slack(); ms > budget {
+		t.Errorf("a 10,240-candidate search took %.0f ms, budget %.0f ms", ms, budget)
+	}
+	if budget := 50 * slack(); stall > budget {
+		t.Errorf("the page stalled %.1f ms during the search, budget %.0f ms", stall, budget)
+	}
+	// What kvscope tune names for the same deployment and ranges.
+	args := []string{"tune", "--model", "Qwen__Qwen3.6-35B-A3B", "--draft", "z-lab__Qwen3.6-35B-A3B-DFlash", "--vllm-version", "pr58207",
+		"--p-tensor-parallel-size", "2", "--d-tensor-parallel-size", "4", "--num-speculative-tokens", "7", "--max-model-len", "262144", "--prompt-tokens", "1024", "--json"}
+	for _, r := range ranges {
+		args = append(args, "--"+r[0], r[1])
+	}
+	code, out, errs := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("kvscope tune: %s", errs)
+	}
+	var cli struct {
+		Feasible int `json:"feasible"`
+		Dividing struct {
+			DBlock int `json:"d_block_size_planned"`
+		} `json:"best_pages_divide"`
+	}
+	if err := json.Unmarshal([]byte(out), &cli); err != nil {
+		t.Fatal(err)
+	}
+	block := attr(t, ctx, `[data-testid="tune-dividing"]`, "data-block")
+	if block != strconv.Itoa(cli.Dividing.DBlock) || cli.Dividing.DBlock == 0 {
+		t.Errorf("the page names D block %q, kvscope tune %d", block, cli.Dividing.DBlock)
+	}
+	counts, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="tune-counts"]').textContent`))
+	if !strings.Contains(counts, commasInt(cli.Feasible)+" accepted") {
+		t.Errorf("the page counts %q; kvscope tune accepts %d", counts, cli.Feasible)
+	}
+	if canvases, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#chart-tune canvas').length`)); err != nil || canvases == 0 {
+		t.Errorf("the Pareto chart has no canvas (%v)", err)
+	}
+
+	// A second search, cancelled midway, stops and says so.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-testid="tune-run"]`))); err != nil {
+		t.Fatal(err)
+	}
+	for time.Now().Before(deadline) {
+		if d, _, st, _ := tuneStatus(t, ctx); st == "running" && d > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-testid="tune-cancel"]`))); err != nil {
+		t.Fatal(err)
+	}
+	for time.Now().Before(deadline) {
+		if done, total, state, _ = tuneStatus(t, ctx); state != "running" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if state != "canceled" || done >= total {
+		t.Errorf("after Cancel: state %s, %d of %d", state, done, total)
+	}
+
+	// Open the first candidate in the P vs D view.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-testid="tune-open"]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid="advice"]`))); err != nil {
+		t.Fatal(err)
+	}
+	href, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.search`))
+	if !strings.Contains(href, "view=pd") || !strings.Contains(href, "d-tensor-parallel-size=") {
+		t.Errorf("after Open the page is at %s", href)
+	}
+}
