@@ -34,7 +34,6 @@ type rankEntry struct {
 	pages         []int64        // class -> page bytes
 	bucketClasses [][]int        // bucket -> its distinct classes
 	sumPages      int64          // every layer's page: the uniform-type group's page
-	layers        []LayerPlan    // each layer's placement but group, slot and stage
 	loose         []string       // the loose bucket merge's inferred reasons
 	profile       []string       // the profile's inferred rules this rank touches
 	state         bool           // a state layer among the specs
@@ -81,7 +80,6 @@ func prepareRank(m *model.Model, e Engine, prof *vllm.Profile, merge BucketMerge
 		r.state = r.state || s.Spec.Kind.IsState()
 	}
 	r.class = make([]int, len(r.specs))
-	r.layers = make([]LayerPlan, len(r.specs))
 	for i, ls := range r.specs {
 		c := -1
 		for j := range r.classes {
@@ -97,10 +95,6 @@ func prepareRank(m *model.Model, e Engine, prof *vllm.Profile, merge BucketMerge
 		}
 		r.class[i] = c
 		r.sumPages += r.pages[c]
-		r.layers[i] = LayerPlan{
-			Name: ls.Layer.Name, Kind: ls.Spec.Kind, Role: ls.Layer.Role,
-			Spec: ls.Spec, Page: r.pages[c], Block: ls.Spec.BlockSize, KVHeads: ls.Spec.KVHeads,
-		}
 	}
 	for _, b := range g.buckets {
 		r.buckets = append(r.buckets, b.layers)
@@ -486,9 +480,11 @@ func (c *call) plan(pl *Planner) *Plan {
 			grp.BlocksPerRequest, grp.Bucket, grp.UniformType = blocks, j, uniformType
 			start := li
 			for k, slot := i, 0; k < len(b); k, slot = k+n, slot+1 {
+				ls := &r.specs[b[k]]
 				lp := &p.Layers[li]
-				*lp = r.layers[b[k]]
+				lp.Name, lp.Kind, lp.Role, lp.Spec = ls.Layer.Name, ls.Spec.Kind, ls.Layer.Role, ls.Spec
 				lp.Group, lp.Slot, lp.Stage = gi, slot, c.stageOf(b[k])
+				lp.Page, lp.Block, lp.KVHeads = r.pages[r.class[b[k]]], ls.Spec.BlockSize, ls.Spec.KVHeads
 				names[li] = lp.Name
 				li++
 			}
