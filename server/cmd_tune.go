@@ -76,6 +76,19 @@ func runTune(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// A range given empty is a mistake, not a request for the default.
+	var empty error
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "tp-pairs", "block-sizes", "p-block-sizes", "min-group-layers", "selectors", "mnbt", "kv-cache-dtypes", "connectors":
+			if strings.TrimSpace(fl.Value.String()) == "" && empty == nil {
+				empty = &usageError{fmt.Errorf("--%s is empty: give values (a,b,c) or a span (from:to:step), or leave the flag out for its default", fl.Name)}
+			}
+		}
+	})
+	if empty != nil {
+		return empty
+	}
 	sp, err := f.space()
 	if err != nil {
 		return err
