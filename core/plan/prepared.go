@@ -160,9 +160,23 @@ type call struct {
 	nclass    int
 	blockArr  [16]int64 // class -> worst-case blocks per request at lim
 	blockMore []int64   // the same, for ranks of more classes
+	cutArr    [16]cut   // bucket -> its strided split at g
+	cutMore   []cut     // the same, for ranks of more buckets
 	nstage    int
 	stageArr  [8]Stage
 	stageMore []Stage // the stages, for more pipeline stages than stageArr holds
+}
+
+// cut is one bucket's strided split: n groups, the first extra of which
+// hold base+1 layers and the rest base (group i holds layers i, i+n, ...).
+type cut struct{ n, base, extra int }
+
+// cuts is each bucket's split at the call's group size.
+func (c *call) cuts() []cut {
+	if c.cutMore != nil {
+		return c.cutMore
+	}
+	return c.cutArr[:len(c.r.buckets)]
 }
 
 // blocks is each class's worst-case blocks per request at the call's limits.
@@ -221,6 +235,14 @@ func (pl *Planner) run(c *call, e Engine) error {
 		}
 		c.g = chooseGroupSize(e, *prof, sizes, bytes)
 	}
+	if len(r.buckets) > len(c.cutArr) {
+		c.cutMore = make([]cut, len(r.buckets))
+	}
+	cuts := c.cuts()
+	for j, b := range r.buckets {
+		n := r.groups(j, c.g)
+		cuts[j] = cut{n: n, base: len(b) / n, extra: len(b) % n}
+	}
 	c.figures(pl)
 	c.memory()
 	c.refusal = startupCheck(c.e, c.prof, c.stages(), c.whole, c.need)
@@ -230,16 +252,18 @@ func (pl *Planner) run(c *call, e Engine) error {
 // group returns group i of bucket j: its layer count, page bytes and
 // worst-case blocks per request.
 func (c *call) group(j, i int) (layers int, page, blocks int64) {
-	r := c.r
-	b, n := r.buckets[j], r.groups(j, c.g)
-	layers = (len(b) - i + n - 1) / n
+	r, k := c.r, c.cuts()[j]
+	layers = k.base
+	if i < k.extra {
+		layers++
+	}
 	if r.dispatch == "uniform-type" {
 		for _, b := range c.blocks() {
 			blocks = max(blocks, b)
 		}
 		return layers, r.sumPages, blocks
 	}
-	cl := r.class[b[i]]
+	cl := r.class[r.buckets[j][i]]
 	return layers, r.pages[cl], c.blocks()[cl]
 }
 
@@ -253,7 +277,7 @@ func (c *call) figures(pl *Planner) {
 		s.Selector, s.Merge = "", ""
 	}
 	for j := range r.buckets {
-		for i := 0; i < r.groups(j, c.g); i++ {
+		for i := 0; i < c.cuts()[j].n; i++ {
 			layers, page, blocks := c.group(j, i)
 			if s.NumGroups == 0 {
 				s.PageBytes = page
@@ -270,7 +294,7 @@ func (c *call) figures(pl *Planner) {
 	}
 	if r.dispatch != "uniform-type" {
 		for j := range r.buckets {
-			for i := 0; i < r.groups(j, c.g); i++ {
+			for i := 0; i < c.cuts()[j].n; i++ {
 				layers, page, blocks := c.group(j, i)
 				s.PaddingSlots += s.Slots - layers
 				s.PaddingBytesPerRequest += int64(s.Slots-layers) * blocks * page
@@ -300,7 +324,7 @@ func (c *call) memory() {
 	for st := 0; st < nstages; st++ {
 		stage := Stage{Index: st}
 		for j, b := range r.buckets {
-			n := r.groups(j, c.g)
+			n := c.cuts()[j].n
 			for i := 0; i < n; i++ {
 				layers, page, _ := c.group(j, i)
 				count, bytes := layers, int64(layers)*page
@@ -356,7 +380,7 @@ func (c *call) memory() {
 	if c.prof.KVSizeLine == vllm.SizePerGroup && s.NumGroups > 0 {
 		smallest := 0
 		for j, b := range r.buckets {
-			for i := 0; i < r.groups(j, c.g); i++ {
+			for i := 0; i < c.cuts()[j].n; i++ {
 				bs := r.classes[r.class[b[i]]].BlockSize
 				if smallest == 0 || bs < smallest {
 					smallest = bs
@@ -399,7 +423,7 @@ func (c *call) need(s, maxLen int) int64 {
 	}
 	var total int64
 	for j := range r.buckets {
-		for i := 0; i < r.groups(j, c.g); i++ {
+		for i := 0; i < c.cuts()[j].n; i++ {
 			total += c.groupBlocks(blocks, j, i, s, all)
 		}
 	}
@@ -417,7 +441,7 @@ func (c *call) stageOf(layer int) int {
 // bucket j among its layers on stage s (every stage when all is set).
 func (c *call) groupBlocks(blocks []int64, j, i, s int, all bool) int64 {
 	r := c.r
-	b, n := r.buckets[j], r.groups(j, c.g)
+	b, n := r.buckets[j], c.cuts()[j].n
 	var most int64
 	for k := i; k < len(b); k += n {
 		if all || c.stageOf(b[k]) == s {
@@ -471,7 +495,7 @@ func (c *call) plan(pl *Planner) *Plan {
 	p.Layers = make([]LayerPlan, len(r.specs))
 	gi, li := 0, 0
 	for j, b := range r.buckets {
-		n := r.groups(j, c.g)
+		n := c.cuts()[j].n
 		for i := 0; i < n; i++ {
 			_, page, blocks := c.group(j, i)
 			grp := &p.Groups[gi]

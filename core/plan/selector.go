@@ -24,26 +24,8 @@ func classicGroupSize(sizes []int, threshold float64) int {
 	return mn
 }
 
-// paddingLayers is Σ_j (-L_j mod g): the padding layers counted against g.
-func paddingLayers(sizes []int, g int) int {
-	pad := 0
-	for _, l := range sizes {
-		pad += padOf(l, g)
-	}
-	return pad
-}
-
 // padOf is the padding layers of one bucket of l layers at group size g.
 func padOf(l, g int) int { return (g - l%g) % g }
-
-// groupCount is Σ_j ceil(L_j / g).
-func groupCount(sizes []int, g int) int {
-	n := 0
-	for _, l := range sizes {
-		n += (l + g - 1) / g
-	}
-	return n
-}
 
 // balancedGroupSize is vLLM PR #49472's rule: the g in 1..max L that
 // minimises padding slots + lambda * groups, where padding slots are
@@ -55,8 +37,12 @@ func balancedGroupSize(sizes []int, lambda float64) int {
 	}
 	best, bestCost, bestGroups := 0, 0.0, 0
 	for g := 1; g <= mx; g++ {
-		groups := groupCount(sizes, g)
-		cost := float64(paddingLayers(sizes, g)) + lambda*float64(groups)
+		pad, groups := 0, 0
+		for _, l := range sizes {
+			q := (l + g - 1) / g // one division gives both: padOf(l, g) = q*g - l
+			pad, groups = pad+q*g-l, groups+q
+		}
+		cost := float64(pad) + lambda*float64(groups)
 		if best == 0 || cost < bestCost || (cost == bestCost && groups < bestGroups) {
 			best, bestCost, bestGroups = g, cost, groups
 		}
@@ -78,10 +64,12 @@ func paddingBytesGroupSize(sizes []int, bytes []int64, minLayers int) int {
 	best, bestBytes, bestGroups := 0, int64(0), 0
 	for g := lo; g <= mx; g++ {
 		var cost int64
+		groups := 0
 		for j, l := range sizes {
-			cost += bytes[j] * int64(padOf(l, g))
+			q := (l + g - 1) / g // one division gives both: padOf(l, g) = q*g - l
+			cost += bytes[j] * int64(q*g-l)
+			groups += q
 		}
-		groups := groupCount(sizes, g)
 		if best == 0 || cost < bestBytes || (cost == bestBytes && groups < bestGroups) {
 			best, bestBytes, bestGroups = g, cost, groups
 		}
