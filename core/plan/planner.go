@@ -23,8 +23,8 @@ import (
 //
 // A Planner is safe for concurrent use. Its cache grows with each
 // distinct combination of the settings above, which a search over one
-// model's engines keeps small; past 4096 prepared ranks (or 256 version
-// strings) it starts over.
+// model's engines keeps small; past 4096 prepared ranks (256 version
+// strings, 64 group sizes of one rank) it starts over.
 type Planner struct {
 	m        *model.Model
 	state    bool // the model has state layers (what New passes as hybrid)
@@ -35,7 +35,7 @@ type Planner struct {
 	// The cache's bounds: a Planner fed arbitrary engines (a long-lived
 	// server) empties a map that reaches its bound before adding to it.
 	// Entries already handed out stay valid: they are never modified.
-	maxRanks, maxProfiles int
+	maxRanks, maxProfiles, maxSplits int
 
 	mu       sync.RWMutex
 	profiles map[string]*profileEntry
@@ -78,6 +78,7 @@ func NewPlanner(m *model.Model) (*Planner, error) {
 
 		maxRanks:    4096,
 		maxProfiles: 256,
+		maxSplits:   64,
 	}
 	for _, l := range m.Layers {
 		if l.OwnsKV() {
@@ -93,8 +94,10 @@ func (pl *Planner) Model() *model.Model { return pl.m }
 // Plan plans the model for one engine, exactly as New does: the same plan
 // and the same error (a *RefusalError comes with its plan, as from New).
 // The plan is the caller's own: later calls never change it. It shares
-// read-only parts with the Planner (each layer spec's state shapes, the
-// profile's rule table), which callers must not modify.
+// read-only parts with the Planner, which callers must not modify: the
+// state shapes inside its layer and group specs, and its profile's rule
+// table and hook map. An error about the engine's rank (a tensor-parallel
+// size or dtype the model refuses) is one value for every call.
 func (pl *Planner) Plan(e Engine) (*Plan, error) {
 	var c call
 	if err := pl.run(&c, e); err != nil {
@@ -249,6 +252,9 @@ func (pl *Planner) split(r *rankEntry, g int) *split {
 	defer pl.mu.Unlock()
 	if old := r.splits[g]; old != nil {
 		return old
+	}
+	if len(r.splits) >= pl.maxSplits {
+		clear(r.splits)
 	}
 	r.splits[g] = sp
 	return sp

@@ -333,13 +333,21 @@ func TestPlannerStartsOverWhenItsCacheIsFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl.maxRanks, pl.maxProfiles = 3, 2
+	pl.maxRanks, pl.maxProfiles, pl.maxSplits = 3, 2, 2
 	grid := engineGrid(11)[:120]
+	for i := range grid {
+		grid[i].GroupSize = i % 7 // many group sizes for one rank
+	}
 	kept := make([]*Plan, len(grid))
 	for i, e := range grid {
 		kept[i], _ = pl.Plan(e)
 		if len(pl.ranks) > 3 || len(pl.profiles) > 2 {
 			t.Fatalf("cache holds %d ranks and %d profiles, bounds 3 and 2", len(pl.ranks), len(pl.profiles))
+		}
+		for _, r := range pl.ranks {
+			if len(r.splits) > 2 {
+				t.Fatalf("a rank holds %d splits, bound 2", len(r.splits))
+			}
 		}
 	}
 	for i, e := range grid {
