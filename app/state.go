@@ -61,7 +61,7 @@ type Engine struct {
 // (every field a range in tune's syntax; "" is tune's default).
 type TuneSettings struct {
 	TPPairs, BlockSizes, PBlockSizes, MinLayers, Selectors, MNBT, KVDTypes, Connectors string
-	Objective, Weights                                                                string
+	Objective, Weights                                                                 string
 }
 
 // tuneFields are the Tune view's settings: query key, kvscope tune's flag,

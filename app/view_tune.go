@@ -3,8 +3,8 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"runtime/debug"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
