@@ -1,0 +1,153 @@
+package oracle
+
+import (
+	"fmt"
+
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// This file is Check's replay. P's bytes are a function of where they lie
+// (pBytes), so a check holds no P page: each piece of a pair writes the
+// bytes its P range holds straight into its D page. D's pages are
+// independent of one another (a pair writes D and reads only P), so the
+// check builds and reads back one D page at a time, applying the pieces
+// that land in it in the pairs' order, while the page is in cache.
+
+// piece is the part of one pair that lies in one P page and one D page.
+type piece struct {
+	pRank  int
+	src    pageKey // P's page
+	srcOff int64   // within P's page
+	dPage  int     // D's page, by number
+	dstOff int64   // within D's page
+	n      int64
+}
+
+// check replays and verifies the transfer.
+func (o *run) check() (*Result, error) {
+	x := o.x
+	o.tables()
+	// The pages a Prover would materialise, bounded the same way; D's
+	// numbers index the pieces.
+	var dBlockLen []int64
+	if err := o.number(func(reg *xfer.Registration, k pageKey, isP bool, _ int) error {
+		bl := reg.Regions[k.region].BlockLen
+		if !isP {
+			dBlockLen = append(dBlockLen, bl) // numbered len(dBlockLen)
+		}
+		return o.bound(bl)
+	}); err != nil {
+		return nil, err
+	}
+
+	// Every pair in order: inside its regions, or the verdict is wrong;
+	// then its pieces, sorted by D page (stably: in the pairs' order).
+	res := &Result{Verdict: Exact}
+	pairs := 0
+	for _, rp := range x.RankPairs {
+		pairs += len(rp.Pairs)
+	}
+	flat := make([]piece, 0, pairs) // most pairs lie in one page on each side
+	for _, rp := range x.RankPairs {
+		res.Pairs += len(rp.Pairs)
+		for i := range rp.Pairs {
+			if i%4096 == 0 {
+				if err := o.stopped(); err != nil {
+					return nil, err
+				}
+			}
+			p := &rp.Pairs[i]
+			res.Bytes += p.Len
+			if err := o.inside(rp.P, rp.D, p); err != nil {
+				return &Result{Verdict: Wrong, Mismatch: &Mismatch{DRank: rp.D, Layer: p.Layer, Segment: string(p.Seg), Token: -1, What: err.Error()}, Pairs: res.Pairs}, nil
+			}
+			flat = o.pieces(flat, rp.P, rp.D, p)
+		}
+	}
+	start := make([]int32, len(dBlockLen)+1) // D page d's pieces: byPage[start[d]:start[d+1]]
+	for i := range flat {
+		start[flat[i].dPage+1]++
+	}
+	for d := range dBlockLen {
+		start[d+1] += start[d]
+	}
+	byPage := make([]int32, len(flat)) // indices into flat
+	next := append([]int32(nil), start[:len(dBlockLen)]...)
+	for i := range flat {
+		d := flat[i].dPage
+		byPage[next[d]] = int32(i)
+		next[d]++
+	}
+
+	// Each D page: the sentinel, its pieces in order, then read back.
+	var buf []byte
+	replay := func(j int, k pageKey) []byte {
+		d, _ := o.d[j].get(k)
+		if int64(cap(buf)) < dBlockLen[d] {
+			buf = make([]byte, dBlockLen[d])
+		}
+		page := buf[:dBlockLen[d]]
+		in := byPage[start[d]:start[d+1]]
+		sentinel(page, flat, in)
+		for _, i := range in {
+			pc := &flat[i]
+			o.pBytes(x.PRegs[pc.pRank], pc.src, pc.srcOff, page[pc.dstOff:pc.dstOff+pc.n])
+		}
+		return page
+	}
+	o.verifyAll(res, replay)
+	if err := o.stopped(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// sentinel fills a D page with the sentinel where none of its pieces
+// (flat[i] for i in in) writes: all of it when they overlap or come out of
+// order.
+func sentinel(page []byte, flat []piece, in []int32) {
+	at := int64(0)
+	for _, i := range in {
+		if flat[i].dstOff < at {
+			fill(page, Sentinel)
+			return
+		}
+		at = flat[i].dstOff + flat[i].n
+	}
+	at = 0
+	for _, i := range in {
+		fill(page[at:flat[i].dstOff], Sentinel)
+		at = flat[i].dstOff + flat[i].n
+	}
+	fill(page[at:], Sentinel)
+}
+
+// inside reports a pair that names a region outside its registration or
+// runs outside its region.
+func (o *run) inside(pRank, dRank int, p *xfer.Pair) error {
+	pReg, dReg := o.x.PRegs[pRank], o.x.DRegs[dRank]
+	if p.Src.Region < 0 || p.Src.Region >= len(pReg.Regions) || p.Dst.Region < 0 || p.Dst.Region >= len(dReg.Regions) {
+		return fmt.Errorf("descriptor names a region outside the registration (P %d, D %d)", p.Src.Region, p.Dst.Region)
+	}
+	pr, dr := &pReg.Regions[p.Src.Region], &dReg.Regions[p.Dst.Region]
+	if p.Src.Offset < 0 || p.Dst.Offset < 0 || p.Src.Offset+p.Len > pr.BlockLen*pr.NumBlocks || p.Dst.Offset+p.Len > dr.BlockLen*dr.NumBlocks {
+		return fmt.Errorf("descriptor of %d B runs outside its region (P offset %d, D offset %d)", p.Len, p.Src.Offset, p.Dst.Offset)
+	}
+	return nil
+}
+
+// pieces appends a pair's pieces, split where a P page or a D page ends,
+// to out; the pair lies inside its regions.
+func (o *run) pieces(out []piece, pRank, dRank int, p *xfer.Pair) []piece {
+	pbl, dbl := o.x.PRegs[pRank].Regions[p.Src.Region].BlockLen, o.x.DRegs[dRank].Regions[p.Dst.Region].BlockLen
+	dPages := &o.d[dRank]
+	src, dst, left := p.Src.Offset, p.Dst.Offset, p.Len
+	for left > 0 {
+		si, di := src%pbl, dst%dbl
+		n := min(left, pbl-si, dbl-di)
+		d, _ := dPages.get(pageKey{p.Dst.Region, int(dst / dbl)})
+		out = append(out, piece{pRank: pRank, src: pageKey{p.Src.Region, int(src / pbl)}, srcOff: si, dPage: d, dstOff: di, n: n})
+		src, dst, left = src+n, dst+n, left-n
+	}
+	return out
+}
