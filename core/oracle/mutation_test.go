@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"github.com/kvscope/kvscope/core/model/modeltest"
+	"slices"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -115,4 +116,104 @@ func TestRejectedIsAVerdict(t *testing.T) {
 	if res.Verdict != Rejected || res.Reason == "" {
 		t.Errorf("verdict %s %q, want rejected with a reason", res.Verdict, res.Reason)
 	}
+}
+
+// The rows' headers catch a row moved whole; the rest of a row is cut from
+// the pattern's stream at a place its coordinates pick, so a range that
+// cuts rows is caught too: these tests shift a descriptor by 8 bytes and
+// copy the rest of a row (all but its header) from the next head, the next
+// token or the next state index, and expect "wrong" at the row it spoils.
+func TestRowPartMutationsAreCaught(t *testing.T) {
+	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
+	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		m    *model.Model
+		p, d plan.Engine
+		req  xfer.Request
+	}{
+		{"vLLM path, gpt-oss-20b TP2 to TP4", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}},
+		{"group-pair path, gpt-oss-20b block 16 to 48", gpt, plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301}},
+		{"group-pair path, Qwen3.6 + DFlash TP2 to TP4", seed, plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 8192}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 8192}, xfer.Request{PromptTokens: 700}},
+	}
+	for _, c := range cases {
+		x := transfer(t, c.m, c.p, c.d, c.req, "nixl")
+		type target struct {
+			kind    string
+			rpi, pi int
+			token   int // the spoiled row's, -1 for state
+		}
+		rpi, pi := pickAttentionPair(t, x)
+		targets := []target{{"attention", rpi, pi, x.RankPairs[rpi].Pairs[pi].Tokens.Lo}}
+		if rpi, pi, ok := pickStatePair(x); ok {
+			targets = append(targets, target{"state", rpi, pi, -1})
+		}
+		for _, tg := range targets {
+			kind := tg.kind
+			rp := x.RankPairs[tg.rpi]
+			orig := rp.Pairs[tg.pi]
+			dl, _ := x.DRegs[rp.D].Layer(orig.Layer)
+			var seg xfer.Segment
+			for _, s := range dl.Segments {
+				if s.Name == orig.Seg {
+					seg = s
+				}
+			}
+			// rest copies the rest of the pair's first row from src bytes on.
+			rest := func(src int64) xfer.Pair {
+				q := orig
+				q.Src.Offset, q.Dst.Offset, q.Len = orig.Src.Offset+src+8, orig.Dst.Offset+8, seg.RowBytes-8
+				return q
+			}
+			mutations := []struct {
+				name  string
+				state bool // applies to state rows too
+				apply func(pairs []xfer.Pair) []xfer.Pair
+			}{
+				{"shifted by 8 bytes", true, func(pairs []xfer.Pair) []xfer.Pair { pairs[tg.pi].Src.Offset += 8; return pairs }},
+				{"the rest of a row from the next index", true, func(pairs []xfer.Pair) []xfer.Pair {
+					return slices.Insert(pairs, tg.pi+1, rest(seg.IndexBytes))
+				}},
+				{"the rest of a row from the next token", false, func(pairs []xfer.Pair) []xfer.Pair {
+					return slices.Insert(pairs, tg.pi+1, rest(seg.RowBytes))
+				}},
+			}
+			for _, mu := range mutations {
+				if kind == "state" && !mu.state {
+					continue
+				}
+				t.Run(c.name+", "+kind+", "+mu.name, func(t *testing.T) {
+					y := *x
+					y.RankPairs = append([]xfer.RankPair(nil), x.RankPairs...)
+					y.RankPairs[tg.rpi].Pairs = mu.apply(append([]xfer.Pair(nil), rp.Pairs...))
+					res, err := Check(c.m, &y)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Verdict != Wrong {
+						t.Fatalf("verdict %s, want wrong", res.Verdict)
+					}
+					if mm := res.Mismatch; mm.DRank != rp.D || mm.Layer != orig.Layer || mm.Segment != string(orig.Seg) || mm.Index != orig.Lo || mm.Token != tg.token {
+						t.Errorf("mismatch at %s, want D rank %d layer %s %s index %d token %d", mm, rp.D, orig.Layer, orig.Seg, orig.Lo, tg.token)
+					}
+				})
+			}
+		}
+	}
+}
+
+// pickStatePair finds an SSM state pair of more than one index, if the
+// transfer moves state.
+func pickStatePair(x *xfer.Transfer) (int, int, bool) {
+	for i, rp := range x.RankPairs {
+		for j, p := range rp.Pairs {
+			if p.Seg == xfer.SegSSM && p.Hi-p.Lo > 1 {
+				return i, j, true
+			}
+		}
+	}
+	return 0, 0, false
 }

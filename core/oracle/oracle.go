@@ -1,11 +1,12 @@
 // Package oracle proves a transfer's descriptor pairs on bytes.
 //
-// Every P byte a request touches holds a tag that encodes the layer, the
+// Every P byte a request touches holds a tag: bytes that the layer, the
 // segment (K, V, latent, conv part, SSM), the global head or channel, the
-// token and the byte (padding where no layer lives); every D page the
-// request touches starts as a sentinel; the pairs are replayed (a pull
-// reads into D, a push writes into D: either way P's bytes land in D); and
-// then every such D page is read through D's own layout. A D row is right
+// token and the byte's place in its row determine (tag.go says how), and
+// padding where no layer lives; every D page the request touches starts
+// as a sentinel; the pairs are replayed (a pull reads into D, a push
+// writes into D: either way P's bytes land in D); and then every such D
+// page is read through D's own layout. A D row is right
 // when it holds exactly P's tag for the same layer, segment, index and
 // token, or is untouched (the sentinel) and D does not need it; bytes that
 // belong to no layer may hold only the sentinel or P's padding. Every token

@@ -28,8 +28,9 @@ type run struct {
 	pLayers []layerTable // per rank: the layer of each tensor and group
 	dLayers []layerTable
 	total   int64
-	scratch []byte // one index's expected rows (a mismatch's report)
-	row     []byte // one row of P's tags (a range that cuts a row)
+	expect  []byte // the rows D's are compared with
+	keys    []pageKey
+	row     []byte // one row of P's (for a range that cuts a row)
 }
 
 // pageKey is one block of one region.
@@ -81,9 +82,9 @@ func (t *pageTable) put(k pageKey, n int) {
 	t.more[k] = int32(n + 1)
 }
 
-// keys lists the numbered pages by region, then block.
-func (t *pageTable) keys() []pageKey {
-	var out []pageKey
+// keys lists the numbered pages by region, then block, in out's memory.
+func (t *pageTable) keys(out []pageKey) []pageKey {
+	out = out[:0]
 	for i, v := range t.dense {
 		if v > 0 {
 			out = append(out, pageKey{i / t.width, i % t.width})
@@ -196,8 +197,9 @@ func (o *run) tables() {
 
 // number numbers every page in play, per side, in the order it first
 // comes up: every page a pair reads (P) or writes (D), then every page D
-// allocated for the request. added sees each new page once, numbered n.
-func (o *run) number(added func(reg *xfer.Registration, k pageKey, isP bool, n int) error) error {
+// allocated for the request. added sees each new page once, numbered n;
+// each, when not nil, each pair once its pages are numbered.
+func (o *run) number(added func(reg *xfer.Registration, k pageKey, isP bool, n int) error, each func(rp *xfer.RankPair, p *xfer.Pair)) error {
 	x := o.x
 	var pCount, dCount int
 	add := func(reg *xfer.Registration, pages *pageTable, k pageKey, isP bool) error {
@@ -226,7 +228,8 @@ func (o *run) number(added func(reg *xfer.Registration, k pageKey, isP bool, n i
 		}
 		return nil
 	}
-	for _, rp := range x.RankPairs {
+	for ri := range x.RankPairs {
+		rp := &x.RankPairs[ri]
 		for i := range rp.Pairs {
 			if i%256 == 0 {
 				if err := o.stopped(); err != nil {
@@ -243,6 +246,9 @@ func (o *run) number(added func(reg *xfer.Registration, k pageKey, isP bool, n i
 				if err := touch(x.DRegs[rp.D], &o.d[rp.D], p.Dst, p.Len, false); err != nil {
 					return err
 				}
+			}
+			if each != nil {
+				each(rp, p)
 			}
 		}
 	}
@@ -299,7 +305,7 @@ func (o *run) materialise() error {
 			o.dPages = append(o.dPages, page)
 		}
 		return nil
-	})
+	}, nil)
 }
 
 // fill sets every byte of b to v, doubling the filled prefix each step.

@@ -2,6 +2,8 @@ package oracle
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/kvscope/kvscope/core/xfer"
 )
@@ -23,70 +25,90 @@ type piece struct {
 	n      int64
 }
 
+// scratch is a check's working memory, reused by the next check (sweeps
+// run thousands).
+type scratch struct {
+	dBlockLen []int64 // by D page number
+	flat      []piece // in the pairs' order
+	start     []int32 // D page d's pieces: byPage[start[d]:start[d+1]]
+	byPage    []int32 // indices into flat
+	next      []int32
+	keys      []pageKey
+	page      []byte
+	expect    []byte
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
 // check replays and verifies the transfer.
 func (o *run) check() (*Result, error) {
 	x := o.x
+	sc := scratches.Get().(*scratch)
+	defer scratches.Put(sc)
 	o.tables()
-	// The pages a Prover would materialise, bounded the same way; D's
-	// numbers index the pieces.
-	var dBlockLen []int64
-	if err := o.number(func(reg *xfer.Registration, k pageKey, isP bool, _ int) error {
-		bl := reg.Regions[k.region].BlockLen
-		if !isP {
-			dBlockLen = append(dBlockLen, bl) // numbered len(dBlockLen)
-		}
-		return o.bound(bl)
-	}); err != nil {
-		return nil, err
-	}
-
-	// Every pair in order: inside its regions, or the verdict is wrong;
-	// then its pieces, sorted by D page (stably: in the pairs' order).
+	// The pages a Prover would materialise, bounded the same way (D's
+	// numbers index the pieces), and every pair in order: inside its
+	// regions, or the verdict is wrong (once the bound holds); then its
+	// pieces, in the pairs' order.
 	res := &Result{Verdict: Exact}
 	pairs := 0
 	for _, rp := range x.RankPairs {
 		pairs += len(rp.Pairs)
 	}
-	flat := make([]piece, 0, pairs) // most pairs lie in one page on each side
-	for _, rp := range x.RankPairs {
-		res.Pairs += len(rp.Pairs)
-		for i := range rp.Pairs {
-			if i%4096 == 0 {
-				if err := o.stopped(); err != nil {
-					return nil, err
-				}
-			}
-			p := &rp.Pairs[i]
-			res.Bytes += p.Len
-			if err := o.inside(rp.P, rp.D, p); err != nil {
-				return &Result{Verdict: Wrong, Mismatch: &Mismatch{DRank: rp.D, Layer: p.Layer, Segment: string(p.Seg), Token: -1, What: err.Error()}, Pairs: res.Pairs}, nil
-			}
-			flat = o.pieces(flat, rp.P, rp.D, p)
+	flat := slices.Grow(sc.flat[:0], pairs) // most pairs lie in one page on each side
+	var wrong *Result
+	var last *xfer.RankPair
+	sc.dBlockLen = sc.dBlockLen[:0]
+	if err := o.number(func(reg *xfer.Registration, k pageKey, isP bool, _ int) error {
+		bl := reg.Regions[k.region].BlockLen
+		if !isP {
+			sc.dBlockLen = append(sc.dBlockLen, bl) // numbered len(sc.dBlockLen)
 		}
+		return o.bound(bl)
+	}, func(rp *xfer.RankPair, p *xfer.Pair) {
+		if rp != last {
+			res.Pairs += len(rp.Pairs)
+			last = rp
+		}
+		if wrong != nil {
+			return
+		}
+		res.Bytes += p.Len
+		if err := o.inside(rp.P, rp.D, p); err != nil {
+			wrong = &Result{Verdict: Wrong, Mismatch: &Mismatch{DRank: rp.D, Layer: p.Layer, Segment: string(p.Seg), Token: -1, What: err.Error()}, Pairs: res.Pairs}
+			return
+		}
+		flat = o.pieces(flat, rp.P, rp.D, p)
+	}); err != nil {
+		return nil, err
 	}
-	start := make([]int32, len(dBlockLen)+1) // D page d's pieces: byPage[start[d]:start[d+1]]
+	if wrong != nil {
+		return wrong, nil
+	}
+	dPages := len(sc.dBlockLen)
+	sc.flat = flat
+	start := resize(sc.start, dPages+1)
+	clear(start)
 	for i := range flat {
 		start[flat[i].dPage+1]++
 	}
-	for d := range dBlockLen {
+	for d := range dPages {
 		start[d+1] += start[d]
 	}
-	byPage := make([]int32, len(flat)) // indices into flat
-	next := append([]int32(nil), start[:len(dBlockLen)]...)
+	byPage, next := resize(sc.byPage, len(flat)), resize(sc.next, dPages)
+	copy(next, start)
 	for i := range flat {
 		d := flat[i].dPage
 		byPage[next[d]] = int32(i)
 		next[d]++
 	}
+	sc.start, sc.byPage, sc.next = start, byPage, next
 
 	// Each D page: the sentinel, its pieces in order, then read back.
-	var buf []byte
 	replay := func(j int, k pageKey) []byte {
 		d, _ := o.d[j].get(k)
-		if int64(cap(buf)) < dBlockLen[d] {
-			buf = make([]byte, dBlockLen[d])
-		}
-		page := buf[:dBlockLen[d]]
+		page := resize(sc.page, int(sc.dBlockLen[d]))
+		sc.page = page
 		in := byPage[start[d]:start[d+1]]
 		sentinel(page, flat, in)
 		for _, i := range in {
@@ -95,11 +117,21 @@ func (o *run) check() (*Result, error) {
 		}
 		return page
 	}
+	o.keys, o.expect = sc.keys, sc.expect
 	o.verifyAll(res, replay)
+	sc.keys, sc.expect = o.keys, o.expect
 	if err := o.stopped(); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// resize is b with length n, reallocated only when too short.
+func resize[E any](b []E, n int) []E {
+	if cap(b) < n {
+		return make([]E, n)
+	}
+	return b[:n]
 }
 
 // sentinel fills a D page with the sentinel where none of its pieces

@@ -156,30 +156,58 @@ func TestPBytesOfARange(t *testing.T) {
 	}
 }
 
-// TestTagRows: tagRows writes the documented words (mix(key + r*step) +
-// i*tagStep, little-endian, the last one cut), and matchedRows counts the
+// TestPutRows: putRows writes the documented bytes (each row's header the
+// hash of its chunk's first row stepped per token, little-endian, cut to a
+// short row; the rest the stream from its chunk's window on, rowBytes
+// apart per token), rows of different
+// coordinates differ at every byte but by chance, and matched counts the
 // rows that hold them, stopping at the first row with any byte changed.
-func TestTagRows(t *testing.T) {
-	for _, rowBytes := range []int{6, 8, 40, 64, 72, 128, 136, 1152} {
-		const rows, key, step = 5, 1234, 1
+func TestPutRows(t *testing.T) {
+	o := &run{}
+	ix := index{layer: 3, seg: 2, idx: 5}
+	for _, rowBytes := range []int{6, 8, 40, 128, 136, 1152, 3 << 17} {
+		const rows, token = 37, 1230 // 1230 is 14 tokens into a chunk: three windows
 		b := make([]byte, rows*rowBytes)
-		tagRows(b, rowBytes, key, step)
+		putRows(b, rowBytes, ix, token)
 		for r := range rows {
-			h := mix(key + uint64(r)*step)
-			for i := 0; i < rowBytes; i += 8 {
-				var w [8]byte
-				binary.LittleEndian.PutUint64(w[:], h+uint64(i/8)*tagStep)
-				if got, want := b[r*rowBytes+i:r*rowBytes+min(rowBytes, i+8)], w[:min(8, rowBytes-i)]; string(got) != string(want) {
-					t.Fatalf("row bytes %d, row %d, word %d: %x, want %x", rowBytes, r, i/8, got, want)
+			row := b[r*rowBytes : (r+1)*rowBytes]
+			first := (token + r) / chunkTokens * chunkTokens
+			h := mix(rowKey(ix.layer, ix.seg, ix.idx, first))
+			var head [8]byte
+			binary.LittleEndian.PutUint64(head[:], h+uint64(token+r-first)*headerStep)
+			if n := min(8, rowBytes); string(row[:n]) != string(head[:n]) {
+				t.Fatalf("row bytes %d, row %d: header %x, want %x", rowBytes, r, row[:n], head[:n])
+			}
+			start := int(mix(h^windowSalt)%(streamBytes/8)) * 8
+			for i := 8; i < rowBytes; i++ {
+				if want := stream()[(start+(token+r-first)*rowBytes+i)%streamBytes]; row[i] != want {
+					t.Fatalf("row bytes %d, row %d, byte %d: %#x, want the stream's %#x", rowBytes, r, i, row[i], want)
 				}
 			}
 		}
-		if n := matchedRows(b, rowBytes, key, step); n != rows {
+		// Another token, index, segment or layer: other bytes, at every
+		// 8-byte word but by chance (a few equal bytes are chance).
+		for _, other := range []struct {
+			ix    index
+			token int
+		}{{ix, token + 1}, {index{ix.layer, ix.seg, ix.idx + 1}, token}, {index{ix.layer, ix.seg + 1, ix.idx}, token}, {index{ix.layer + 1, ix.seg, ix.idx}, token}} {
+			c := make([]byte, rowBytes)
+			putRows(c, rowBytes, other.ix, other.token)
+			for w := 0; w < rowBytes; w += 8 {
+				if e := min(w+8, rowBytes); string(c[w:e]) == string(b[w:e]) {
+					t.Errorf("row bytes %d: %+v token %d shares word %d with %+v token %d", rowBytes, other.ix, other.token, w/8, ix, token)
+				}
+			}
+		}
+		if rowBytes > 1<<12 {
+			continue // the byte-by-byte walk below is for short rows
+		}
+		if n := o.matched(b, rowBytes, ix, token); n != rows {
 			t.Errorf("row bytes %d: %d rows match, want %d", rowBytes, n, rows)
 		}
 		for at := range b {
 			b[at] ^= 0x10
-			if n := matchedRows(b, rowBytes, key, step); n != at/rowBytes {
+			if n := o.matched(b, rowBytes, ix, token); n != at/rowBytes {
 				t.Fatalf("row bytes %d, byte %d changed: %d rows match, want %d", rowBytes, at, n, at/rowBytes)
 			}
 			b[at] ^= 0x10

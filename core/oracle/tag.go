@@ -3,15 +3,29 @@ package oracle
 import (
 	"bytes"
 	"encoding/binary"
+	"sync"
 
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
 // This file is the pattern P's pages hold: every row of every index of
-// every segment is a tag of its (layer, segment, index, token)
-// coordinates, different at every 8-byte word; bytes that belong to no
-// layer are padding. pBytes writes any byte range of a P page, so that a
-// check can move P's bytes without holding P's pages.
+// every segment is cut from one fixed pseudo-random stream at a place its
+// (layer, segment, index, token) coordinates pick, and starts with a
+// header those coordinates determine; bytes that belong to no layer are
+// padding. pBytes writes any byte range of a P page, so that a check can
+// move P's bytes without holding P's pages.
+//
+// Rows are copied, not computed word by word: the consecutive tokens of
+// one index within a chunk of chunkTokens tokens are consecutive rows of
+// one window of the stream, so a head's rows in a page come from one or a
+// few copies, and D is checked against them with bytes.Equal. Every byte
+// still depends on its coordinates. The header is a 64-bit hash of the
+// chunk's coordinates stepped by an odd constant per token: the rows of a
+// chunk never share it, rows of different chunks with probability about
+// 2^-60. The rest of a row depends on the window (the chunk's
+// coordinates), the token within the chunk and the byte's place in the
+// row. A row moved whole (by a token, a head, a layer or a segment) is
+// caught by its header; a range that cuts rows by the stream's bytes.
 
 // firstToken is the token of a segment's first row in one page of a
 // layer: attention rows count tokens up from it; state rows have none.
@@ -32,8 +46,7 @@ func segID(n xfer.SegName) uint64 {
 	return 0
 }
 
-// rowKey packs a row's coordinates; tag expands it into bytes that differ
-// for every coordinate and every byte position.
+// rowKey packs a row's coordinates.
 func rowKey(layer, seg uint64, index, token int) uint64 {
 	return layer<<52 ^ seg<<46 ^ uint64(index)<<28 ^ uint64(token)
 }
@@ -45,121 +58,110 @@ func mix(z uint64) uint64 {
 	return z ^ z>>31
 }
 
-// tag fills a row with its coordinates' bytes: a strong hash of the
-// coordinates, stepped by an odd constant per 8-byte word (word i holds
-// mix(key) + i*tagStep, little-endian; a short last word is cut), so no
-// two rows and no two positions in a row share bytes.
-func tag(row []byte, key uint64) { tagRows(row, len(row), key, 0) }
+// index names one index (head or channel) of one segment of one layer:
+// the coordinates of its rows but the token.
+type index struct {
+	layer, seg uint64
+	idx        int
+}
 
-// tagStep advances the tag from one 8-byte word of a row to the next;
-// tagStepN is N steps (mod 2^64).
 const (
-	tagStep  uint64 = 0xD1B54A32D192ED03
-	tagStep2 uint64 = 0xa36a9465a325da06
-	tagStep3 uint64 = 0x751fde9874b8c709
-	tagStep4 uint64 = 0x46d528cb464bb40c
-	tagStep5 uint64 = 0x188a72fe17dea10f
-	tagStep6 uint64 = 0xea3fbd30e9718e12
-	tagStep7 uint64 = 0xbbf50763bb047b15
-	tagStep8 uint64 = 0x8daa51968c976818
+	// streamBytes is the length of the stream rows are cut from (a
+	// power of two; a window that runs past its end goes on from its
+	// start).
+	streamBytes = 1 << 18
+	// chunkTokens is how many consecutive tokens of one index are
+	// consecutive rows of one window.
+	chunkTokens = 16
+	// streamSeed and windowSalt keep the stream's words and the windows'
+	// places apart from the headers.
+	streamSeed = 0x6b7673636f706521
+	windowSalt = 0x0fd9a4b1c3e25877
 )
 
-// tagRows fills b with rows of rowBytes, row r holding tag(key +
-// r*keyStep): a head's tokens (keyStep 1) or one state index.
-func tagRows(b []byte, rowBytes int, key, keyStep uint64) {
+// stream is the pseudo-random stream rows are cut from: word w holds
+// mix(w ^ streamSeed), little-endian. Built once and only read.
+var stream = sync.OnceValue(func() []byte {
+	b := make([]byte, streamBytes)
+	for w := 0; w < streamBytes/8; w++ {
+		binary.LittleEndian.PutUint64(b[8*w:], mix(uint64(w)^streamSeed))
+	}
+	return b
+})
+
+// putRows writes len(dst)/rowBytes rows of one index, its tokens token,
+// token+1, ... (a state index is one row, token 0). The rows of one chunk
+// of tokens are one window of the stream, each with its header over the
+// first 8 bytes (or all of a shorter row): h + r*headerStep for the r-th
+// token of the chunk, little-endian, where h hashes the coordinates of the
+// chunk's first row.
+func putRows(dst []byte, rowBytes int, ix index, token int) {
 	if rowBytes <= 0 {
 		return
 	}
-	for len(b) >= rowBytes {
-		row := b[:rowBytes]
-		b = b[rowBytes:]
-		h := mix(key)
-		key += keyStep
-		for len(row) >= 64 {
-			w := row[:64]
-			binary.LittleEndian.PutUint64(w[56:64], h+tagStep7)
-			binary.LittleEndian.PutUint64(w[0:8], h)
-			binary.LittleEndian.PutUint64(w[8:16], h+tagStep)
-			binary.LittleEndian.PutUint64(w[16:24], h+tagStep2)
-			binary.LittleEndian.PutUint64(w[24:32], h+tagStep3)
-			binary.LittleEndian.PutUint64(w[32:40], h+tagStep4)
-			binary.LittleEndian.PutUint64(w[40:48], h+tagStep5)
-			binary.LittleEndian.PutUint64(w[48:56], h+tagStep6)
-			h += tagStep8
-			row = row[64:]
+	s := stream()
+	for len(dst) >= rowBytes {
+		first := token / chunkTokens * chunkTokens
+		r := token - first // row within the chunk's window
+		n := chunkTokens - r
+		if len(dst) < n*rowBytes {
+			n = len(dst) / rowBytes
 		}
-		for len(row) >= 8 {
-			binary.LittleEndian.PutUint64(row, h)
-			h += tagStep
-			row = row[8:]
+		h := mix(rowKey(ix.layer, ix.seg, ix.idx, first))
+		start := int(mix(h^windowSalt)&(streamBytes/8-1)) * 8
+		rows := dst[:n*rowBytes]
+		for at, w := (start+r*rowBytes)%streamBytes, rows; len(w) > 0; at = 0 {
+			w = w[copy(w, s[at:]):]
 		}
-		if len(row) > 0 {
+		h += uint64(r) * headerStep
+		if rowBytes >= 8 {
+			for i := 0; i < len(rows); i += rowBytes {
+				binary.LittleEndian.PutUint64(rows[i:], h)
+				h += headerStep
+			}
+		} else {
 			var w [8]byte
-			binary.LittleEndian.PutUint64(w[:], h)
-			copy(row, w[:])
+			for i := 0; i < len(rows); i += rowBytes {
+				binary.LittleEndian.PutUint64(w[:], h)
+				copy(rows[i:i+rowBytes], w[:])
+				h += headerStep
+			}
 		}
+		dst, token = dst[n*rowBytes:], token+n
 	}
 }
 
-// matchedRows is how many of b's leading rows of rowBytes hold their tags,
-// row r tag(key + r*keyStep), as tagRows writes them.
-func matchedRows(b []byte, rowBytes int, key, keyStep uint64) int {
+// headerStep is odd: the headers of a chunk's rows all differ.
+const headerStep uint64 = 0xD1B54A32D192ED03
+
+// matched is how many of b's leading rows of rowBytes hold what putRows
+// writes for them.
+func (o *run) matched(b []byte, rowBytes int, ix index, token int) int {
 	if rowBytes <= 0 {
 		return 0
 	}
-	n := 0
-	for ; len(b) >= rowBytes; n++ {
-		row := b[:rowBytes]
-		b = b[rowBytes:]
-		h := mix(key)
-		key += keyStep
-		for len(row) >= 64 {
-			w := row[:64]
-			x := binary.LittleEndian.Uint64(w[56:64]) ^ (h + tagStep7)
-			x |= binary.LittleEndian.Uint64(w[0:8]) ^ h
-			x |= binary.LittleEndian.Uint64(w[8:16]) ^ (h + tagStep)
-			x |= binary.LittleEndian.Uint64(w[16:24]) ^ (h + tagStep2)
-			x |= binary.LittleEndian.Uint64(w[24:32]) ^ (h + tagStep3)
-			x |= binary.LittleEndian.Uint64(w[32:40]) ^ (h + tagStep4)
-			x |= binary.LittleEndian.Uint64(w[40:48]) ^ (h + tagStep5)
-			x |= binary.LittleEndian.Uint64(w[48:56]) ^ (h + tagStep6)
-			if x != 0 {
-				return n
-			}
-			h += tagStep8
-			row = row[64:]
-		}
-		for len(row) >= 8 {
-			if binary.LittleEndian.Uint64(row) != h {
-				return n
-			}
-			h += tagStep
-			row = row[8:]
-		}
-		if len(row) > 0 {
-			var w [8]byte
-			binary.LittleEndian.PutUint64(w[:], h)
-			if !bytes.Equal(row, w[:len(row)]) {
-				return n
-			}
+	rows := len(b) / rowBytes
+	b = b[:rows*rowBytes]
+	if cap(o.expect) < len(b) {
+		o.expect = make([]byte, len(b))
+	}
+	want := o.expect[:len(b)]
+	putRows(want, rowBytes, ix, token)
+	if bytes.Equal(b, want) {
+		return rows
+	}
+	for r := range rows {
+		if !bytes.Equal(b[r*rowBytes:(r+1)*rowBytes], want[r*rowBytes:(r+1)*rowBytes]) {
+			return r
 		}
 	}
-	return n
+	return rows
 }
 
-// keyStep is how a segment's row keys advance from one row to the next:
-// attention rows are consecutive tokens; a state index is one row.
-func keyStep(attention bool) uint64 {
-	if attention {
-		return 1
-	}
-	return 0
-}
-
-// pBytes writes bytes [lo, lo+len(dst)) of a P page into dst: the tags of
-// the layer that owns the block in this region's tensor, segment by
-// segment, and padding everywhere else: a whole page for an agent's
-// memory, a pair's range for a check.
+// pBytes writes bytes [lo, lo+len(dst)) of a P page into dst: the rows
+// (putRows) of the layer that owns the block in this region's tensor,
+// segment by segment, and padding everywhere else: a whole page for an
+// agent's memory, a pair's range for a check.
 func (o *run) pBytes(reg *xfer.Registration, k pageKey, lo int64, dst []byte) {
 	var la layerAt
 	own, ok := o.pOwn.of(k.block)
@@ -195,15 +197,17 @@ func (o *run) pBytes(reg *xfer.Registration, k pageKey, lo int64, dst []byte) {
 		// From the row the range starts in: runs of whole rows of one
 		// index at a time; a row the range cuts through its scratch copy.
 		rel := at - s.Offset
-		idx := s.Lo + int(rel/s.IndexBytes)
-		r := (rel % s.IndexBytes) / s.RowBytes
+		idx := s.Lo + int(rel/s.IndexBytes) // the row's index and row
+		var r int64
+		if rem := rel - int64(idx-s.Lo)*s.IndexBytes; rem > 0 {
+			r = rem / s.RowBytes
+		}
 		rows := s.IndexBytes / s.RowBytes // per index
-		seg, token, step := segID(s.Name), firstToken(l, s, own.page), keyStep(s.IsAttention())
-		key0 := rowKey(la.lid, seg, idx, token)
+		ix, token := index{la.lid, segID(s.Name), idx}, firstToken(l, s, own.page)
 		for stop := min(hi, end); at < stop; {
-			rowAt := s.Offset + int64(idx-s.Lo)*s.IndexBytes + r*s.RowBytes
+			rowAt := s.Offset + int64(ix.idx-s.Lo)*s.IndexBytes + r*s.RowBytes
 			if n := min(rows-r, (hi-at)/s.RowBytes); at == rowAt && n > 0 {
-				tagRows(dst[at-lo:at-lo+n*s.RowBytes], int(s.RowBytes), key0+uint64(r)*step, step)
+				putRows(dst[at-lo:at-lo+n*s.RowBytes], int(s.RowBytes), ix, token+int(r))
 				at += n * s.RowBytes
 				r += n
 			} else {
@@ -211,13 +215,12 @@ func (o *run) pBytes(reg *xfer.Registration, k pageKey, lo int64, dst []byte) {
 					o.row = make([]byte, s.RowBytes)
 				}
 				row := o.row[:s.RowBytes]
-				tag(row, key0+uint64(r)*step)
+				putRows(row, int(s.RowBytes), ix, token+int(r))
 				at += int64(copy(dst[at-lo:min(hi, rowAt+s.RowBytes)-lo], row[at-rowAt:]))
 				r++
 			}
 			if r == rows {
-				r, idx = 0, idx+1
-				key0 = rowKey(la.lid, seg, idx, token)
+				r, ix.idx = 0, ix.idx+1
 			}
 		}
 		if at >= hi {

@@ -15,7 +15,8 @@ import (
 func (o *run) verify(j int, pageOf func(j int, k pageKey) []byte) (*Mismatch, int64) {
 	reg := o.x.DRegs[j]
 	var checked int64
-	for i, k := range o.d[j].keys() {
+	o.keys = o.d[j].keys(o.keys)
+	for i, k := range o.keys {
 		if i%256 == 0 && o.stopped() != nil {
 			return nil, checked // CheckContext reports it
 		}
@@ -53,14 +54,13 @@ func (o *run) verifyPage(j int, reg *xfer.Registration, k pageKey, page []byte) 
 			if s.RowBytes <= 0 {
 				continue // no rows
 			}
-			seg, token, step := segID(s.Name), firstToken(l, s, own.page), keyStep(s.IsAttention())
+			ix, token := index{la.lid, segID(s.Name), s.Lo}, firstToken(l, s, own.page)
 			rows := int(s.IndexBytes / s.RowBytes)
-			for idx := s.Lo; idx < s.Hi; idx++ {
-				off := s.Offset + int64(idx-s.Lo)*s.IndexBytes
-				key := rowKey(la.lid, seg, idx, token)
+			for ; ix.idx < s.Hi; ix.idx++ {
+				off := s.Offset + int64(ix.idx-s.Lo)*s.IndexBytes
 				slab := page[off : off+s.IndexBytes]
-				if n := matchedRows(slab, int(s.RowBytes), key, step); n < rows {
-					if mm := o.slabMismatch(l, s, idx, token, slab, key, n); mm != nil {
+				if n := o.matched(slab, int(s.RowBytes), ix, token); n < rows {
+					if mm := o.slabMismatch(l, s, ix, token, slab, o.expect[:len(slab)], n); mm != nil {
 						return mm
 					}
 				}
@@ -84,15 +84,14 @@ func (o *run) verifyPage(j int, reg *xfer.Registration, k pageKey, page []byte) 
 }
 
 // slabMismatch finds the first wrong row, from row from on, of an index's
-// slab that does not hold its tags: rows D does not need may be untouched.
-func (o *run) slabMismatch(l *xfer.LayerReg, s *xfer.Segment, idx, token0 int, slab []byte, key uint64, from int) *Mismatch {
+// slab that does not hold its rows (want): rows D does not need may be
+// untouched.
+func (o *run) slabMismatch(l *xfer.LayerReg, s *xfer.Segment, ix index, token0 int, slab, want []byte, from int) *Mismatch {
 	attention := s.IsAttention()
-	step := keyStep(attention)
 	need := xfer.Need(l.Kind, l.Window, l.Chunk, o.x.Request.PromptTokens, o.x.Request.PrefixHitTokens)
 	for r := int64(from); r*s.RowBytes < s.IndexBytes; r++ {
-		row := slab[r*s.RowBytes : (r+1)*s.RowBytes]
-		rowKey := key + uint64(r)*step
-		if matchedRows(row, len(row), rowKey, 0) == 1 {
+		row, w := slab[r*s.RowBytes:(r+1)*s.RowBytes], want[r*s.RowBytes:(r+1)*s.RowBytes]
+		if bytes.Equal(row, w) {
 			continue
 		}
 		token := -1
@@ -109,12 +108,7 @@ func (o *run) slabMismatch(l *xfer.LayerReg, s *xfer.Segment, idx, token0 int, s
 		} else if all(row, Padding) {
 			what = "holds padding"
 		}
-		if cap(o.scratch) < len(row) {
-			o.scratch = make([]byte, len(row))
-		}
-		want := o.scratch[:len(row)]
-		tag(want, rowKey)
-		return &Mismatch{Layer: l.Name, Segment: string(s.Name), Index: idx, Token: token, Expected: short(want), Found: short(row), What: what}
+		return &Mismatch{Layer: l.Name, Segment: string(s.Name), Index: ix.idx, Token: token, Expected: short(w), Found: short(row), What: what}
 	}
 	return nil
 }
