@@ -6,11 +6,11 @@
 // padding where no layer lives; every D page the request touches starts
 // as a sentinel; the pairs are replayed (a pull reads into D, a push
 // writes into D: either way P's bytes land in D); and then every such D
-// page is read through D's own layout. A D row is right
-// when it holds exactly P's tag for the same layer, segment, index and
-// token, or is untouched (the sentinel) and D does not need it; bytes that
-// belong to no layer may hold only the sentinel or P's padding. Every token
-// D needs (xfer.Need) and every state row must hold P's tag.
+// page is read through D's own layout. A D row is right when it holds
+// exactly P's tag for the same layer, segment, index and token, or is
+// untouched (the sentinel) and D does not need it; bytes that belong to no
+// layer may hold only the sentinel or P's padding. Every token D needs
+// (xfer.Need) and every state row must hold P's tag.
 //
 // Check keeps no P page: P's bytes are a function of where they lie, so
 // each pair's piece of a P page is written straight into its D page. Nor
