@@ -115,6 +115,9 @@ func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration
 // field name (msgspec's encoding of vLLM's dataclasses), fields vLLM's
 // versions add or drop being optional.
 func DecodeHandshake(b []byte) (*RankMetadata, error) {
+	if err := checkMsgpack(b); err != nil {
+		return nil, fmt.Errorf("the answer is not a msgpack map: %w", err)
+	}
 	var payload map[string]any
 	if err := msgpack.Unmarshal(b, &payload); err != nil {
 		return nil, fmt.Errorf("the answer is not a msgpack map: %w", err)
@@ -122,6 +125,9 @@ func DecodeHandshake(b []byte) (*RankMetadata, error) {
 	inner, ok := payload["agent_metadata_bytes"].([]byte)
 	if !ok {
 		return nil, errors.New("the answer has no agent_metadata_bytes")
+	}
+	if err := checkMsgpack(inner); err != nil {
+		return nil, fmt.Errorf("agent_metadata_bytes is not a msgpack map: %w", err)
 	}
 	var meta map[string]any
 	if err := msgpack.Unmarshal(inner, &meta); err != nil {

@@ -1,6 +1,7 @@
 package watch_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"net"
@@ -163,4 +164,43 @@ func FuzzDecodeHandshake(f *testing.F) {
 			t.Fatalf("accepted %+v", md)
 		}
 	})
+}
+
+// TestDecodeHandshakeBoundsWork: a side channel answer that declares more
+// than it carries, or nests without end, is refused before it is decoded
+// (a msgpack decoder allocates a declared array whole: five bytes could ask
+// for four billion elements); well-formed answers with every msgpack type
+// in their fields still decode.
+func TestDecodeHandshakeBoundsWork(t *testing.T) {
+	good := handshakeAnswer(t, "a", 0, map[string]any{
+		"extra": []any{int8(-3), int16(-300), int32(-70000), int64(-1 << 40), uint8(200), uint16(60000),
+			uint32(1 << 31), uint64(1 << 63), float32(1.5), 2.5, true, nil, "s", strings.Repeat("x", 300),
+			[]byte{1, 2}, bytes.Repeat([]byte{7}, 70000), map[string]any{"k": []any{}}},
+	})
+	if md, err := watch.DecodeHandshake(good); err != nil || md.Agent != "a" {
+		t.Fatalf("a well-formed answer: %+v, %v", md, err)
+	}
+	deep := append(bytes.Repeat([]byte{0x91}, 1<<20), 0xc0)
+	wrap := func(inner []byte) []byte {
+		return mustPack(t, map[string]any{"compatibility_hash": "h", "agent_metadata_bytes": inner})
+	}
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"array32 of 4G elements", []byte{0xdd, 0xff, 0xff, 0xff, 0xff}, "declares"},
+		{"map32 of 4G pairs", []byte{0xdf, 0xff, 0xff, 0xff, 0xff}, "declares"},
+		{"bin32 of 4 GB", []byte{0x81, 0xa1, 'x', 0xc6, 0xff, 0xff, 0xff, 0xff}, "declares"},
+		{"a million nested arrays", deep, "nests deeper"},
+		{"truncated", good[:len(good)-1], "not a msgpack map"},
+		{"unused type byte", []byte{0xc1}, "not a type"},
+		{"inner array32 of 4G", wrap([]byte{0x81, 0xa1, 'x', 0xdd, 0xff, 0xff, 0xff, 0xff}), "agent_metadata_bytes is not a msgpack map"},
+		{"inner deep", wrap(deep), "nests deeper"},
+	} {
+		md, err := watch.DecodeHandshake(c.b)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %+v, %v; want an error with %q", c.name, md, err, c.want)
+		}
+	}
 }
