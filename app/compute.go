@@ -51,35 +51,10 @@ func Compute(s Settings, cat model.Catalog, clock func() time.Time) *Result {
 	r := &Result{Settings: s, Errors: FieldErrors{}}
 	defer func() { r.Millis = float64(clock().Sub(start).Microseconds()) / 1000 }()
 
-	m, err := loadModel(cat, s.Model, s.Config)
+	m, field, err := modelOf(s, cat)
 	if err != nil {
-		field := "model"
-		if s.Model == "custom" {
-			field = "config"
-		}
 		r.Errors[field] = err.Error()
 		return r
-	}
-	switch s.Draft {
-	case "":
-	case "mtp":
-		if m, err = m.WithMTP(); err != nil {
-			r.Errors["draft"] = err.Error()
-			return r
-		}
-	default:
-		d, err := loadModel(cat, s.Draft, s.DraftJSON)
-		if err == nil {
-			m, err = m.WithDraft(d)
-		}
-		if err != nil {
-			field := "draft"
-			if s.Draft == "custom" {
-				field = "draft-config"
-			}
-			r.Errors[field] = err.Error()
-			return r
-		}
 	}
 	r.Model = m
 	pe, de := s.Engines()
@@ -182,6 +157,37 @@ func flagOf(err error) string {
 		return strings.TrimPrefix(oe.Option, "--")
 	}
 	return "engine"
+}
+
+// modelOf loads the settings' model with its draft; a failure names the
+// field at fault.
+func modelOf(s Settings, cat model.Catalog) (*model.Model, string, error) {
+	m, err := loadModel(cat, s.Model, s.Config)
+	if err != nil {
+		if s.Model == "custom" {
+			return nil, "config", err
+		}
+		return nil, "model", err
+	}
+	switch s.Draft {
+	case "":
+	case "mtp":
+		if m, err = m.WithMTP(); err != nil {
+			return nil, "draft", err
+		}
+	default:
+		d, err := loadModel(cat, s.Draft, s.DraftJSON)
+		if err == nil {
+			m, err = m.WithDraft(d)
+		}
+		if err != nil {
+			if s.Draft == "custom" {
+				return nil, "draft-config", err
+			}
+			return nil, "draft", err
+		}
+	}
+	return m, "", nil
 }
 
 func loadModel(cat model.Catalog, name, custom string) (*model.Model, error) {

@@ -39,7 +39,10 @@ type Root struct {
 	live     *liveSession // the live view's subscription, kept across views
 	check    checkState   // the Check view's log and outcome
 	tune     *tuneState   // the Tune view's search, running or done
-	idleGC   bool         // a collection is waiting for the browser to be idle
+	// tuneWorker is the Tune view's search worker: "" (none: searches run
+	// on the page), "starting" (loading app.wasm and warming up) or "ready".
+	tuneWorker string
+	idleGC     bool // a collection is waiting for the browser to be idle
 }
 
 // OnDismount stops listening for shortcuts.
@@ -207,6 +210,8 @@ func (c *Root) afterCompute(ctx app.Context) {
 			set := computeCharts(r, c.Catalog)
 			c.charts = &set
 		}
+	case "tune":
+		c.warmTune(ctx)
 	}
 }
 

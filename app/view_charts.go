@@ -146,6 +146,10 @@ type Chart struct {
 	ID     string
 	Option string
 	Dark   bool
+	// Later draws it in a task of its own, after the browser has laid out
+	// what was drawn with it (a chart of many points next to a new table:
+	// two shorter waits for input, not one long one).
+	Later bool
 }
 
 // OnMount draws the chart once its element exists.
@@ -154,7 +158,13 @@ func (c *Chart) OnMount(ctx app.Context) { ctx.Defer(func(app.Context) { c.draw(
 // OnUpdate redraws the chart when its option or theme changes.
 func (c *Chart) OnUpdate(ctx app.Context) { ctx.Defer(func(app.Context) { c.draw() }) }
 
-func (c *Chart) draw() { callJS("chart", c.ID, c.Option, c.Dark) }
+func (c *Chart) draw() {
+	if c.Later {
+		callJS("chartLater", c.ID, c.Option, c.Dark)
+		return
+	}
+	callJS("chart", c.ID, c.Option, c.Dark)
+}
 
 // Render is the chart's container.
 func (c *Chart) Render() app.UI {

@@ -4,52 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kvscope/kvscope/core/tune"
-	"github.com/kvscope/kvscope/core/xfer"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
 
-// tuneState is a search the Tune view started: it runs in slices of at
-// most tuneSlice, yielding to the browser between them, so the page keeps
-// answering while it runs and Cancel stops it between two candidates.
+// tuneState is a search the Tune view started. It runs in a worker when
+// the browser has them (kvscope-tune.js starts app.wasm there without a
+// page), so the page's thread only draws its progress; else in the page,
+// in slices of 20 ms that yield to the browser between them. Cancel
+// stops it between two candidates either way.
 type tuneState struct {
-	search      *tune.Search
-	cancel      context.CancelFunc
+	cancel      func()
 	started     time.Time
+	worker      bool // the search runs in a worker
 	done, total int
-	millis      float64 // from start to the ranked result
-	rankMillis  float64 // ranking and charting the result, at the end
-	result      *tune.Result
-	chart       string
+	millis      float64 // from the click to the ranked result on the page
+	out         *TuneOutcome
 	err         string
-	canceled    bool
-}
-
-// tuneSlice bounds the time one slice of a search holds the page.
-const tuneSlice = 20 * time.Millisecond
-
-// space builds the search from the settings and the current result's
-// model.
-func (c *Root) tuneSpace() (tune.Space, error) {
-	s, r := c.settings, c.result
-	obj, err := tune.ParseObjective(s.Tune.Objective, s.Tune.Weights)
-	if err != nil {
-		return tune.Space{}, err
-	}
-	pe, de := s.Engines()
-	draft := s.Draft
-	if draft == "custom" {
-		draft = "draft"
-	}
-	return tune.Space{Model: r.Model, ModelName: s.Model, DraftName: draft, P: pe, D: de, Objective: obj,
-		Request: xfer.Request{PromptTokens: s.Prompt, PrefixHitTokens: s.Hit},
-		Ranges: tune.Ranges{TPPairs: s.Tune.TPPairs, BlockSizes: s.Tune.BlockSizes, PBlockSizes: s.Tune.PBlockSizes, MinGroupLayers: s.Tune.MinLayers,
-			Selectors: s.Tune.Selectors, MaxBatched: s.Tune.MNBT, KVCacheDTypes: s.Tune.KVDTypes, Connectors: s.Tune.Connectors}}, nil
 }
 
 // startTune starts a search, cancelling one under way.
@@ -59,50 +34,118 @@ func (c *Root) startTune(ctx app.Context) {
 	}
 	st := &tuneState{started: clock()}
 	c.tune = st
-	sp, err := c.tuneSpace()
+	if c.startTuneWorker(ctx, st) {
+		return
+	}
+	sp, err := TuneSpace(c.settings, c.result.Model)
+	var search *tune.Search
 	if err == nil {
-		st.search, err = tune.NewSearch(sp)
+		search, err = tune.NewSearch(sp)
 	}
 	if err != nil {
 		st.err = err.Error()
 		return
 	}
-	st.done, st.total = st.search.Progress()
+	st.done, st.total = search.Progress()
 	run, cancel := context.WithCancel(context.Background())
 	st.cancel = cancel
-	search := st.search
 	ctx.Async(func() {
-		// Plans die young: collect less often while searching (the
-		// WebAssembly collector runs on the page's only thread).
-		gc := debug.SetGCPercent(400)
-		defer debug.SetGCPercent(gc)
 		lastDraw := clock()
-		for !search.Done() && run.Err() == nil {
-			t0 := clock()
-			for !search.Done() && clock().Sub(t0) < tuneSlice {
-				if search.Step(run, 1) != nil {
-					break
-				}
-			}
-			if done, total := search.Progress(); clock().Sub(lastDraw) > 100*time.Millisecond {
+		progress := func(done, total int) {
+			if clock().Sub(lastDraw) > 100*time.Millisecond {
 				lastDraw = clock()
 				ctx.Dispatch(func(ctx app.Context) { st.done, st.total = done, total })
 			}
-			time.Sleep(time.Millisecond) // the browser's turn: input, drawing
 		}
-		t0 := clock()
-		res := search.Result()
-		chart := tuneChart(res)
-		rank := float64(clock().Sub(t0).Microseconds()) / 1000
-		done, total := search.Progress()
+		yield := func() { time.Sleep(time.Millisecond) } // the browser's turn: input, drawing
+		out := RunTune(run, search, 20*time.Millisecond, clock, progress, yield)
 		ctx.Dispatch(func(ctx app.Context) {
-			st.result, st.chart, st.done, st.total, st.rankMillis = res, chart, done, total, rank
-			st.millis = float64(clock().Sub(st.started).Microseconds()) / 1000
-			st.canceled = run.Err() != nil && done < total
-			st.cancel = nil
+			c.finishTune(st, out)
 			cancel()
 		})
 	})
+}
+
+// startTuneWorker hands the search to the page's Tune worker, reporting
+// false where the browser has no workers.
+func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
+	if !app.IsClient {
+		return false
+	}
+	kv := app.Window().Get("kvscope")
+	if !kv.Truthy() || !kv.Get("tuneStart").Truthy() {
+		return false
+	}
+	var fn app.Func
+	fn = app.FuncOf(func(this app.Value, args []app.Value) any {
+		msg := args[0]
+		switch msg.Get("type").String() {
+		case "progress":
+			done, total := msg.Get("done").Int(), msg.Get("total").Int()
+			ctx.Dispatch(func(ctx app.Context) { st.done, st.total = done, total })
+		case "result":
+			text, chart := msg.Get("json").String(), msg.Get("chart").String()
+			fn.Release()
+			// Decoded where it is drawn: the result's one task.
+			ctx.Dispatch(func(ctx app.Context) {
+				var out TuneOutcome
+				err := json.Unmarshal([]byte(text), &out)
+				out.Chart = chart
+				if err != nil {
+					st.err = "the search worker's answer: " + err.Error()
+					st.cancel = nil
+					return
+				}
+				c.finishTune(st, &out)
+			})
+		case "error":
+			text := msg.Get("error").String()
+			fn.Release()
+			ctx.Dispatch(func(ctx app.Context) { st.err, st.cancel = text, nil })
+		}
+		return nil
+	})
+	if !kv.Call("tuneStart", c.settings.Query().Encode(), fn).Bool() {
+		fn.Release()
+		return false
+	}
+	st.worker = true
+	st.cancel = func() { kv.Call("tuneCancel") }
+	return true
+}
+
+// warmTune starts the search worker the first time the Tune view shows:
+// it loads app.wasm and runs the first candidates of the view's search
+// while the user reads the form, so that the browser has compiled the
+// planner's hot code with its optimizing tier before the first search.
+func (c *Root) warmTune(ctx app.Context) {
+	if !app.IsClient || c.tuneWorker != "" {
+		return
+	}
+	kv := app.Window().Get("kvscope")
+	if !kv.Truthy() || !kv.Get("tuneWarm").Truthy() || !app.Window().Get("Worker").Truthy() {
+		return
+	}
+	c.tuneWorker = "starting"
+	var fn app.Func
+	fn = app.FuncOf(func(this app.Value, args []app.Value) any {
+		if args[0].Get("type").String() == "ready" {
+			fn.Release()
+			ctx.Dispatch(func(ctx app.Context) { c.tuneWorker = "ready" })
+		}
+		return nil
+	})
+	kv.Call("tuneWarm", c.settings.Query().Encode(), fn)
+}
+
+// finishTune shows a search's outcome.
+func (c *Root) finishTune(st *tuneState, out *TuneOutcome) {
+	if st.worker {
+		c.tuneWorker = "ready"
+	}
+	st.out, st.done, st.total = out, out.Done, out.Total
+	st.millis = float64(clock().Sub(st.started).Microseconds()) / 1000
+	st.cancel = nil
 }
 
 // renderTune draws the search form, its progress, the Pareto chart and the
@@ -142,43 +185,77 @@ func (c *Root) renderTune() app.UI {
 			}),
 			app.Code().Class("cli").Text(c.tuneCLI()),
 		),
+		app.P().Class("muted").DataSet("testid", "tune-worker").DataSet("state", c.tuneWorker).Text(tuneWorkerText(c.tuneWorker)),
 	)
-	if st == nil {
-		return app.Div().Class("tune-view").Body(form)
+	// The children keep their places in every state, so the chart's
+	// element (and the browser's chart on it) is made once, when the view
+	// shows, and a result only fills it.
+	progress, summary, table := app.UI(app.Div()), app.UI(app.Div()), app.UI(app.Div())
+	chart := &Chart{ID: "chart-tune", Option: tunePlaceholder, Dark: s.Dark, Later: true}
+	switch {
+	case st == nil:
+	case st.err != "":
+		progress = app.Div().Class("banner error").DataSet("testid", "tune-error").Text(st.err)
+	default:
+		progress = c.renderTuneProgress(st, running)
+		if st.out != nil && st.out.Result != nil {
+			summary, table = c.renderTuneSummary(st.out.Result), c.renderTuneTable(st.out.Result)
+			chart.Option = st.out.Chart
+		}
 	}
-	if st.err != "" {
-		return app.Div().Class("tune-view").Body(form, app.Div().Class("banner error").DataSet("testid", "tune-error").Text(st.err))
-	}
+	return app.Div().Class("tune-view").Body(form, progress, summary, chart, table)
+}
+
+// tunePlaceholder is the Pareto chart's option before a search: its axes
+// and an invisible large series, so the browser has compiled the chart's
+// drawing code before a result comes to be drawn.
+const tunePlaceholder = `{"animation":false,"title":{"text":"D KV tokens against descriptors per request","subtext":"search to draw the candidates"},` +
+	`"tooltip":{"show":true,"trigger":"item"},"legend":{"show":false},` +
+	`"xAxis":{"name":"descriptors per request","type":"value"},"yAxis":{"name":"D KV tokens","type":"value"},` +
+	`"series":[{"type":"scatter","symbolSize":7,"itemStyle":{"opacity":0},"data":[{"name":"","value":[0,0]},{"name":"","value":[1,1]}]}]}`
+
+// renderTuneProgress is a search's progress bar and status line.
+func (c *Root) renderTuneProgress(st *tuneState, running bool) app.UI {
 	status := fmt.Sprintf("%s of %s candidates", commas(int64(st.done)), commas(int64(st.total)))
+	where := "on this page"
+	if st.worker {
+		where = "in a worker of this page"
+	}
 	switch {
 	case running:
-		status += " · searching…"
-	case st.canceled:
+		status += " · searching " + where + "…"
+	case st.out != nil && st.out.Canceled:
 		status += fmt.Sprintf(" · canceled after %.0f ms (the ranking covers those evaluated)", st.millis)
 	default:
-		status += fmt.Sprintf(" · %.0f ms in this browser", st.millis)
+		status += fmt.Sprintf(" · %.0f ms %s", st.millis, where)
 	}
-	progress := app.Div().Class("tune-progress").Body(
+	rankMillis, searchMillis := 0.0, 0.0
+	if st.out != nil {
+		rankMillis, searchMillis = st.out.RankMillis, st.out.SearchMillis
+	}
+	return app.Div().Class("tune-progress").Body(
 		app.Progress().DataSet("testid", "tune-progress").Max(max(st.total, 1)).Value(st.done),
 		app.Span().DataSet("testid", "tune-status").DataSet("done", st.done).DataSet("total", st.total).
-			DataSet("ms", strconv.FormatFloat(st.millis, 'f', 1, 64)).DataSet("rank-ms", strconv.FormatFloat(st.rankMillis, 'f', 1, 64)).DataSet("state", tuneStateName(st, running)).Text(status),
+			DataSet("ms", strconv.FormatFloat(st.millis, 'f', 1, 64)).DataSet("rank-ms", strconv.FormatFloat(rankMillis, 'f', 1, 64)).DataSet("worker", st.worker).
+			DataSet("search-ms", strconv.FormatFloat(searchMillis, 'f', 1, 64)).DataSet("state", tuneStateName(st, running)).Text(status),
 	)
-	if st.result == nil {
-		return app.Div().Class("tune-view").Body(form, progress)
+}
+
+func tuneWorkerText(state string) string {
+	switch state {
+	case "starting":
+		return "The search worker is starting: it loads kvscope's WebAssembly and warms up on this search's first candidates, so the browser compiles the planner before you search."
+	case "ready":
+		return "Searches run in a worker, off this page's thread."
 	}
-	res := st.result
-	return app.Div().Class("tune-view").Body(form, progress,
-		c.renderTuneSummary(res),
-		&Chart{ID: "chart-tune", Option: st.chart, Dark: s.Dark},
-		c.renderTuneTable(res),
-	)
+	return "Searches run on this page, in slices between which it answers input."
 }
 
 func tuneStateName(st *tuneState, running bool) string {
 	switch {
 	case running:
 		return "running"
-	case st.canceled:
+	case st.out != nil && st.out.Canceled:
 		return "canceled"
 	}
 	return "done"
@@ -297,9 +374,12 @@ func (c *Root) openCandidate(ctx app.Context, x tune.Candidate) {
 // tuneChart is the Pareto chart: every accepted candidate's D KV tokens
 // against its descriptors per request, coloured by whether P's and D's
 // pages divide, the front drawn over them; hovering a point names its
-// flags. Candidates that land on one point (flags that plan alike) are
-// one point, named by the first of them and their count: a search of
-// thousands draws hundreds of points.
+// flags. Candidates whose points would overlap on the chart (one cell of
+// a chartCells grid over the axes' ranges: flags that plan alike, or
+// nearly) are drawn once, at the first one's exact values, and named by it
+// with their count: a search of thousands draws hundreds of points, and
+// the page draws them in tens of milliseconds, not hundreds. The front is
+// drawn whole.
 func tuneChart(res *tune.Result) string {
 	label := func(x tune.Scored) string {
 		return fmt.Sprintf("TP %s · D block %s→%d · P block %d · %s · min %s · mnbt %s · %s · %s", x.TP, autoOr(x.DBlockSize), x.DBlock, x.PBlock,
@@ -310,16 +390,21 @@ func tuneChart(res *tune.Result) string {
 		kv     int64
 		divide bool
 	}
-	first := map[point]tune.Scored{}
-	count := map[point]int{}
-	var order []point
+	type cell struct {
+		x, y   int
+		divide bool
+	}
+	grid := newChartGrid(res.All)
+	first := map[cell]tune.Scored{}
+	count := map[cell]int{}
+	var order []cell
 	for _, x := range res.All {
-		p := point{x.Descs, x.DKVTokens, x.PagesDivide}
-		if count[p] == 0 {
-			first[p] = x
-			order = append(order, p)
+		c := cell{grid.x(x.Descs), grid.y(x.DKVTokens), x.PagesDivide}
+		if count[c] == 0 {
+			first[c] = x
+			order = append(order, c)
 		}
-		count[p]++
+		count[c]++
 	}
 	// The option is written by hand, not through go-echarts' reflection:
 	// thousands of points cost the page a few milliseconds, not hundreds.
@@ -344,11 +429,13 @@ func tuneChart(res *tune.Result) string {
 	}
 	var divide, split, front []point
 	var divideNames, splitNames, frontNames []string
-	for _, p := range order {
-		name := label(first[p])
-		if n := count[p]; n > 1 {
-			name = fmt.Sprintf("%d candidates, e.g. %s", n, name)
+	for _, c := range order {
+		x := first[c]
+		name := label(x)
+		if n := count[c]; n > 1 {
+			name = fmt.Sprintf("%d candidates at or next to this point, e.g. %s", n, name)
 		}
+		p := point{x.Descs, x.DKVTokens, x.PagesDivide}
 		if p.divide {
 			divide, divideNames = append(divide, p), append(divideNames, name)
 		} else {
@@ -358,17 +445,46 @@ func tuneChart(res *tune.Result) string {
 	for _, x := range res.Front {
 		front, frontNames = append(front, point{x.Descs, x.DKVTokens, x.PagesDivide}), append(frontNames, label(x))
 	}
-	b := make([]byte, 0, 256+120*(len(order)+len(front)))
+	b := make([]byte, 0, 256+160*(len(order)+len(front)))
 	b = append(b, `{"title":{"text":"D KV tokens against descriptors per request","subtext":"the Pareto front: more tokens, fewer descriptors"},`+
-		`"tooltip":{"show":true,"trigger":"item","formatter":"{b}<br/>{c}"},"legend":{"show":true,"top":"40"},`+
+		`"animation":false,"tooltip":{"show":true,"trigger":"item","formatter":"{b}<br/>{c}"},"legend":{"show":true,"top":"40"},`+
 		`"xAxis":{"name":"descriptors per request","type":"value","scale":true},"yAxis":{"name":"D KV tokens","type":"value","scale":true},"series":[`...)
-	b = series(b, "pages divide", divide, divideNames, `,"symbolSize":7`)
+	// (ECharts' large mode would draw the points faster, but names none
+	// of them on hover.)
+	const many = `,"symbolSize":7`
+	b = series(b, "pages divide", divide, divideNames, many)
 	b = append(b, ',')
-	b = series(b, "pages do not divide", split, splitNames, `,"symbolSize":7`)
+	b = series(b, "pages do not divide", split, splitNames, many)
 	b = append(b, ',')
 	b = series(b, "Pareto front", front, frontNames, `,"symbolSize":13,"symbol":"diamond"`)
 	return string(append(b, "]}"...))
 }
+
+// chartCells is how many cells the Pareto chart's axes are cut into for
+// drawing: about a cell per two pixels of a chart a page shows.
+const chartCells = 250
+
+// chartGrid maps candidates' values to cells of the chart.
+type chartGrid struct {
+	minX, minY   float64
+	stepX, stepY float64
+}
+
+func newChartGrid(all []tune.Scored) chartGrid {
+	if len(all) == 0 {
+		return chartGrid{stepX: 1, stepY: 1}
+	}
+	minX, maxX := float64(all[0].Descs), float64(all[0].Descs)
+	minY, maxY := float64(all[0].DKVTokens), float64(all[0].DKVTokens)
+	for _, x := range all {
+		minX, maxX = min(minX, float64(x.Descs)), max(maxX, float64(x.Descs))
+		minY, maxY = min(minY, float64(x.DKVTokens)), max(maxY, float64(x.DKVTokens))
+	}
+	return chartGrid{minX: minX, minY: minY, stepX: max((maxX-minX)/chartCells, 1), stepY: max((maxY-minY)/chartCells, 1)}
+}
+
+func (g chartGrid) x(descs int) int { return int((float64(descs) - g.minX) / g.stepX) }
+func (g chartGrid) y(kv int64) int  { return int((float64(kv) - g.minY) / g.stepY) }
 
 // appendJSONString appends s as a JSON string.
 func appendJSONString(b []byte, s string) []byte {

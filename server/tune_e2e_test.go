@@ -30,12 +30,16 @@ func tuneStatus(t *testing.T, ctx context.Context) (done, total int, state strin
 // the seed deployment (Qwen3.6-35B-A3B + DFlash, P TP2 -> D TP4, branch
 // profile) in WebAssembly, along every dimension the search has: 5 TP
 // pairs x 128 D block sizes x 2 minimum group sizes x 2 selectors x 2
-// batched-token limits x 2 KV cache dtypes; the progress bar moves while it runs, the page
-// never stalls longer than 50 ms (a timer sampling the event loop, as a
-// keystroke would wait), and it finishes within 2 s; it names the D block
-// size whose pages divide P's, as kvscope tune does, draws the Pareto
-// chart and lists candidates whose Open button sets the engines and
-// shows the P vs D view. A second search is cancelled midway.
+// batched-token limits x 2 KV cache dtypes. The search runs in the view's
+// worker (started, and warmed up, when the view shows); the progress bar
+// moves while it runs; the page never stalls longer than 50 ms while it
+// searches (a timer sampling the event loop, as a keystroke would wait);
+// it finishes within 2 s from the click to the drawn result, whose drawing
+// (a table, then a chart of about a thousand hoverable points, each a task
+// of its own) holds the page at most 500 ms. It names the D block size whose pages divide P's, as
+// kvscope tune does, draws the Pareto chart and lists candidates whose
+// Open button sets the engines and shows the P vs D view. A second search
+// is cancelled midway.
 func TestTuneView(t *testing.T) {
 	ctx, ts, _ := browser(t)
 	ranges := [][2]string{{"tp-pairs", "2:2,2:4,2:8,4:4,4:8"}, {"block-sizes", "16:2048:16"}, {"min-group-layers", "2,3"},
@@ -44,13 +48,24 @@ func TestTuneView(t *testing.T) {
 	for _, r := range ranges {
 		q += "&tune-" + r[0] + "=" + r[1]
 	}
+	loaded := time.Now()
 	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?"+q), chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] [data-testid="tune-run"]`))); err != nil {
 		t.Fatal(err)
 	}
-	// The event loop's longest stall, sampled every 5 ms from now on.
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { window.__stall = 0; let last = performance.now();
-		window.__lagTimer = setInterval(() => { const now = performance.now(); const d = now - last - 5; window.__stall = Math.max(window.__stall, d);
-			if (d > 40) { const el = document.querySelector('[data-testid="tune-status"]'); (window.__stalls = window.__stalls || []).push(Math.round(d) + ' ms at ' + (el ? el.dataset.done : 0)); }
+	// The search worker starts with the view and warms up while the user
+	// reads the form (a search before that also waits for its start).
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`[data-testid="tune-worker"][data-state="ready"]`))); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the search worker was ready %d ms after the page was asked for", time.Since(loaded).Milliseconds())
+	// The event loop's longest stall, sampled every 5 ms from now on: while
+	// the search runs, and once its result is drawn.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { window.__stall = {search: 0, draw: 0}; window.__stalls = []; let last = performance.now();
+		window.__lagTimer = setInterval(() => { const now = performance.now(); const d = now - last - 5;
+			const el = document.querySelector('[data-testid="tune-status"]');
+			const phase = el && el.dataset.state === 'done' ? 'draw' : 'search';
+			window.__stall[phase] = Math.max(window.__stall[phase], d);
+			if (d > 40) window.__stalls.push(Math.round(d) + ' ms (' + phase + ') at ' + (el ? el.dataset.done : 0));
 			last = now; }, 5);
 		return true; })()`)); err != nil {
 		t.Fatal(err)
@@ -74,16 +89,21 @@ func TestTuneView(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	stall, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`(() => { clearInterval(window.__lagTimer); return window.__stall; })()`))
+	time.Sleep(500 * time.Millisecond) // the chart draws after the table
+	stall, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`(() => { clearInterval(window.__lagTimer); return window.__stall; })()`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stalls, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(window.__stalls || []).join(', ')`))
-	rank := attr(t, ctx, `[data-testid="tune-status"]`, "data-rank-ms")
-	t.Logf("search: %d of %d candidates in %.0f ms (ranking and chart %s ms); %d progress counts seen; longest stall %.1f ms; stalls over 40 ms: %s",
-		done, total, ms, rank, len(seen), stall, stalls)
+	stalls, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__stalls.join(', ')`))
+	status := `[data-testid="tune-status"]`
+	t.Logf("search: %d of %d candidates in %.0f ms from the click to the drawn result (in the worker %s ms, of which ranking and chart %s ms); "+
+		"%d progress counts seen; longest stall while searching %.1f ms, drawing the result %.1f ms; stalls over 40 ms: %s",
+		done, total, ms, attr(t, ctx, status, "data-search-ms"), attr(t, ctx, status, "data-rank-ms"), len(seen), stall["search"], stall["draw"], stalls)
 	if state != "done" || done != 10240 || total != 10240 {
 		t.Fatalf("state %s, %d of %d", state, done, total)
+	}
+	if attr(t, ctx, status, "data-worker") != "true" {
+		t.Errorf("the search ran on the page, not in the worker")
 	}
 	if len(seen) < 2 {
 		t.Errorf("the progress bar showed %d counts while running", len(seen))
@@ -91,8 +111,11 @@ func TestTuneView(t *testing.T) {
 	if budget := 2000 * slack(); ms > budget {
 		t.Errorf("a 10,240-candidate search took %.0f ms, budget %.0f ms", ms, budget)
 	}
-	if budget := 50 * slack(); stall > budget {
-		t.Errorf("the page stalled %.1f ms during the search, budget %.0f ms", stall, budget)
+	if budget := 50 * slack(); stall["search"] > budget {
+		t.Errorf("the page stalled %.1f ms during the search, budget %.0f ms", stall["search"], budget)
+	}
+	if budget := 500 * slack(); stall["draw"] > budget {
+		t.Errorf("drawing the result stalled the page %.1f ms, budget %.0f ms", stall["draw"], budget)
 	}
 	// What kvscope tune names for the same deployment and ranges.
 	args := []string{"tune", "--model", "Qwen__Qwen3.6-35B-A3B", "--draft", "z-lab__Qwen3.6-35B-A3B-DFlash", "--vllm-version", "pr58207",

@@ -85,7 +85,6 @@ type Scored struct {
 	DServe       string   `json:"d_vllm_serve"`
 	Inferred     bool     `json:"inferred"` // the plans or the transfer rest on inferred rules
 	Notes        []string `json:"notes,omitempty"`
-	pe, de       plan.Engine
 }
 
 // Engines are a candidate's P and D engines as the search plans them

@@ -321,7 +321,7 @@ func matchedPath(m *model.Model, pRegs, dRegs []*Registration, diff plan.Diff) (
 	return true, "matched plans that vLLM's model-wide head mapping fits: vLLM's own descriptor lists", inferred
 }
 
-func headsOf(l LayerReg) int { return l.layer.KVHeads }
+func headsOf(l LayerReg) int { return l.kvHeads }
 
 func countLayout(d plan.Diff) int {
 	n := 0

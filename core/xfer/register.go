@@ -95,8 +95,7 @@ type LayerReg struct {
 	Window    int        `json:"window,omitempty"`
 	Chunk     int        `json:"chunk,omitempty"`
 	Segments  []Segment  `json:"segments"`
-	layer     model.Layer
-	spec      kvspec.Spec
+	kvHeads   int        // the model layer's KV heads (all ranks)
 }
 
 // Registration is what one rank registers with NIXL, derived from its plan.
@@ -135,19 +134,22 @@ func DefaultBases(side Side, rank, tensor int, offset uint64) uint64 {
 
 // Register builds one rank's registration from its plan.
 func Register(m *model.Model, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases) (*Registration, error) {
-	return register(m, layerIndex(m), p, side, rank, layout, bases)
+	return register(m, layerIndex(m), p, side, rank, layout, bases, nil)
 }
 
-// layerIndex maps layer names to layers, once per model.
-func layerIndex(m *model.Model) map[string]model.Layer {
-	out := make(map[string]model.Layer, len(m.Layers))
-	for _, l := range m.Layers {
-		out[l.Name] = l
+// layerIndex maps layer names to the model's layers, once per model.
+func layerIndex(m *model.Model) map[string]*model.Layer {
+	out := make(map[string]*model.Layer, len(m.Layers))
+	for i := range m.Layers {
+		out[m.Layers[i].Name] = &m.Layers[i]
 	}
 	return out
 }
 
-func register(m *model.Model, layersByName map[string]model.Layer, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases) (*Registration, error) {
+// register builds one rank's registration. like, when not nil, is another
+// rank's registration of the same plan: what does not depend on the rank
+// (the layer index, tensor pages and members) is shared with it, read-only.
+func register(m *model.Model, layersByName map[string]*model.Layer, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases, like *Registration) (*Registration, error) {
 	if bases == nil {
 		bases = DefaultBases
 	}
@@ -190,19 +192,31 @@ func register(m *model.Model, layersByName map[string]model.Layer, p *plan.Plan,
 		}
 	}
 	r.Layers = make([]LayerReg, 0, len(p.Layers))
-	r.byName = make(map[string]int, len(p.Layers))
+	r.Regions = make([]Region, 0, 2*len(tensors))
+	shared := like != nil && like.plan == p
+	if shared {
+		r.byName, r.TensorPages, r.TensorMembers = like.byName, like.TensorPages, like.TensorMembers
+	} else {
+		r.byName = make(map[string]int, len(p.Layers))
+		r.TensorPages = make([]int64, 0, len(tensors))
+		r.TensorMembers = make([][]string, 0, len(tensors))
+	}
+	// One array holds every layer's segments (at most four each).
+	slab := make([]Segment, 0, 4*len(p.Layers))
 	var offset uint64
 	for ti, members := range tensors {
 		page := members[0].lp.Page
 		base := bases(side, rank, ti, offset)
-		names := make([]string, len(p.Groups))
-		for _, mb := range members {
-			if mb.group < len(names) {
-				names[mb.group] = mb.lp.Name
+		if !shared {
+			names := make([]string, len(p.Groups))
+			for _, mb := range members {
+				if mb.group < len(names) {
+					names[mb.group] = mb.lp.Name
+				}
 			}
+			r.TensorPages = append(r.TensorPages, page)
+			r.TensorMembers = append(r.TensorMembers, names)
 		}
-		r.TensorPages = append(r.TensorPages, page)
-		r.TensorMembers = append(r.TensorMembers, names)
 		mla := members[0].lp.Kind == model.MLA
 		var kRegion, vRegion int
 		if layout == SplitKV && !mla && members[0].lp.Kind.IsAttention() {
@@ -219,15 +233,21 @@ func register(m *model.Model, layersByName map[string]model.Layer, p *plan.Plan,
 		size := uint64(page * p.NumBlocks)
 		offset += (size + (2<<20 - 1)) &^ (2<<20 - 1)
 		for _, mb := range members {
-			l := layersByName[mb.lp.Name]
-			segs, err := segments(l, mb.lp.Spec, tp, rank, layout, kRegion, vRegion)
-			if err != nil {
+			l, ok := layersByName[mb.lp.Name]
+			if !ok {
+				return nil, fmt.Errorf("xfer: the plan's layer %s is not in model %s", mb.lp.Name, m.Name)
+			}
+			start := len(slab)
+			var err error
+			if slab, err = segments(slab, l, &mb.lp.Spec, tp, rank, layout, kRegion, vRegion); err != nil {
 				return nil, err
 			}
-			r.byName[mb.lp.Name] = len(r.Layers)
+			if !shared {
+				r.byName[mb.lp.Name] = len(r.Layers)
+			}
 			r.Layers = append(r.Layers, LayerReg{
 				Name: mb.lp.Name, Kind: mb.lp.Kind, Group: mb.group, Slot: mb.lp.Slot, Tensor: ti,
-				BlockSize: mb.lp.Block, Window: l.Window, Chunk: l.Chunk, Segments: segs, layer: l, spec: mb.lp.Spec,
+				BlockSize: mb.lp.Block, Window: l.Window, Chunk: l.Chunk, Segments: slab[start:len(slab):len(slab)], kvHeads: l.KVHeads,
 			})
 		}
 	}
@@ -264,11 +284,11 @@ func shard(total, tp, rank int) (lo, hi int) {
 }
 
 // segments lays out one layer's page on one rank.
-func segments(l model.Layer, s kvspec.Spec, tp, rank int, layout CacheLayout, kRegion, vRegion int) ([]Segment, error) {
+func segments(dst []Segment, l *model.Layer, s *kvspec.Spec, tp, rank int, layout CacheLayout, kRegion, vRegion int) ([]Segment, error) {
 	switch {
 	case l.Kind == model.MLA:
 		row := int64(s.HeadSize * s.DTypeBytes)
-		return []Segment{{Name: SegLatent, Region: kRegion, Lo: 0, Hi: 1, IndexBytes: int64(s.BlockSize) * row, Rows: s.BlockSize, RowBytes: row}}, nil
+		return append(dst, Segment{Name: SegLatent, Region: kRegion, Lo: 0, Hi: 1, IndexBytes: int64(s.BlockSize) * row, Rows: s.BlockSize, RowBytes: row}), nil
 	case l.Kind.IsAttention():
 		lo, hi := HeadRange(l.KVHeads, tp, rank)
 		kRow := int64(s.HeadSize * s.DTypeBytes)
@@ -278,17 +298,17 @@ func segments(l model.Layer, s kvspec.Spec, tp, rank int, layout CacheLayout, kR
 		if layout == BlocksFirst {
 			v.Offset = k.Bytes()
 		}
-		return []Segment{k, v}, nil
+		return append(dst, k, v), nil
 	case l.Kind.IsState():
-		return stateSegments(l, s, tp, rank, kRegion)
+		return stateSegments(dst, l, s, tp, rank, kRegion)
 	}
-	return nil, fmt.Errorf("xfer: layer %s: no layout for kind %s", l.Name, l.Kind)
+	return dst, fmt.Errorf("xfer: layer %s: no layout for kind %s", l.Name, l.Kind)
 }
 
 // stateSegments lays out a Mamba/GDN state page: the conv state in vLLM's DS
 // layout (channel-major, one channel's rows contiguous), split into its
 // sub-projections, then the SSM state (head-major).
-func stateSegments(l model.Layer, s kvspec.Spec, tp, rank, region int) ([]Segment, error) {
+func stateSegments(dst []Segment, l *model.Layer, s *kvspec.Spec, tp, rank, region int) ([]Segment, error) {
 	st := l.State
 	rows := s.Shapes[0][0]
 	conv := int64(rows * s.StateDTypeBytes[0])
@@ -297,13 +317,14 @@ func stateSegments(l model.Layer, s kvspec.Spec, tp, rank, region int) ([]Segmen
 		name   SegName
 		lo, hi int
 	}
-	var parts []part
+	var parts [3]part
+	n := 0
 	var ssm Segment
 	switch l.Kind {
 	case model.GatedDeltaNet:
 		qlo, qhi := shard(st.KeyHeads*st.KeyHeadDim, tp, rank)
 		vlo, vhi := shard(st.ValueHeads*st.ValueHeadDim, tp, rank)
-		parts = []part{{SegConvQ, qlo, qhi}, {SegConvK, qlo, qhi}, {SegConvV, vlo, vhi}}
+		parts, n = [3]part{{SegConvQ, qlo, qhi}, {SegConvK, qlo, qhi}, {SegConvV, vlo, vhi}}, 3
 		hlo, hhi := shard(st.ValueHeads, tp, rank)
 		ssm = Segment{Name: SegSSM, Lo: hlo, Hi: hhi, IndexBytes: int64(st.ValueHeadDim*st.KeyHeadDim) * ssmBytes}
 	case model.Mamba2:
@@ -312,28 +333,27 @@ func stateSegments(l model.Layer, s kvspec.Spec, tp, rank, region int) ([]Segmen
 		if st.Groups%tp != 0 { // one group, replicated on every rank
 			blo, bhi = 0, st.StateSize
 		}
-		parts = []part{{SegConvX, xlo, xhi}, {SegConvB, blo, bhi}, {SegConvC, blo, bhi}}
+		parts, n = [3]part{{SegConvX, xlo, xhi}, {SegConvB, blo, bhi}, {SegConvC, blo, bhi}}, 3
 		hlo, hhi := shard(st.Heads, tp, rank)
 		ssm = Segment{Name: SegSSM, Lo: hlo, Hi: hhi, IndexBytes: int64(st.HeadDim*st.StateSize) * ssmBytes}
 	case model.Mamba1:
 		xlo, xhi := shard(st.Intermediate, tp, rank)
-		parts = []part{{SegConvX, xlo, xhi}}
+		parts[0], n = part{SegConvX, xlo, xhi}, 1
 		ssm = Segment{Name: SegSSM, Lo: xlo, Hi: xhi, IndexBytes: int64(st.StateSize) * ssmBytes}
 	}
-	out := make([]Segment, 0, len(parts)+1)
 	var off int64
-	for _, p := range parts {
+	for _, p := range parts[:n] {
 		seg := Segment{Name: p.name, Region: region, Offset: off, Lo: p.lo, Hi: p.hi, IndexBytes: conv, Rows: 1, RowBytes: conv}
 		off += seg.Bytes()
-		out = append(out, seg)
+		dst = append(dst, seg)
 	}
 	ssm.Region, ssm.Offset, ssm.Rows, ssm.RowBytes = region, off, 1, ssm.IndexBytes
 	off += ssm.Bytes()
-	out = append(out, ssm)
+	dst = append(dst, ssm)
 	if off != s.RealPageBytes() {
-		return nil, fmt.Errorf("xfer: layer %s: state segments take %d B, the spec's page is %d B", l.Name, off, s.RealPageBytes())
+		return dst, fmt.Errorf("xfer: layer %s: state segments take %d B, the spec's page is %d B", l.Name, off, s.RealPageBytes())
 	}
-	return out, nil
+	return dst, nil
 }
 
 // Addr is the virtual address of a location in this rank's regions.

@@ -279,7 +279,11 @@ func registerAll(ctx context.Context, m *model.Model, p *plan.Plan, side Side, l
 		if err := canceled(ctx); err != nil {
 			return nil, err
 		}
-		reg, err := register(m, index, p, side, r, layout, bases)
+		var like *Registration
+		if r > 0 {
+			like = out[0]
+		}
+		reg, err := register(m, index, p, side, r, layout, bases, like)
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,18 @@ window.kvscope = {
     if (dark) opt.backgroundColor = 'transparent';
     c.setOption(opt, true);
   },
+  // chartLater draws a chart in a task of its own, once the browser has
+  // drawn the frame under way; a later call for the same chart wins.
+  chartLater(id, json, dark) {
+    this._later = this._later || {};
+    this._later[id] = [json, dark];
+    setTimeout(() => {
+      const args = this._later[id];
+      if (!args) return;
+      delete this._later[id];
+      this.chart(id, args[0], args[1]);
+    }, 0);
+  },
   // morph makes the element id show the markup html, updating in place
   // the nodes whose structure is unchanged (so tooltips, hover and
   // selection survive a redraw) and replacing the rest. An element whose
@@ -76,6 +88,57 @@ window.kvscope = {
         show('ok', text);
       })
       .catch(e => show('error', 'Run live failed: ' + e));
+  },
+  // tuneStart runs a Tune search in a worker (kvscope-tune.js: app.wasm
+  // started without a page), so the page's thread only draws its progress.
+  // query is the app's settings as its URL holds them; onMessage gets the
+  // worker's {type: "progress" | "result" | "error" | "ready", ...}. It
+  // returns false where the browser has no workers (the app then searches
+  // in the page).
+  tuneStart(query, onMessage) {
+    const w = this._tuneWorker();
+    if (!w) return false;
+    this._tuneOn = onMessage;
+    w.postMessage({query});
+    return true;
+  },
+  // tuneCancel stops the worker's search between two candidates; it then
+  // answers with the ranking of those it evaluated.
+  tuneCancel() {
+    if (this._tune) this._tune.postMessage({cancel: true});
+  },
+  // tuneWarm starts the worker before the first search and has it run the
+  // first candidates of query's search, so that the browser compiles the
+  // planner's hot code before the user asks; onMessage gets {type:
+  // "ready"} then.
+  tuneWarm(query, onMessage) {
+    if (this._tune) return;
+    const w = this._tuneWorker();
+    if (!w) return;
+    this._tuneOn = onMessage;
+    w.postMessage({warm: query});
+  },
+  _tuneWorker() {
+    if (!window.Worker) return null;
+    if (!this._tune) {
+      const w = new Worker('/web/kvscope-tune.js');
+      w.onmessage = e => {
+        const on = this._tuneOn;
+        // A result or an error ends a search: its handler is released.
+        if (e.data.type === 'result' || e.data.type === 'error') this._tuneOn = null;
+        if (on) on(e.data);
+      };
+      w.onerror = e => {
+        e.preventDefault();
+        if (this._tune === w) this._tune = null;
+        w.terminate();
+        const on = this._tuneOn;
+        this._tuneOn = null;
+        if (on) on({type: 'error', error: 'the search worker failed: ' + (e.message || 'no reason given')});
+      };
+      this._tune = w;
+    }
+    return this._tune;
   },
   toast(text) {
     let t = document.getElementById('toast');

@@ -1,0 +1,119 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/tune"
+	"github.com/kvscope/kvscope/core/xfer"
+)
+
+// TuneOutcome is a search as the Tune view draws it: the ranked result
+// (without every candidate: the chart holds what it draws of them), the
+// Pareto chart's option, and how far the search got.
+type TuneOutcome struct {
+	Result     *tune.Result `json:"result"`
+	Chart      string       `json:"-"` // sent beside the rest: the page passes it to ECharts as it is
+	Done       int          `json:"done"`
+	Total      int          `json:"total"`
+	Canceled   bool         `json:"canceled"`
+	RankMillis float64      `json:"rank_ms"` // ranking and charting, at the end
+	// SearchMillis is the search's own time, from its first candidate to
+	// its chart, where it ran (the worker, or the page).
+	SearchMillis float64 `json:"search_ms"`
+}
+
+// TuneSpace is the search the settings' Tune ranges describe around their
+// engines, over m (the settings' model with its draft).
+func TuneSpace(s Settings, m *model.Model) (tune.Space, error) {
+	obj, err := tune.ParseObjective(s.Tune.Objective, s.Tune.Weights)
+	if err != nil {
+		return tune.Space{}, err
+	}
+	pe, de := s.Engines()
+	draft := s.Draft
+	if draft == "custom" {
+		draft = "draft"
+	}
+	return tune.Space{Model: m, ModelName: s.Model, DraftName: draft, P: pe, D: de, Objective: obj,
+		Request: xfer.Request{PromptTokens: s.Prompt, PrefixHitTokens: s.Hit},
+		Ranges: tune.Ranges{TPPairs: s.Tune.TPPairs, BlockSizes: s.Tune.BlockSizes, PBlockSizes: s.Tune.PBlockSizes, MinGroupLayers: s.Tune.MinLayers,
+			Selectors: s.Tune.Selectors, MaxBatched: s.Tune.MNBT, KVCacheDTypes: s.Tune.KVDTypes, Connectors: s.Tune.Connectors}}, nil
+}
+
+// NewTuneSearch starts the search that an app URL's query describes (the
+// Tune worker's input: the page sends its settings as the URL holds them).
+func NewTuneSearch(query string, cat model.Catalog) (*tune.Search, error) {
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return nil, fmt.Errorf("tune: the settings' query: %w", err)
+	}
+	s, errs := ParseQuery(q)
+	if len(errs) > 0 {
+		keys := make([]string, 0, len(errs))
+		for k := range errs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var msgs []string
+		for _, k := range keys {
+			msgs = append(msgs, k+": "+errs[k])
+		}
+		return nil, fmt.Errorf("tune: %s", strings.Join(msgs, "; "))
+	}
+	m, field, err := modelOf(s, cat)
+	if err != nil {
+		return nil, fmt.Errorf("tune: %s: %w", field, err)
+	}
+	sp, err := TuneSpace(s, m)
+	if err != nil {
+		return nil, err
+	}
+	return tune.NewSearch(sp)
+}
+
+// RunTune runs a search to its end or until ctx is done, in slices of
+// about slice: after each it calls progress and yield (when not nil: the
+// thread's event loop gets its turn there). Then it ranks and charts what
+// it evaluated.
+func RunTune(ctx context.Context, search *tune.Search, slice time.Duration, clock func() time.Time, progress func(done, total int), yield func()) *TuneOutcome {
+	// Plans die young: collecting less often than Go's default costs a
+	// little more memory and saves WebAssembly's single thread the marking.
+	gc := debug.SetGCPercent(200)
+	defer debug.SetGCPercent(gc)
+	start := clock()
+	for !search.Done() && ctx.Err() == nil {
+		t0 := clock()
+		for !search.Done() && clock().Sub(t0) < slice {
+			if search.Step(ctx, 1) != nil {
+				break
+			}
+		}
+		if progress != nil {
+			progress(search.Progress())
+		}
+		if yield != nil {
+			yield()
+		}
+	}
+	out := TuneOutcomeOf(search, clock, ctx.Err() != nil)
+	out.SearchMillis = float64(clock().Sub(start).Microseconds()) / 1000
+	return out
+}
+
+// TuneOutcomeOf ranks and charts what the search evaluated so far.
+func TuneOutcomeOf(search *tune.Search, clock func() time.Time, canceled bool) *TuneOutcome {
+	t0 := clock()
+	res := search.Result()
+	chart := tuneChart(res)
+	res.All = nil // the chart has them; the rest of the result is what the view lists
+	done, total := search.Progress()
+	return &TuneOutcome{Result: res, Chart: chart, Done: done, Total: total, Canceled: canceled && done < total,
+		RankMillis: float64(clock().Sub(t0).Microseconds()) / 1000}
+}
