@@ -110,7 +110,9 @@ func (l limits) precheck(s xfer.Setup) error {
 
 // pdMemory and oracleMemory turn a cost into the memory pd (every pair is
 // built before it is counted) and the oracle (pairs kept, pages
-// materialised) hold.
+// materialised) hold. The oracle's is an upper bound: its check writes and
+// reads one D page at a time; a Prover (which keeps P's and D's pages for
+// the flow view) holds them all.
 func pdMemory(c xfer.Cost) int64 {
 	return xfer.SatAdd(baseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatMul(c.Pairs, pairBytes))
 }
@@ -237,8 +239,9 @@ func (a *admission) release(need int64) {
 		go func() {
 			defer a.idleOnce.Unlock()
 			// Two collections: the first moves pooled buffers (the
-			// oracle's page arenas) to the pools' victim caches, the
-			// second frees them; FreeOSMemory then returns the pages.
+			// oracle's check scratch: page and pair tables) to the pools'
+			// victim caches, the second frees them; FreeOSMemory then
+			// returns the pages.
 			runtime.GC()
 			debug.FreeOSMemory()
 		}()
