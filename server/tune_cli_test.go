@@ -64,7 +64,7 @@ func TestTuneRefusesBadRanges(t *testing.T) {
 		{[]string{"--block-sizes", "16:64:0"}, "step 0: must be positive"},
 		{[]string{"--block-sizes", "16,4194304"}, "4194304 is outside 1..65536"},
 		{[]string{"--tp-pairs", "2:3x"}, "--tp-pairs"},
-		{[]string{"--mnbt", "-1"}, "--max-num-batched-tokens"},
+		{[]string{"--mnbt", "-1"}, "--mnbt"}, {[]string{"--min-group-layers", "9999"}, "--min-group-layers"},
 		{[]string{"--selectors", "fastest"}, `"fastest": want one of`},
 		{[]string{"--kv-cache-dtypes", "int4"}, `--kv-cache-dtypes "int4"`},
 		{[]string{"--objective", "vibes"}, `--objective "vibes"`},

@@ -230,7 +230,7 @@ func NewSearch(s Space) (*Search, error) {
 	if err != nil {
 		return nil, err
 	}
-	minLayers, err := ParseInts("--min-kv-cache-group-layers", or(r.MinGroupLayers, "0"), 1, 1<<10, true)
+	minLayers, err := ParseInts("--min-group-layers", or(r.MinGroupLayers, "0"), 1, 1<<10, true)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +238,7 @@ func NewSearch(s Space) (*Search, error) {
 	if err != nil {
 		return nil, err
 	}
-	mnbts, err := ParseInts("--max-num-batched-tokens", or(r.MaxBatched, "0"), 1, MaxBatchedTokens, true)
+	mnbts, err := ParseInts("--mnbt", or(r.MaxBatched, "0"), 1, MaxBatchedTokens, true)
 	if err != nil {
 		return nil, err
 	}

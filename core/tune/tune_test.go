@@ -252,7 +252,7 @@ func TestBadRanges(t *testing.T) {
 		{"unknown dtype", Ranges{KVCacheDTypes: "fp4"}, Objective{}, "--kv-cache-dtypes", `"fp4"`},
 		{"unknown connector", Ranges{Connectors: "lmcache"}, Objective{}, "--connectors", `"lmcache"`},
 		{"mnbt zero span", Ranges{MaxBatched: "0:0"}, Objective{}, "", ""},
-		{"mnbt absurd", Ranges{MaxBatched: "99999999"}, Objective{}, "--max-num-batched-tokens", "outside"},
+		{"mnbt absurd", Ranges{MaxBatched: "99999999"}, Objective{}, "--mnbt", "outside"},
 		{"unknown objective", Ranges{}, Objective{Name: "speed"}, "--objective", `"speed"`},
 		{"mix without weights", Ranges{}, Objective{Name: ByMix}, "--weights", "every weight is 0"},
 	}
