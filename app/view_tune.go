@@ -194,6 +194,9 @@ func (c *Root) renderTune() app.UI {
 	chart := &Chart{ID: "chart-tune", Option: tunePlaceholder, Dark: s.Dark, Later: true}
 	switch {
 	case st == nil:
+		// The bar is there before the first search, so that starting
+		// one only updates it.
+		progress = c.renderTuneProgress(&tuneState{}, false)
 	case st.err != "":
 		progress = app.Div().Class("banner error").DataSet("testid", "tune-error").Text(st.err)
 	default:
@@ -229,6 +232,9 @@ func (c *Root) renderTuneProgress(st *tuneState, running bool) app.UI {
 	default:
 		status += fmt.Sprintf(" · %.0f ms %s", st.millis, where)
 	}
+	if st.started.IsZero() {
+		status = "No search yet: set the ranges and press Search."
+	}
 	rankMillis, searchMillis := 0.0, 0.0
 	if st.out != nil {
 		rankMillis, searchMillis = st.out.RankMillis, st.out.SearchMillis
@@ -253,6 +259,8 @@ func tuneWorkerText(state string) string {
 
 func tuneStateName(st *tuneState, running bool) string {
 	switch {
+	case st.started.IsZero():
+		return "idle"
 	case running:
 		return "running"
 	case st.out != nil && st.out.Canceled:
