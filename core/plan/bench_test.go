@@ -19,7 +19,9 @@ import (
 // reference (stepwise/<model>/tp<n>); a Planner prepared once outside the
 // timer, whose cache holds the engine after the first call, as a search
 // over one model's engines runs it (planner/<model>/tp<n>: the whole
-// Plan); and the same Planner's Summary (summary/<model>/tp<n>: the
+// Plan); the same Planner planning into one Plan it reuses
+// (into/<model>/tp<n>: PlanInto, the whole plan, allocating only its two
+// capacity log lines); and its Summary (summary/<model>/tp<n>: the
 // figures only, no allocation).
 func BenchmarkPlan(b *testing.B) {
 	seed := withDraft(b, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
@@ -61,6 +63,18 @@ func BenchmarkPlan(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := pl.Plan(c.e); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	for _, c := range cases {
+		pl := prepared(b, c.m, c.e)
+		b.Run("into/"+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var p Plan
+			for b.Loop() {
+				if err := pl.PlanInto(c.e, &p); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -34,6 +34,9 @@ func FuzzPlan(f *testing.F) {
 	f.Add(uint8(0), 2, 1, 0, 262144, 8192, 7, 3, 0, uint8(0), uint8(0), false, false, uint8(len(versions)-1))
 	f.Add(uint8(1), 8, 2, 32, 131072, 2048, 0, 1, 4, uint8(1), uint8(2), true, true, uint8(0))
 	f.Add(uint8(2), 4, 4, 0, 4096, 512, 2, 5, 0, uint8(2), uint8(1), false, true, uint8(20))
+	// One plan every input is planned into, whatever its model: PlanInto
+	// reuses what the last input left there.
+	into := new(Plan)
 	f.Fuzz(func(t *testing.T, mi uint8, tp, pp, bs, mml, mnbt, spec, minLayers, g int, sel, mode uint8, noAsync, disable bool, vi uint8) {
 		m, pl := loaded[int(mi)%len(loaded)], planners[int(mi)%len(loaded)]
 		e := Engine{
@@ -54,6 +57,9 @@ func FuzzPlan(f *testing.F) {
 		cached, cachedErr := pl.Plan(e)
 		if !reflect.DeepEqual(cachedErr, wantErr) || !sameIgnoringProfile(cached, want) {
 			t.Fatalf("a shared Planner and the reference differ: %v / %v", cachedErr, wantErr)
+		}
+		if intoErr := pl.PlanInto(e, into); !reflect.DeepEqual(intoErr, wantErr) || want != nil && !sameIgnoringProfile(into, want) {
+			t.Fatalf("PlanInto into a reused plan and the reference differ: %v / %v", intoErr, wantErr)
 		}
 		if sum, sumErr := pl.Summary(e); !reflect.DeepEqual(sumErr, wantErr) || want != nil && sum != want.Summary() {
 			t.Fatalf("Summary %+v, %v; want %+v, %v", sum, sumErr, want.Summary(), wantErr)

@@ -58,6 +58,7 @@ type Plan struct {
 	Backend   string            `json:"attention_backend"`
 
 	layerIndex map[string]int // layer name -> index in Layers, built with the plan
+	strs       []string       // the array every string slice of the plan lies in (Planner plans)
 }
 
 // Group is one KV cache group: layers that share block ids, one per slot.

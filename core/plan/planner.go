@@ -103,8 +103,24 @@ func (pl *Planner) Plan(e Engine) (*Plan, error) {
 	if err := pl.run(&c, e); err != nil {
 		return nil, err
 	}
-	p := c.plan(pl)
+	p := new(Plan)
+	c.plan(pl, p)
 	return p, c.refusal
+}
+
+// PlanInto plans e into dst, as Plan does, reusing the arrays of the plan
+// dst held (its layers, groups, stages and strings) where they are large
+// enough: planning engine after engine into one Plan allocates only its
+// two capacity log lines. What dst held before is overwritten, so nothing
+// may keep its slices. On an error other than a *RefusalError dst is left
+// as it was; a *RefusalError comes with the refused plan in dst.
+func (pl *Planner) PlanInto(e Engine, dst *Plan) error {
+	var c call
+	if err := pl.run(&c, e); err != nil {
+		return err
+	}
+	c.plan(pl, dst)
+	return c.refusal
 }
 
 // Summary computes the figures Plan would give for one engine without

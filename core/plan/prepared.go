@@ -451,11 +451,25 @@ func (c *call) groupBlocks(blocks []int64, j, i, s int, all bool) int64 {
 	return most
 }
 
-// plan builds the Plan of the call's figures, as newPlan builds it.
-func (c *call) plan(pl *Planner) *Plan {
+// reuse returns s resized to n and zeroed, in s's array when it is large
+// enough.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// plan builds the Plan of the call's figures into p, as newPlan builds
+// it, reusing p's arrays (a plan PlanInto wrote before) where they are
+// large enough.
+func (c *call) plan(pl *Planner, p *Plan) {
 	r, e, prof, s := c.r, &c.e, c.prof, &c.sum
 	sp := pl.split(r, c.g)
-	p := &Plan{
+	oldStrs, oldGroups, oldLayers, oldStages, oldAlign := p.strs, p.Groups, p.Layers, p.Stages, p.Alignment
+	*p = Plan{
 		Model: pl.m.Name, Engine: c.e, VLLMVersion: prof.Name, VLLMProfile: prof.Label, Profile: *prof,
 		BlockSize: s.BlockSize, PageBytes: s.PageBytes, BytesPerBlock: s.BytesPerBlock,
 		NumGroups: s.NumGroups, GroupSize: s.GroupSize, Slots: s.Slots, PaddingSlots: s.PaddingSlots,
@@ -470,8 +484,11 @@ func (c *call) plan(pl *Planner) *Plan {
 		p.KVCacheTokensRule = "num_blocks // groups * smallest block size"
 	}
 	if a := r.rank.Alignment; a != nil {
-		copied := *a
-		p.Alignment = &copied
+		if oldAlign == nil {
+			oldAlign = new(kvspec.Alignment)
+		}
+		*oldAlign = *a
+		p.Alignment = oldAlign
 	}
 	// Every string slice of the plan in one array: the groups' layer
 	// names, then room for the logs, the notes, the warnings and the
@@ -481,7 +498,8 @@ func (c *call) plan(pl *Planner) *Plan {
 	nlogs := len(r.logs) + 3
 	nnotes := len(pl.m.Notes) + len(engineNotes) + len(r.rank.Notes)
 	nreasons := len(r.loose) + len(r.profile) + 4
-	strs := make([]string, len(r.specs)+nlogs+nnotes+len(sp.warnings)+nreasons)
+	strs := reuse(oldStrs, len(r.specs)+nlogs+nnotes+len(sp.warnings)+nreasons)
+	p.strs = strs
 	names, rest := strs[:len(r.specs)], strs[len(r.specs):]
 	carve := func(n int) []string {
 		out := rest[:0:n]
@@ -491,8 +509,8 @@ func (c *call) plan(pl *Planner) *Plan {
 	p.Logs, p.Notes, p.Warnings, p.InferredReasons = carve(nlogs), carve(nnotes), carve(len(sp.warnings)), carve(nreasons)
 
 	uniformType := r.dispatch == "uniform-type"
-	p.Groups = make([]Group, s.NumGroups)
-	p.Layers = make([]LayerPlan, len(r.specs))
+	p.Groups = reuse(oldGroups, s.NumGroups)
+	p.Layers = reuse(oldLayers, len(r.specs))
 	gi, li := 0, 0
 	for j, b := range r.buckets {
 		n := c.cuts()[j].n
@@ -516,7 +534,7 @@ func (c *call) plan(pl *Planner) *Plan {
 			gi++
 		}
 	}
-	p.Stages = append([]Stage(nil), c.stages()...)
+	p.Stages = append(oldStages[:0], c.stages()...)
 
 	p.Logs = append(p.Logs, r.logs...)
 	if e.NumGPUBlocksOverride > 0 {
@@ -544,7 +562,6 @@ func (c *call) plan(pl *Planner) *Plan {
 		p.addInferred(reasonDraftStage)
 	}
 	p.finish()
-	return p
 }
 
 // The inferred reasons both of the planner's paths give.

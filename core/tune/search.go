@@ -146,7 +146,8 @@ type Search struct {
 		regs []*xfer.Registration
 	}
 	inferred map[string]bool
-	sig      []byte // scratch for signatures
+	sig      []byte    // scratch for signatures
+	dPlan    plan.Plan // D's plan of the candidate under way (dRegs may point at it: only while their key matches)
 }
 
 // connEngines is what a connector does to the engines before planning
@@ -369,8 +370,15 @@ func (s *Search) plan(e plan.Engine, cache bool) (*plan.Plan, error) {
 		err = e.CheckFlags()
 		s.flagErrs[fk] = err
 	}
-	if err == nil {
+	switch {
+	case err != nil:
+	case cache:
 		p, err = s.planner.Plan(e)
+	default:
+		// D's plan lives until the next candidate's: planned into one
+		// Plan, it allocates nothing.
+		err = s.planner.PlanInto(e, &s.dPlan)
+		p = &s.dPlan
 	}
 	if cache {
 		s.plans[e] = planned{p, err}
