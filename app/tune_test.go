@@ -17,7 +17,7 @@ import (
 // series hold the accepted candidates (those whose pages divide, those
 // whose do not) and the front. Every drawn point is a candidate's exact
 // point of its series, named; every candidate is drawn, or lies within
-// one cell (a 250th of each axis's range) of a drawn point of its series
+// one cell (a 160th of each axis's range) of a drawn point of its series
 // that counts it; the counts add up to the candidates; and overlapping
 // candidates are drawn once (fewer points than candidates).
 func TestTuneChart(t *testing.T) {
@@ -53,7 +53,7 @@ func TestTuneChart(t *testing.T) {
 		minX, maxX = min(minX, int64(x.Descs)), max(maxX, int64(x.Descs))
 		minY, maxY = min(minY, x.DKVTokens), max(maxY, x.DKVTokens)
 	}
-	stepX, stepY := max(float64(maxX-minX)/250, 1), max(float64(maxY-minY)/250, 1)
+	stepX, stepY := max(float64(maxX-minX)/160, 1), max(float64(maxY-minY)/160, 1)
 	var drawn []pt
 	counted := 0
 	for i, s := range opt.Series[:2] {

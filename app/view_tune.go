@@ -469,8 +469,8 @@ func tuneChart(res *tune.Result) string {
 }
 
 // chartCells is how many cells the Pareto chart's axes are cut into for
-// drawing: about a cell per two pixels of a chart a page shows.
-const chartCells = 250
+// drawing: a cell is about a point's width (7 px) on a chart a page shows.
+const chartCells = 160
 
 // chartGrid maps candidates' values to cells of the chart.
 type chartGrid struct {

@@ -12,17 +12,18 @@ window.kvscope = {
     if (dark) opt.backgroundColor = 'transparent';
     c.setOption(opt, true);
   },
-  // chartLater draws a chart in a task of its own, once the browser has
-  // drawn the frame under way; a later call for the same chart wins.
+  // chartLater draws a chart in a task of its own after the browser has
+  // painted the next frame (and answered input waiting for it); a later
+  // call for the same chart wins.
   chartLater(id, json, dark) {
     this._later = this._later || {};
     this._later[id] = [json, dark];
-    setTimeout(() => {
+    requestAnimationFrame(() => setTimeout(() => {
       const args = this._later[id];
       if (!args) return;
       delete this._later[id];
       this.chart(id, args[0], args[1]);
-    }, 0);
+    }, 0));
   },
   // morph makes the element id show the markup html, updating in place
   // the nodes whose structure is unchanged (so tooltips, hover and
