@@ -37,7 +37,7 @@ func tuneStatus(t *testing.T, ctx context.Context) (done, total int, state strin
 // moves while it runs; the page never stalls longer than 50 ms while it
 // searches (a timer sampling the event loop, as a keystroke would wait);
 // it finishes within 2 s from the click to the drawn result, whose drawing
-// (a table, then a chart of about a thousand hoverable points, each a task
+// (a table, then a chart of a few hundred hoverable points, each a task
 // of its own) holds the page at most 500 ms. It names the D block size whose pages divide P's, as
 // kvscope tune does, draws the Pareto chart and lists candidates whose
 // Open button sets the engines and shows the P vs D view. A second search
