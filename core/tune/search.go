@@ -141,13 +141,14 @@ type Search struct {
 	plans      map[plan.Engine]planned // P's plans (few: P's flags vary little)
 	transfers  map[transferKey]transferred
 	pRegs      map[regKey][]*xfer.Registration // P's registrations, per P plan
-	dRegs      struct {                        // D's last registrations (the next candidates often share its plan)
-		key  regKey
-		regs []*xfer.Registration
-	}
+	// dRegs are D's registrations of the current run, per plan
+	// geometry: the run's candidates pair few D geometries with several P
+	// plans and batched-token limits (which change only D's number of
+	// blocks, which no count depends on: see signature).
+	dRegs    map[uint64][]*xfer.Registration
 	inferred map[string]bool
 	sig      []byte    // scratch for signatures
-	dPlan    plan.Plan // D's plan of the candidate under way (dRegs may point at it: only while their key matches)
+	dPlan    plan.Plan // D's plan of the candidate under way (dRegs point at it: used only while it holds their geometry)
 }
 
 // connEngines is what a connector does to the engines before planning
@@ -264,7 +265,7 @@ func NewSearch(s Space) (*Search, error) {
 		return nil, err
 	}
 	srch := &Search{space: s, conn: map[string]xfer.Connector{}, refused: map[string]*Refusal{}, planner: pl,
-		plans: map[plan.Engine]planned{}, transfers: map[transferKey]transferred{}, pRegs: map[regKey][]*xfer.Registration{}, inferred: map[string]bool{}}
+		plans: map[plan.Engine]planned{}, transfers: map[transferKey]transferred{}, pRegs: map[regKey][]*xfer.Registration{}, dRegs: map[uint64][]*xfer.Registration{}, inferred: map[string]bool{}}
 	srch.connEng, srch.flagErrs = map[string]connEngines{}, map[flagKey]error{}
 	for _, c := range conns {
 		if srch.conn[c], err = xfer.ParseConnector(c); err != nil {
@@ -397,6 +398,7 @@ func (s *Search) evaluate(c Candidate) {
 		if pl, err := plan.NewPlanner(s.space.Model); err == nil {
 			s.planner, s.plannerFor = pl, run
 		}
+		clear(s.dRegs)
 	}
 	conn := s.conn[c.Connector]
 	ce := s.connEng[c.Connector]
@@ -469,7 +471,7 @@ func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) t
 		return got
 	}
 	var out transferred
-	pk, dk := regKey{k.p, pp.NumBlocks}, regKey{k.d, dp.NumBlocks}
+	pk := regKey{k.p, pp.NumBlocks}
 	pRegs, ok := s.pRegs[pk]
 	if !ok {
 		pRegs, out.err = xfer.RegisterAll(s.space.Model, pp, xfer.P, "", nil)
@@ -478,15 +480,14 @@ func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) t
 		}
 		s.pRegs[pk] = pRegs
 	}
-	if s.dRegs.regs == nil || s.dRegs.key != dk {
-		s.dRegs.regs, out.err = xfer.RegisterAll(s.space.Model, dp, xfer.D, "", nil)
-		if out.err != nil {
-			s.dRegs.regs = nil
+	dRegs, ok := s.dRegs[k.d]
+	if !ok {
+		if dRegs, out.err = xfer.RegisterAll(s.space.Model, dp, xfer.D, "", nil); out.err != nil {
 			return out
 		}
-		s.dRegs.key = dk
+		s.dRegs[k.d] = dRegs
 	}
-	t, err := xfer.Compute(s.space.Model, pp, dp, s.space.Request, xfer.Options{Connector: conn, CountOnly: true, PRegs: pRegs, DRegs: s.dRegs.regs})
+	t, err := xfer.Compute(s.space.Model, pp, dp, s.space.Request, xfer.Options{Connector: conn, CountOnly: true, PRegs: pRegs, DRegs: dRegs})
 	switch {
 	case err != nil:
 		out.err = err
