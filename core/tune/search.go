@@ -27,6 +27,11 @@ type Space struct {
 	Request   xfer.Request // the request whose descriptors a candidate costs (default 4,096 prompt tokens)
 	Objective Objective
 	Top       int // candidates listed (default 20)
+	// Shard and Shards split the search between searches run apart (one
+	// per browser worker): this one evaluates the runs of one TP pair and
+	// block sizes whose ordinal is Shard modulo Shards; Merge brings the
+	// others' Partial in. Shards 0 or 1 is the whole search.
+	Shard, Shards int
 }
 
 // Candidate is one point of the space.
@@ -102,6 +107,7 @@ type Refusal struct {
 	Reason  string `json:"reason"`
 	Count   int    `json:"count"`
 	Example string `json:"example"` // the first refused candidate's message
+	first   int    // that candidate's index
 }
 
 // Result is a search's outcome so far.
@@ -147,8 +153,10 @@ type Search struct {
 	// blocks, which no count depends on: see signature).
 	dRegs    map[uint64][]*xfer.Registration
 	inferred map[string]bool
-	sig      []byte    // scratch for signatures
-	dPlan    plan.Plan // D's plan of the candidate under way (dRegs point at it: used only while it holds their geometry)
+	all      []Candidate                         // every candidate of the space (candidates are this shard's)
+	merged   struct{ candidates, evaluated int } // what merged partials counted
+	sig      []byte                              // scratch for signatures
+	dPlan    plan.Plan                           // D's plan of the candidate under way (dRegs point at it: used only while it holds their geometry)
 }
 
 // connEngines is what a connector does to the engines before planning
@@ -276,6 +284,9 @@ func NewSearch(s Space) (*Search, error) {
 		pe, de, notes, err := xfer.ConnectorEngines(s.Model, srch.conn[c], s.P, s.D)
 		srch.connEng[c] = connEngines{disableHybrid: pe.DisableHybrid != s.P.DisableHybrid || de.DisableHybrid != s.D.DisableHybrid, notes: notes, err: err}
 	}
+	if s.Shards > 1 && (s.Shard < 0 || s.Shard >= s.Shards) || s.Shards > 64 {
+		return nil, fmt.Errorf("tune: shard %d of %d", s.Shard, s.Shards)
+	}
 	srch.candidates = make([]Candidate, 0, n)
 	for _, tp := range tps {
 		for _, pb := range pBlocks {
@@ -295,6 +306,8 @@ func NewSearch(s Space) (*Search, error) {
 			}
 		}
 	}
+	srch.all = srch.candidates
+	srch.candidates = srch.shardOf(srch.all)
 	return srch, nil
 }
 
@@ -351,7 +364,7 @@ func Run(ctx context.Context, sp Space) (*Result, error) {
 func (s *Search) refuse(reason, example string) {
 	r := s.refused[reason]
 	if r == nil {
-		r = &Refusal{Reason: reason, Example: example}
+		r = &Refusal{Reason: reason, Example: example, first: s.candidates[s.next].Index}
 		s.refused[reason] = r
 		s.order = append(s.order, reason)
 	}
@@ -538,12 +551,19 @@ func (s *Search) signature(p *plan.Plan) uint64 {
 // Result ranks what is evaluated so far. Its All shares the search's
 // candidates (do not modify them); Top, Front and Dividing are copies.
 func (s *Search) Result() *Result {
-	r := &Result{Objective: s.space.Objective, Request: s.space.Request, Total: len(s.candidates), Evaluated: s.next, Feasible: len(s.feasible),
+	r := &Result{Objective: s.space.Objective, Request: s.space.Request, Total: len(s.candidates) + s.merged.candidates,
+		Evaluated: s.next + s.merged.evaluated, Feasible: len(s.feasible),
 		Refused: []Refusal{}, Top: []Scored{}, Front: []Scored{}, Inferred: []string{}}
 	for _, reason := range s.order {
 		r.Refused = append(r.Refused, *s.refused[reason])
 	}
-	sort.SliceStable(r.Refused, func(i, j int) bool { return r.Refused[i].Count > r.Refused[j].Count })
+	// The most frequent first; among equals, the one met first.
+	sort.SliceStable(r.Refused, func(i, j int) bool {
+		if r.Refused[i].Count != r.Refused[j].Count {
+			return r.Refused[i].Count > r.Refused[j].Count
+		}
+		return r.Refused[i].first < r.Refused[j].first
+	})
 	for why := range s.inferred {
 		r.Inferred = append(r.Inferred, why)
 	}
