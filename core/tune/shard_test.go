@@ -84,7 +84,11 @@ func TestShardsMergeToTheWholeSearch(t *testing.T) {
 		"not one":   []byte("hello"),
 		"truncated": part[:len(part)-3],
 		"longer":    append(append([]byte(nil), part...), 0),
-		"bad index": func() []byte { b := append([]byte(nil), part...); copy(b[len(b)-partialRecord:], []byte{0xff, 0xff, 0xff, 0x7f}); return b }(),
+		"bad index": func() []byte {
+			b := append([]byte(nil), part...)
+			copy(b[len(b)-partialRecord:], []byte{0xff, 0xff, 0xff, 0x7f})
+			return b
+		}(),
 	} {
 		if err := s.Merge(b); err == nil || !strings.Contains(err.Error(), "partial") {
 			t.Errorf("%s: %v", name, err)
