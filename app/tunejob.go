@@ -48,8 +48,9 @@ func TuneSpace(s Settings, m *model.Model) (tune.Space, error) {
 }
 
 // NewTuneSearch starts the search that an app URL's query describes (the
-// Tune worker's input: the page sends its settings as the URL holds them).
-func NewTuneSearch(query string, cat model.Catalog) (*tune.Search, error) {
+// Tune workers' input: the page sends its settings as the URL holds them),
+// or its shard of shards (see tune.Space).
+func NewTuneSearch(query string, cat model.Catalog, shard, shards int) (*tune.Search, error) {
 	q, err := url.ParseQuery(query)
 	if err != nil {
 		return nil, fmt.Errorf("tune: the settings' query: %w", err)
@@ -75,6 +76,7 @@ func NewTuneSearch(query string, cat model.Catalog) (*tune.Search, error) {
 	if err != nil {
 		return nil, err
 	}
+	sp.Shard, sp.Shards = shard, shards
 	return tune.NewSearch(sp)
 }
 
@@ -83,11 +85,20 @@ func NewTuneSearch(query string, cat model.Catalog) (*tune.Search, error) {
 // thread's event loop gets its turn there). Then it ranks and charts what
 // it evaluated.
 func RunTune(ctx context.Context, search *tune.Search, slice time.Duration, clock func() time.Time, progress func(done, total int), yield func()) *TuneOutcome {
+	start := clock()
+	RunSlices(ctx, search, slice, clock, progress, yield)
+	out := TuneOutcomeOf(search, clock, ctx.Err() != nil)
+	out.SearchMillis = float64(clock().Sub(start).Microseconds()) / 1000
+	return out
+}
+
+// RunSlices is RunTune's search without the ranking: it evaluates the
+// search's candidates in slices until they are done or ctx ends.
+func RunSlices(ctx context.Context, search *tune.Search, slice time.Duration, clock func() time.Time, progress func(done, total int), yield func()) {
 	// Plans die young: collecting less often than Go's default costs a
 	// little more memory and saves WebAssembly's single thread the marking.
 	gc := debug.SetGCPercent(200)
 	defer debug.SetGCPercent(gc)
-	start := clock()
 	for !search.Done() && ctx.Err() == nil {
 		t0 := clock()
 		for !search.Done() && clock().Sub(t0) < slice {
@@ -102,9 +113,6 @@ func RunTune(ctx context.Context, search *tune.Search, slice time.Duration, cloc
 			yield()
 		}
 	}
-	out := TuneOutcomeOf(search, clock, ctx.Err() != nil)
-	out.SearchMillis = float64(clock().Sub(start).Microseconds()) / 1000
-	return out
 }
 
 // TuneOutcomeOf ranks and charts what the search evaluated so far.
@@ -113,7 +121,7 @@ func TuneOutcomeOf(search *tune.Search, clock func() time.Time, canceled bool) *
 	res := search.Result()
 	chart := tuneChart(res)
 	res.All = nil // the chart has them; the rest of the result is what the view lists
-	done, total := search.Progress()
+	done, total := res.Evaluated, res.Total // merged shards' included
 	return &TuneOutcome{Result: res, Chart: chart, Done: done, Total: total, Canceled: canceled && done < total,
 		RankMillis: float64(clock().Sub(t0).Microseconds()) / 1000}
 }

@@ -20,7 +20,7 @@ func TestTuneJob(t *testing.T) {
 	cat := bundled.Catalog()
 	s := DefaultSettings()
 	s.Tune = TuneSettings{TPPairs: "2:4,4:4", BlockSizes: "0,32:512:32", MNBT: "4096,8192"}
-	search, err := NewTuneSearch(s.Query().Encode(), cat)
+	search, err := NewTuneSearch(s.Query().Encode(), cat, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestTuneJob(t *testing.T) {
 	}
 
 	// Cancelled after the first slice.
-	search, _ = NewTuneSearch(s.Query().Encode(), cat)
+	search, _ = NewTuneSearch(s.Query().Encode(), cat, 0, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	part := RunTune(ctx, search, time.Millisecond, time.Now, func(done, total int) { cancel() }, nil)
 	if !part.Canceled || part.Done >= part.Total || part.Result.Evaluated != part.Done {
@@ -76,7 +76,7 @@ func TestTuneJob(t *testing.T) {
 		{"tune-block-sizes=64:16:16&model=Qwen/Qwen3-0.6B", "--block-sizes"},
 		{"%zz", "query"},
 	} {
-		if _, err := NewTuneSearch(c.query, cat); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := NewTuneSearch(c.query, cat, 0, 1); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v; want an error naming %s", c.query, err, c.want)
 		}
 	}

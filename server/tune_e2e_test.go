@@ -178,6 +178,34 @@ func TestTuneView(t *testing.T) {
 		t.Errorf("after Cancel: state %s, %d of %d", state, done, total)
 	}
 
+	// Two workers, each searching a shard, merge into the same result (a
+	// machine of four cores or more runs several; this one, one).
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?"+strings.Replace(q, "view=tune", "view=plan", 1)),
+		chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] [data-view="tune"]`))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { window.kvscopeTuneWorkers = 2; return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-view="tune"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="tune-worker"][data-state="ready"]`)),
+		chromedp.Click(chromedp.CSS(`[data-testid="tune-run"]`))); err != nil {
+		t.Fatal(err)
+	}
+	for time.Now().Before(deadline) {
+		if done, total, state, ms = tuneStatus(t, ctx); state == "done" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	workers, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.kvscope._tunes.length`))
+	counts2, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="tune-counts"]').textContent`))
+	t.Logf("with %d workers: %d of %d candidates in %.0f ms", workers, done, total, ms)
+	if workers != 2 || done != 10240 || total != 10240 || counts2 != counts || attr(t, ctx, `[data-testid="tune-dividing"]`, "data-block") != block {
+		t.Errorf("%d workers: %d of %d, %q (one worker: %q), dividing block %s (one worker: %s)", workers, done, total, counts2, counts,
+			attr(t, ctx, `[data-testid="tune-dividing"]`, "data-block"), block)
+	}
+
 	// Open the first candidate in the P vs D view.
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-testid="tune-open"]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid="advice"]`))); err != nil {
 		t.Fatal(err)

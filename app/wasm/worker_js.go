@@ -20,38 +20,56 @@ func inWorker() bool { return js.Global().Get("document").IsUndefined() }
 // otherwise runs on the baseline tier, two to three times slower).
 const warmUp = 1500 * time.Millisecond
 
-// serveTune answers the Tune worker script (static/assets/kvscope-tune.js):
-//   - kvscopeTune(query) runs the search an app URL's query describes and
-//     posts {type: "progress", done, total} after each slice, then {type:
-//     "result", json, chart} (an app.TuneOutcome and its chart's option) or
-//     {type: "error", error};
-//   - kvscopeCancel() stops the search under way between two candidates;
-//     its result ranks what it evaluated;
+// serveTune answers the Tune worker script (static/assets/kvscope-tune.js).
+// The page runs one worker per core it may use (up to four), each searching
+// one shard of the space (tune.Space.Shard):
+//   - kvscopeTune(query, id, shard, shards) searches that shard of the
+//     search an app URL's query describes, posting {type: "progress", id,
+//     done, total} after each slice; shard 0 then waits for the others'
+//     partials (kvscopePartial), merges them, ranks and posts {type:
+//     "result", id, json, chart} (an app.TuneOutcome and its chart's
+//     option); the other shards post {type: "partial", id, bytes} (a
+//     tune.Search.Partial, for the page to hand to shard 0). Errors come
+//     as {type: "error", id, error}.
+//   - kvscopePartial(id, bytes) hands shard 0 another shard's partial;
+//   - kvscopeCancel() stops the search under way between two candidates:
+//     the shards still post what they evaluated, and the result ranks it;
 //   - kvscopeWarm(query) runs the first candidates of that search for at
 //     most warmUp, keeping nothing, then posts {type: "ready"}.
 //
-// One search at a time: a new one (or a warm-up) cancels the last.
+// One search at a time: a new one (or a warm-up) abandons the last.
 func serveTune(cat model.Catalog) {
 	global := js.Global()
 	perf := global.Get("performance")
 	clock := func() time.Time { return time.Unix(0, int64(perf.Call("now").Float()*1e6)) }
 	post := func(msg map[string]any) { global.Call("postMessage", msg) }
 	cancel := context.CancelFunc(func() {})
-	start := func(query string, warm bool) {
+	abandon := make(chan struct{})
+	current := -1.0 // the id of the search under way
+	partials := make(chan []byte, 64)
+	start := func(query string, id float64, shard, shards int, warm bool) {
 		cancel()
+		close(abandon)
+		abandon = make(chan struct{})
+		for len(partials) > 0 {
+			<-partials
+		}
+		current = id
 		ctx, stop := context.WithCancel(context.Background())
 		if warm {
 			ctx, stop = context.WithTimeout(context.Background(), warmUp)
 		}
 		cancel = stop
+		gone := abandon
+		fail := func(text string) { post(map[string]any{"type": "error", "id": id, "error": text}) }
 		go func() {
 			defer stop()
-			search, err := app.NewTuneSearch(query, cat)
+			search, err := app.NewTuneSearch(query, cat, shard, shards)
 			if err != nil {
 				if warm {
 					post(map[string]any{"type": "ready"})
 				} else {
-					post(map[string]any{"type": "error", "error": err.Error()})
+					fail(err.Error())
 				}
 				return
 			}
@@ -69,14 +87,37 @@ func serveTune(cat model.Catalog) {
 				}
 				return
 			}
-			progress := func(done, total int) { post(map[string]any{"type": "progress", "done": done, "total": total}) }
-			out := app.RunTune(ctx, search, 100*time.Millisecond, clock, progress, yield)
-			b, err := json.Marshal(out)
-			if err != nil {
-				post(map[string]any{"type": "error", "error": "tune: the result: " + err.Error()})
+			begin := clock()
+			progress := func(done, total int) {
+				post(map[string]any{"type": "progress", "id": id, "done": done, "total": total})
+			}
+			app.RunSlices(ctx, search, 100*time.Millisecond, clock, progress, yield)
+			if shard > 0 {
+				b := search.Partial()
+				arr := js.Global().Get("Uint8Array").New(len(b))
+				js.CopyBytesToJS(arr, b)
+				post(map[string]any{"type": "partial", "id": id, "bytes": arr})
 				return
 			}
-			post(map[string]any{"type": "result", "json": string(b), "chart": out.Chart})
+			for i := 1; i < shards; i++ {
+				select {
+				case b := <-partials:
+					if err := search.Merge(b); err != nil {
+						fail(err.Error())
+						return
+					}
+				case <-gone:
+					return
+				}
+			}
+			out := app.TuneOutcomeOf(search, clock, ctx.Err() != nil)
+			out.SearchMillis = float64(clock().Sub(begin).Microseconds()) / 1000
+			b, err := json.Marshal(out)
+			if err != nil {
+				fail("tune: the result: " + err.Error())
+				return
+			}
+			post(map[string]any{"type": "result", "id": id, "json": string(b), "chart": out.Chart})
 		}()
 	}
 	global.Set("kvscopeCancel", js.FuncOf(func(this js.Value, args []js.Value) any {
@@ -84,11 +125,23 @@ func serveTune(cat model.Catalog) {
 		return nil
 	}))
 	global.Set("kvscopeTune", js.FuncOf(func(this js.Value, args []js.Value) any {
-		start(args[0].String(), false)
+		start(args[0].String(), args[1].Float(), args[2].Int(), args[3].Int(), false)
+		return nil
+	}))
+	global.Set("kvscopePartial", js.FuncOf(func(this js.Value, args []js.Value) any {
+		if args[0].Float() != current {
+			return nil // a partial of a search abandoned since
+		}
+		b := make([]byte, args[1].Get("length").Int())
+		js.CopyBytesToGo(b, args[1])
+		select {
+		case partials <- b:
+		default: // more partials than shards: not a search's
+		}
 		return nil
 	}))
 	global.Set("kvscopeWarm", js.FuncOf(func(this js.Value, args []js.Value) any {
-		start(args[0].String(), true)
+		start(args[0].String(), -1, 0, 1, true)
 		return nil
 	}))
 	select {}

@@ -90,56 +90,86 @@ window.kvscope = {
       })
       .catch(e => show('error', 'Run live failed: ' + e));
   },
-  // tuneStart runs a Tune search in a worker (kvscope-tune.js: app.wasm
-  // started without a page), so the page's thread only draws its progress.
-  // query is the app's settings as its URL holds them; onMessage gets the
-  // worker's {type: "progress" | "result" | "error" | "ready", ...}. It
-  // returns false where the browser has no workers (the app then searches
-  // in the page).
+  // tuneStart runs a Tune search in workers (kvscope-tune.js: app.wasm
+  // started without a page), one per core but one, up to four, each
+  // searching a shard of the space; the page's thread only draws their
+  // progress. query is the app's settings as its URL holds them;
+  // onMessage gets {type: "progress", done, total} (all shards'), then
+  // {type: "result", json, chart} or {type: "error", error}. It returns
+  // false where the browser has no workers (the app then searches in the
+  // page).
   tuneStart(query, onMessage) {
-    const w = this._tuneWorker();
-    if (!w) return false;
-    this._tuneOn = onMessage;
-    w.postMessage({query});
+    const ws = this._tuneWorkers();
+    if (!ws) return false;
+    const id = this._tuneId = (this._tuneId || 0) + 1;
+    const done = ws.map(() => 0), total = ws.map(() => 0);
+    this._tuneOn = (i, m) => {
+      if (m.id !== id) return; // a search abandoned since
+      switch (m.type) {
+      case 'progress':
+        done[i] = m.done; total[i] = m.total;
+        onMessage({type: 'progress', done: done.reduce((a, b) => a + b), total: total.reduce((a, b) => a + b)});
+        break;
+      case 'partial':
+        ws[0].postMessage({partial: m.bytes, id}, [m.bytes.buffer]);
+        break;
+      case 'error':
+        this.tuneCancel();
+        // falls through: an error ends the search
+      case 'result':
+        this._tuneOn = null;
+        onMessage(m);
+      }
+    };
+    ws.forEach((w, shard) => w.postMessage({query, id, shard, shards: ws.length}));
     return true;
   },
-  // tuneCancel stops the worker's search between two candidates; it then
-  // answers with the ranking of those it evaluated.
+  // tuneCancel stops the workers' search between two candidates; the
+  // result then ranks the candidates they evaluated.
   tuneCancel() {
-    if (this._tune) this._tune.postMessage({cancel: true});
+    (this._tunes || []).forEach(w => w.postMessage({cancel: true}));
   },
-  // tuneWarm starts the worker before the first search and has it run the
-  // first candidates of query's search, so that the browser compiles the
-  // planner's hot code before the user asks; onMessage gets {type:
-  // "ready"} then.
+  // tuneWarm starts the workers before the first search and has each run
+  // the first candidates of query's search, so that the browser compiles
+  // the planner's hot code before the user asks; onMessage gets {type:
+  // "ready"} once all of them have.
   tuneWarm(query, onMessage) {
-    if (this._tune) return;
-    const w = this._tuneWorker();
-    if (!w) return;
-    this._tuneOn = onMessage;
-    w.postMessage({warm: query});
-  },
-  _tuneWorker() {
-    if (!window.Worker) return null;
-    if (!this._tune) {
-      const w = new Worker('/web/kvscope-tune.js');
-      w.onmessage = e => {
-        const on = this._tuneOn;
-        // A result or an error ends a search: its handler is released.
-        if (e.data.type === 'result' || e.data.type === 'error') this._tuneOn = null;
-        if (on) on(e.data);
-      };
-      w.onerror = e => {
-        e.preventDefault();
-        if (this._tune === w) this._tune = null;
-        w.terminate();
-        const on = this._tuneOn;
+    if (this._tunes) return;
+    const ws = this._tuneWorkers();
+    if (!ws) return;
+    let ready = 0;
+    this._tuneOn = (i, m) => {
+      if (m.type === 'ready' && ++ready === ws.length) {
         this._tuneOn = null;
-        if (on) on({type: 'error', error: 'the search worker failed: ' + (e.message || 'no reason given')});
-      };
-      this._tune = w;
+        onMessage(m);
+      }
+    };
+    ws.forEach(w => w.postMessage({warm: query}));
+  },
+  _tuneWorkers() {
+    if (!window.Worker) return null;
+    if (!this._tunes) {
+      // A core is left to the page and the browser: on two cores a second
+      // worker was no faster (measured). window.kvscopeTuneWorkers, set
+      // before the view opens, overrides the count (the tests use it).
+      const cores = navigator.hardwareConcurrency || 1;
+      const n = window.kvscopeTuneWorkers || Math.max(1, Math.min(4, cores - 1));
+      this._tunes = [];
+      for (let i = 0; i < n; i++) {
+        const w = new Worker('/web/kvscope-tune.js');
+        w.onmessage = e => { if (this._tuneOn) this._tuneOn(i, e.data); };
+        w.onerror = e => {
+          e.preventDefault();
+          this._tunes.forEach(x => x.terminate());
+          this._tunes = null;
+          const on = this._tuneOn;
+          this._tuneOn = null;
+          if (on) on(i, {type: 'error', id: this._tuneId, error: 'a search worker failed: ' + (e.message || 'no reason given')});
+        };
+        this._tunes.push(w);
+      }
     }
-    return this._tune;
+    return this._tunes;
   },
   toast(text) {
     let t = document.getElementById('toast');
