@@ -120,7 +120,7 @@ func TuneOutcomeOf(search *tune.Search, clock func() time.Time, canceled bool) *
 	t0 := clock()
 	res := search.Result()
 	chart := tuneChart(res)
-	res.All = nil // the chart has them; the rest of the result is what the view lists
+	res.All = nil                           // the chart has them; the rest of the result is what the view lists
 	done, total := res.Evaluated, res.Total // merged shards' included
 	return &TuneOutcome{Result: res, Chart: chart, Done: done, Total: total, Canceled: canceled && done < total,
 		RankMillis: float64(clock().Sub(t0).Microseconds()) / 1000}
