@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
 )
@@ -18,12 +17,7 @@ import (
 // example included), and a Merge of a damaged Partial is refused
 // whole without changing the search.
 func TestShardsMergeToTheWholeSearch(t *testing.T) {
-	m := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B")
-	d := modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash")
-	m, err := m.WithDraft(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := qwenDFlash(t)
 	e := plan.Engine{VLLMVersion: "pr58207", NumSpeculativeTokens: 7, MaxModelLen: 262144, TensorParallelSize: 2}
 	// TP 3 does not divide the model's heads: vLLM refuses those
 	// candidates, in several shards.
