@@ -88,6 +88,17 @@ func NewPlanner(m *model.Model) (*Planner, error) {
 	return pl, nil
 }
 
+// ForgetRanks empties the Planner's cache of prepared ranks (what it keeps
+// per TP size, block size and dtype), keeping what it keeps per model and
+// version: a search that moves from block size to block size drops the
+// ranks it will not meet again and keeps its heap small. Plans already
+// handed out stay valid.
+func (pl *Planner) ForgetRanks() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	clear(pl.ranks)
+}
+
 // Model returns the model the Planner plans.
 func (pl *Planner) Model() *model.Model { return pl.m }
 

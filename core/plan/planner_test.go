@@ -438,3 +438,30 @@ func TestPlannerSummaryAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestPlannerForgetsRanks: after ForgetRanks a Planner plans as before
+// (every field, against the reference), and a plan handed out before is
+// untouched by the plans after.
+func TestPlannerForgetsRanks(t *testing.T) {
+	m := withDraft(t, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
+	pl, err := NewPlanner(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
+	first, err := pl.Plan(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := json.Marshal(first)
+	for _, bs := range []int{0, 64, 592} {
+		pl.ForgetRanks()
+		e.BlockSize = bs
+		got, gotErr := pl.Plan(e)
+		want, wantErr := newPlan(m, e, nil)
+		samePlan(t, fmt.Sprintf("block size %d after ForgetRanks", bs), got, gotErr, want, wantErr)
+	}
+	if again, _ := json.Marshal(first); string(again) != string(kept) {
+		t.Errorf("a plan handed out before ForgetRanks changed")
+	}
+}

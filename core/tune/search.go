@@ -143,7 +143,7 @@ type Search struct {
 	refused    map[string]*Refusal
 	order      []string // refusal reasons, first seen first
 	planner    *plan.Planner
-	plannerFor [3]int                  // the TP pair and D block size the planner has served
+	plannerFor [3]int                  // the TP pair and D block size the planner has ranks for
 	plans      map[plan.Engine]planned // P's plans (few: P's flags vary little)
 	transfers  map[transferKey]transferred
 	pRegs      map[regKey][]*xfer.Registration // P's registrations, per P plan
@@ -404,13 +404,12 @@ func (s *Search) plan(e plan.Engine, cache bool) (*plan.Plan, error) {
 // the request, keeping it or counting why not.
 func (s *Search) evaluate(c Candidate) {
 	// Candidates come in runs of one TP pair and D block size (the inner
-	// ranges vary the rest): a fresh Planner per run keeps what it
-	// prepares to the run's few ranks, not every block size of the
-	// search (tens of MB in a browser's heap, marked by every collection).
+	// ranges vary the rest): the Planner forgets its ranks at each run, so
+	// it holds the run's few, not every block size of the search (tens of
+	// MB in a browser's heap, marked by every collection).
 	if run := [3]int{c.TP.P, c.TP.D, c.DBlockSize}; run != s.plannerFor {
-		if pl, err := plan.NewPlanner(s.space.Model); err == nil {
-			s.planner, s.plannerFor = pl, run
-		}
+		s.planner.ForgetRanks()
+		s.plannerFor = run
 		clear(s.dRegs)
 	}
 	conn := s.conn[c.Connector]
