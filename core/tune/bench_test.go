@@ -12,9 +12,9 @@ import (
 // BenchmarkTune searches Qwen3.6-35B-A3B + DFlash (P TP2 -> D TP4, branch
 // profile) over 2 TP pairs x 32 D block sizes x 2 minimum group sizes x 2
 // batched-token limits (256 candidates), reporting candidates per second:
-// "search" is a Search (one Planner whose ranks last a run, D plans into one
-// reused Plan, transfers counted once per
-// pair of plan geometries, registrations reused); "independent", the
+// "search" is a Search (one Planner whose ranks last a run, D plans into
+// one reused Plan, transfers counted once per pair of plan geometries,
+// registrations reused); "independent", the
 // baseline in the same run, plans both engines of every candidate afresh
 // with plan.New and computes its transfer whole, as the other commands do
 // for one configuration.
