@@ -12,7 +12,7 @@ import (
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
 
-// tuneState is a search the Tune view started. It runs in a worker when
+// tuneState is a search the Tune view started. It runs in workers when
 // the browser has them (kvscope-tune.js starts app.wasm there without a
 // page), so the page's thread only draws its progress; else in the page,
 // in slices of 20 ms that yield to the browser between them. Cancel
@@ -66,8 +66,9 @@ func (c *Root) startTune(ctx app.Context) {
 	})
 }
 
-// startTuneWorker hands the search to the page's Tune worker, reporting
-// false where the browser has no workers.
+// startTuneWorker hands the search to the page's Tune workers (one shard
+// each; the first merges and ranks), reporting false where the browser has
+// no workers.
 func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
 	if !app.IsClient {
 		return false
@@ -114,8 +115,8 @@ func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
 	return true
 }
 
-// warmTune starts the search worker the first time the Tune view shows:
-// it loads app.wasm and runs the first candidates of the view's search
+// warmTune starts the search workers the first time the Tune view shows:
+// each loads app.wasm and runs the first candidates of the view's search
 // while the user reads the form, so that the browser has compiled the
 // planner's hot code with its optimizing tier before the first search.
 func (c *Root) warmTune(ctx app.Context) {
