@@ -14,21 +14,7 @@ import (
 // move one descriptor by one head, by one token, or onto another layer, and
 // expect "wrong" at the D rank, layer, head and token that descriptor fills.
 func TestMutationsAreCaught(t *testing.T) {
-	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
-	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name string
-		m    *model.Model
-		p, d plan.Engine
-		req  xfer.Request
-	}{
-		{"vLLM path, gpt-oss-20b TP2 to TP4", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}},
-		{"group-pair path, gpt-oss-20b block 16 to 48", gpt, plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301}},
-		{"group-pair path, Qwen3.6 + DFlash TP2 to TP4", seed, plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 8192}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 8192}, xfer.Request{PromptTokens: 700}},
-	}
+	cases := pathCases(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			x := transfer(t, c.m, c.p, c.d, c.req, "nixl")
@@ -124,21 +110,7 @@ func TestRejectedIsAVerdict(t *testing.T) {
 // copy the rest of a row (all but its header) from the next head, the next
 // token or the next state index, and expect "wrong" at the row it spoils.
 func TestRowPartMutationsAreCaught(t *testing.T) {
-	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
-	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name string
-		m    *model.Model
-		p, d plan.Engine
-		req  xfer.Request
-	}{
-		{"vLLM path, gpt-oss-20b TP2 to TP4", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}},
-		{"group-pair path, gpt-oss-20b block 16 to 48", gpt, plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301}},
-		{"group-pair path, Qwen3.6 + DFlash TP2 to TP4", seed, plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 8192}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 8192}, xfer.Request{PromptTokens: 700}},
-	}
+	cases := pathCases(t)
 	for _, c := range cases {
 		x := transfer(t, c.m, c.p, c.d, c.req, "nixl")
 		type target struct {
@@ -216,4 +188,29 @@ func pickStatePair(x *xfer.Transfer) (int, int, bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// pathCase is a transfer the oracle's tests check on both of its paths.
+type pathCase struct {
+	name string
+	m    *model.Model
+	p, d plan.Engine
+	req  xfer.Request
+}
+
+// pathCases are the transfers the mutation tests spoil: the vLLM path, the
+// group-pair path between block sizes, and the seed deployment (GDN state,
+// attention and a drafter) between TP sizes.
+func pathCases(t *testing.T) []pathCase {
+	t.Helper()
+	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
+	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []pathCase{
+		{"vLLM path, gpt-oss-20b TP2 to TP4", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}},
+		{"group-pair path, gpt-oss-20b block 16 to 48", gpt, plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301}},
+		{"group-pair path, Qwen3.6 + DFlash TP2 to TP4", seed, plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 8192}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 8192}, xfer.Request{PromptTokens: 700}},
+	}
 }

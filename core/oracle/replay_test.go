@@ -56,22 +56,9 @@ func (h *hostMemory) copyPairs() {
 // blocks, copying every pair between real buffers and reading D back (a
 // Prover), on exact transfers and on transfers with a misplaced pair.
 func TestCheckAgreesWithCopies(t *testing.T) {
-	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
-	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name string
-		m    *model.Model
-		p, d plan.Engine
-		req  xfer.Request
-	}{
-		{"vLLM path, gpt-oss-20b TP2 to TP4", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}},
-		{"vLLM path, gpt-oss-20b TP4 to TP2 with a prefix hit", gpt, plan.Engine{TensorParallelSize: 4}, plan.Engine{TensorParallelSize: 2}, xfer.Request{PromptTokens: 300, PrefixHitTokens: 64}},
-		{"group-pair path, gpt-oss-20b block 16 to 48", gpt, plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301}},
-		{"group-pair path, Qwen3.6 + DFlash TP2 to TP4", seed, plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 8192}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 8192}, xfer.Request{PromptTokens: 700}},
-	}
+	cases := pathCases(t)
+	cases = append(cases, pathCase{"vLLM path, gpt-oss-20b TP4 to TP2 with a prefix hit", cases[0].m,
+		plan.Engine{TensorParallelSize: 4}, plan.Engine{TensorParallelSize: 2}, xfer.Request{PromptTokens: 300, PrefixHitTokens: 64}})
 	for _, c := range cases {
 		x := transfer(t, c.m, c.p, c.d, c.req, "nixl")
 		rpi, pi := pickAttentionPair(t, x)
