@@ -35,8 +35,14 @@ $(WASM): app/bundled/.stamp $(ECHARTS) $(GOFILES)
 # The bundled model configs (embedded by app/bundled) and ECharts from npm.
 assets: app/bundled/.stamp $(ECHARTS)
 
+# The stamp holds the list of models it copied: a model removed from
+# testdata (which leaves every other file older than the stamp) copies again.
+BUNDLED := $(sort $(notdir $(MODELS)))
+ifneq ($(BUNDLED),$(strip $(shell cat app/bundled/.stamp 2>/dev/null)))
+.PHONY: app/bundled/.stamp
+endif
 app/bundled/.stamp: $(MODELS)
-	rm -f app/bundled/*.json && cp $(MODELS) app/bundled/ && touch $@
+	rm -f app/bundled/*.json && cp $(MODELS) app/bundled/ && echo $(BUNDLED) > $@
 
 $(ECHARTS): static/package.json static/package-lock.json
 	cd static && npm ci --ignore-scripts --no-audit --no-fund
@@ -51,11 +57,11 @@ test: build check fuzz unit test-nixl
 NIXL_ENV := agent/transfer/nixl-env.sh
 NIXL_AGENT := bin/kvscope-agent-nixl
 
-nixl: assets
+nixl: app/bundled/.stamp
 	@env=$$(./$(NIXL_ENV)) && eval "$$env" && $(GO) build -tags nixl -o $(NIXL_AGENT) ./agent && \
 		echo "built $(NIXL_AGENT); run it with: eval \"\$$(./$(NIXL_ENV))\"; ./$(NIXL_AGENT) --backend nixl"
 
-test-nixl:
+test-nixl: app/bundled/.stamp
 	@why=$$(mktemp); trap 'rm -f $$why' EXIT; \
 	if env=$$(./$(NIXL_ENV) 2>$$why); then \
 		eval "$$env" && $(GO) test -tags nixl -count=1 ./agent/...; \
