@@ -193,20 +193,6 @@ func TestNIXLNeedsTheMetadataExchange(t *testing.T) {
 	}
 }
 
-// agreeCase is one transfer both backends move.
-type agreeCase struct {
-	name      string
-	model     string
-	pTP, dTP  int
-	version   string // "" the newest release; pr58207 for different plans
-	pBlock    int    // a block size on P (0: the default)
-	dBlock    int    // a block size on D
-	mem       int64  // KV cache memory per rank at TP 1
-	maxLen    int
-	prompt    int
-	connector string
-}
-
 // move runs x through a backend, each request carrying notif, and returns
 // the oracle's verdict and the backend's statistics.
 func move(t *testing.T, b transfer.Backend, m *model.Model, x *xfer.Transfer, notif string) (oracle.Verdict, *transfer.Stats) {
@@ -230,62 +216,132 @@ func move(t *testing.T, b transfer.Backend, m *model.Model, x *xfer.Transfer, no
 	return prover.Verify().Verdict, st
 }
 
+// agreeCase is one deployment and request both backends move.
+type agreeCase struct {
+	name      string
+	model     string
+	draft     string // a draft model attached to the target ("": none)
+	spec      int    // speculative tokens per step
+	pTP, dTP  int
+	version   string // "": the newest release; pr58207 plans each engine on its own and moves group pairs
+	pBlock    int    // a block size on P (0: the planner's)
+	dBlock    int    // a block size on D
+	mem       int64  // KV cache memory of the whole model: each rank has mem / TP
+	maxLen    int
+	prompt    int
+	connector string
+	differ    bool      // P's and D's plans differ: some layer changes group, slot or block size
+	path      xfer.Path // the descriptor path kvscope takes
+	reject    string    // the rule kvscope rejects the transfer by ("": it moves)
+}
+
+// agreeVerdicts is what one backend made of a case: the oracle's verdict
+// on the transfer and on the transfer with one descriptor shifted.
+type agreeVerdicts struct {
+	moved, shifted oracle.Verdict
+}
+
+// agreeMove registers x's ranks with b, moves x and then shifted through
+// it, and checks the bytes and the merged descriptor count b reports
+// against kvscope's (NIXL's are its telemetry's totalBytes and descCount).
+func agreeMove(t *testing.T, b transfer.Backend, m *model.Model, x, shifted *xfer.Transfer) agreeVerdicts {
+	t.Helper()
+	var out agreeVerdicts
+	var st *transfer.Stats
+	out.moved, st = move(t, b, m, x, "req:done")
+	if st.Bytes != x.Bytes || st.Merged != x.Merged {
+		t.Errorf("%s: %d bytes in %d merged descriptors, kvscope computed %d in %d", b.Name(), st.Bytes, st.Merged, x.Bytes, x.Merged)
+	}
+	out.shifted, _ = move(t, b, m, shifted, "req:done")
+	return out
+}
+
 // TestNIXLAndHostAgree moves the same requests through NIXL (two agents
 // over UCX) and through the host backend: full attention, sliding window,
 // gated delta net and Mamba2 state, MLA, pull and push, equal plans and
-// different plans (group pairs), TP pairs up to 8. The oracle gives both
-// the same verdict: exact, and wrong for the same corrupted descriptor.
+// different plans (group pairs, some with different group counts), TP
+// pairs up to 8. Both get the same verdicts: exact, and wrong for the same
+// corrupted descriptor. A deployment kvscope rejects (MLA between
+// different plans) moves nothing on either.
+//
+// The backends run one after the other, so that only one holds the
+// deployment's memory at a time (the largest, Qwen3.6-35B-A3B with its
+// DFlash draft, registers 1.25 GiB).
 func TestNIXLAndHostAgree(t *testing.T) {
+	const vllm, pairs = xfer.VLLMPath, xfer.GroupPairPath
 	cases := []agreeCase{
-		{"full attention, D TP 8 pulls from P TP 1", "Qwen__Qwen3-0.6B", 1, 8, "", 0, 0, 64 << 20, 512, 300, "nixl"},
-		{"full attention, P TP 8 pushes to D TP 2", "Qwen__Qwen3-0.6B", 8, 2, "", 0, 0, 64 << 20, 512, 257, "nixl-push"},
-		{"sliding window, D TP 4 pulls from P TP 2", "openai__gpt-oss-20b", 2, 4, "", 0, 0, 64 << 20, 1024, 700, "nixl"},
-		{"sliding window, different plans (block 16 to 32), pull", "openai__gpt-oss-20b", 2, 2, "pr58207", 16, 32, 64 << 20, 1024, 700, "nixl"},
-		{"sliding window, different plans (block 32 to 16), push", "openai__gpt-oss-20b", 2, 4, "pr58207", 32, 16, 64 << 20, 1024, 500, "nixl-push"},
-		{"gated delta net, D TP 2 pulls from P TP 1", "Qwen__Qwen3.5-0.8B", 1, 2, "", 0, 0, 128 << 20, 1024, 600, "nixl"},
-		{"gated delta net, P TP 2 pushes to D TP 1", "Qwen__Qwen3.5-0.8B", 2, 1, "", 0, 0, 128 << 20, 1024, 600, "nixl-push"},
-		{"Mamba2, D TP 2 pulls from P TP 1 (group pairs: vLLM's head mapping misses the replicated B and C)", "ibm-granite__granite-4.0-h-1b", 1, 2, "pr58207", 0, 0, 128 << 20, 1024, 450, "nixl"},
-		{"MLA, D TP 1 pulls from P TP 2", "deepseek-ai__DeepSeek-V2-Lite", 2, 1, "", 0, 0, 64 << 20, 1024, 200, "nixl"},
+		{name: "full attention, D TP 8 pulls from P TP 1", model: "Qwen__Qwen3-0.6B", pTP: 1, dTP: 8, mem: 64 << 20, maxLen: 512, prompt: 300, connector: "nixl", path: vllm},
+		{name: "full attention, P TP 8 pushes to D TP 2", model: "Qwen__Qwen3-0.6B", pTP: 8, dTP: 2, mem: 64 << 20, maxLen: 512, prompt: 257, connector: "nixl-push", path: vllm},
+		{name: "sliding window, D TP 4 pulls from P TP 2", model: "openai__gpt-oss-20b", pTP: 2, dTP: 4, mem: 64 << 20, maxLen: 1024, prompt: 700, connector: "nixl", path: vllm},
+		{name: "sliding window, different plans (block 16 to 32), pull", model: "openai__gpt-oss-20b", pTP: 2, dTP: 2, version: "pr58207", pBlock: 16, dBlock: 32,
+			mem: 64 << 20, maxLen: 1024, prompt: 700, connector: "nixl", differ: true, path: pairs},
+		{name: "sliding window, different plans (block 32 to 16), push", model: "openai__gpt-oss-20b", pTP: 2, dTP: 4, version: "pr58207", pBlock: 32, dBlock: 16,
+			mem: 64 << 20, maxLen: 1024, prompt: 500, connector: "nixl-push", differ: true, path: pairs},
+		{name: "gated delta net, D TP 2 pulls from P TP 1", model: "Qwen__Qwen3.5-0.8B", pTP: 1, dTP: 2, mem: 128 << 20, maxLen: 1024, prompt: 600, connector: "nixl", path: vllm},
+		{name: "gated delta net, P TP 2 pushes to D TP 1", model: "Qwen__Qwen3.5-0.8B", pTP: 2, dTP: 1, mem: 128 << 20, maxLen: 1024, prompt: 600, connector: "nixl-push", path: vllm},
+		{name: "gated delta net, different plans (block 288 to 144), D TP 4 pulls from P TP 2", model: "Qwen__Qwen3.5-0.8B", pTP: 2, dTP: 4, version: "pr58207",
+			mem: 64 << 20, maxLen: 512, prompt: 300, connector: "nixl", differ: true, path: pairs},
+		{name: "gated delta net, different plans (block 144 to 288), P TP 4 pushes to D TP 2", model: "Qwen__Qwen3.5-0.8B", pTP: 4, dTP: 2, version: "pr58207",
+			mem: 64 << 20, maxLen: 512, prompt: 300, connector: "nixl-push", differ: true, path: pairs},
+		{name: "gated delta net, different plans (block 144 to 80), D TP 8 pulls from P TP 4", model: "Qwen__Qwen3.5-0.8B", pTP: 4, dTP: 8, version: "pr58207",
+			mem: 128 << 20, maxLen: 512, prompt: 300, connector: "nixl", differ: true, path: pairs},
+		{name: "gated delta net with a DFlash draft, different plans (10 groups of 5 slots to 8 of 6), D TP 4 pulls from P TP 2", model: "Qwen__Qwen3.6-35B-A3B",
+			draft: "z-lab__Qwen3.6-35B-A3B-DFlash", spec: 7, pTP: 2, dTP: 4, version: "pr58207", mem: 640 << 20, maxLen: 320, prompt: 300, connector: "nixl", differ: true, path: pairs},
+		{name: "Mamba2, D TP 2 pulls from P TP 1 (group pairs: vLLM's head mapping misses the replicated B and C)", model: "ibm-granite__granite-4.0-h-1b", pTP: 1, dTP: 2, version: "pr58207",
+			mem: 128 << 20, maxLen: 1024, prompt: 450, connector: "nixl", path: pairs},
+		{name: "Mamba2, different plans (block 1072 to 544), P TP 2 pushes to D TP 4", model: "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", pTP: 2, dTP: 4, version: "pr58207",
+			mem: 128 << 20, maxLen: 512, prompt: 300, connector: "nixl-push", differ: true, path: pairs},
+		{name: "Mamba2, different plans (block 272 to 544), D TP 4 pulls from P TP 8", model: "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", pTP: 8, dTP: 4, version: "pr58207",
+			mem: 128 << 20, maxLen: 512, prompt: 300, connector: "nixl", differ: true, path: pairs},
+		{name: "MLA, D TP 1 pulls from P TP 2", model: "deepseek-ai__DeepSeek-V2-Lite", pTP: 2, dTP: 1, mem: 64 << 20, maxLen: 1024, prompt: 200, connector: "nixl", path: vllm},
+		{name: "MLA, P TP 2 pushes to D TP 1", model: "deepseek-ai__DeepSeek-V2-Lite", pTP: 2, dTP: 1, mem: 64 << 20, maxLen: 1024, prompt: 200, connector: "nixl-push", path: vllm},
+		{name: "MLA, equal plans under the group-pair profile, P TP 2 pushes to D TP 1", model: "deepseek-ai__DeepSeek-V2-Lite", pTP: 2, dTP: 1, version: "pr58207",
+			mem: 64 << 20, maxLen: 1024, prompt: 300, connector: "nixl-push", path: vllm},
+		// MLA moves one whole replicated block from one P rank: between
+		// different plans there is no such block, and kvscope says so.
+		{name: "MLA, different plans (block 16 to 32), push: rejected", model: "deepseek-ai__DeepSeek-V2-Lite", pTP: 2, dTP: 1, version: "pr58207", pBlock: 16, dBlock: 32,
+			mem: 64 << 20, maxLen: 1024, prompt: 300, connector: "nixl-push", differ: true, reject: "mla-plan"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m := modeltest.Load(t, tc.model)
+			if tc.draft != "" {
+				var err error
+				if m, err = m.WithDraft(modeltest.Load(t, tc.draft)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			conn, err := xfer.ParseConnector(tc.connector)
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The KV cache a request needs shrinks with TP: mem is TP 1's.
 			e := func(tp, block int) plan.Engine {
-				return plan.Engine{VLLMVersion: tc.version, TensorParallelSize: tp, BlockSize: block, KVCacheMemoryBytes: tc.mem / int64(tp), MaxModelLen: tc.maxLen}
+				return plan.Engine{VLLMVersion: tc.version, TensorParallelSize: tp, BlockSize: block, KVCacheMemoryBytes: tc.mem / int64(tp),
+					MaxModelLen: tc.maxLen, NumSpeculativeTokens: tc.spec}
 			}
 			pd, err := xfer.Run(xfer.Setup{Model: m, P: e(tc.pTP, tc.pBlock), D: e(tc.dTP, tc.dBlock), Connector: conn, Plans: xfer.IndependentPlans,
 				Request: xfer.Request{PromptTokens: tc.prompt}, KeepPairs: true})
 			if err != nil {
 				t.Fatal(err)
 			}
+			if differ := len(pd.Diff.Changes) > 0; differ != tc.differ {
+				t.Fatalf("the plans differ: %v (%d layers change), want %v", differ, len(pd.Diff.Changes), tc.differ)
+			}
 			x := pd.Transfer
+			if tc.reject != "" {
+				if x.Rejection == nil || x.Rejection.Rule != tc.reject {
+					t.Fatalf("rejection %v, want rule %s", x.Rejection, tc.reject)
+				}
+				if len(x.RankPairs) != 0 || x.Descs != 0 {
+					t.Fatalf("a rejected transfer lists %d rank pairs, %d descriptors: nothing must move", len(x.RankPairs), x.Descs)
+				}
+				return
+			}
 			if x.Rejection != nil {
 				t.Fatalf("rejected: %v", x.Rejection)
 			}
-			if tc.version == "pr58207" && x.Path != xfer.GroupPairPath {
-				t.Fatalf("path %s, want the group-pair path", x.Path)
-			}
-			host := transfer.NewHost(1<<30, nil)
-			defer host.Close()
-			if err := host.Register(append(append([]*xfer.Registration(nil), x.PRegs...), x.DRegs...)); err != nil {
-				t.Fatal(err)
-			}
-			nixl := newNIXL(t, fmt.Sprintf("kvscope-agree-%d", i), m, x)
-			for _, b := range []transfer.Backend{host, nixl} {
-				v, st := move(t, b, m, x, "req:done")
-				if v != oracle.Exact {
-					t.Errorf("%s: verdict %s, want exact", b.Name(), v)
-				}
-				// NIXL counts the descriptors it posts after merging
-				// (telemetry descCount): kvscope's geometry predicts it.
-				if st.Bytes != x.Bytes || st.Merged != x.Merged {
-					t.Errorf("%s: %d bytes in %d merged descriptors, kvscope computed %d in %d", b.Name(), st.Bytes, st.Merged, x.Bytes, x.Merged)
-				}
+			if x.Path != tc.path {
+				t.Fatalf("path %s, want %s", x.Path, tc.path)
 			}
 			// One descriptor moved one row late on D: both backends copy
 			// it there, and the oracle says wrong for both.
@@ -298,10 +354,19 @@ func TestNIXLAndHostAgree(t *testing.T) {
 			if q.Dst.Offset+q.Len > x.DRegs[rp.D].Regions[q.Dst.Region].Bytes() {
 				q.Dst.Offset -= 4
 			}
-			for _, b := range []transfer.Backend{host, nixl} {
-				if v, _ := move(t, b, m, &bad, "req:done"); v != oracle.Wrong {
-					t.Errorf("%s: a shifted descriptor gives %s, want wrong", b.Name(), v)
-				}
+			regs := append(append([]*xfer.Registration(nil), x.PRegs...), x.DRegs...)
+
+			host := transfer.NewHost(2<<30, nil)
+			if err := host.Register(regs); err != nil {
+				t.Fatal(err)
+			}
+			byHost := agreeMove(t, host, m, x, &bad)
+			if err := host.Close(); err != nil {
+				t.Fatal(err)
+			}
+			byNIXL := agreeMove(t, newNIXL(t, fmt.Sprintf("kvscope-agree-%d", i), m, x), m, x, &bad)
+			if want := (agreeVerdicts{oracle.Exact, oracle.Wrong}); byHost != want || byNIXL != want {
+				t.Errorf("verdicts (transfer, shifted descriptor): host %v, nixl %v; want %v from both", byHost, byNIXL, want)
 			}
 		})
 	}
