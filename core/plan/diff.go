@@ -20,14 +20,33 @@ type Diff struct {
 
 // Compare reports which layers change group, slot or block size from a to b.
 func Compare(a, b *Plan) Diff {
+	d, _ := compare(a, b, true)
+	return d
+}
+
+// CountChanges is Compare without the list: whether the layouts and the
+// block sizes agree, and how many layers change.
+func CountChanges(a, b *Plan) (sameLayout, sameBlockSizes bool, changes int) {
+	d, n := compare(a, b, false)
+	return d.SameLayout, d.SameBlockSizes, n
+}
+
+// compare is Compare, listing the changes when list says so and counting
+// them either way.
+func compare(a, b *Plan, list bool) (Diff, int) {
 	d := Diff{SameLayout: true, SameBlockSizes: true}
-	seen := map[string]bool{}
+	n := 0
+	change := func(c Change) {
+		n++
+		if list {
+			d.Changes = append(d.Changes, c)
+		}
+	}
 	for _, la := range a.Layers {
-		seen[la.Name] = true
 		lb, ok := b.LayerByName(la.Name)
 		if !ok {
 			d.SameLayout, d.SameBlockSizes = false, false
-			d.Changes = append(d.Changes, Change{Layer: la.Name, FromGroup: la.Group, ToGroup: -1, FromSlot: la.Slot, ToSlot: -1, FromBlock: la.Block})
+			change(Change{Layer: la.Name, FromGroup: la.Group, ToGroup: -1, FromSlot: la.Slot, ToSlot: -1, FromBlock: la.Block})
 			continue
 		}
 		layout := la.Group == lb.Group && la.Slot == lb.Slot
@@ -35,17 +54,17 @@ func Compare(a, b *Plan) Diff {
 		d.SameLayout = d.SameLayout && layout
 		d.SameBlockSizes = d.SameBlockSizes && block
 		if !layout || !block {
-			d.Changes = append(d.Changes, Change{Layer: la.Name, FromGroup: la.Group, ToGroup: lb.Group, FromSlot: la.Slot, ToSlot: lb.Slot, FromBlock: la.Block, ToBlock: lb.Block})
+			change(Change{Layer: la.Name, FromGroup: la.Group, ToGroup: lb.Group, FromSlot: la.Slot, ToSlot: lb.Slot, FromBlock: la.Block, ToBlock: lb.Block})
 		}
 	}
 	for _, lb := range b.Layers {
-		if !seen[lb.Name] {
+		if _, ok := a.LayerByName(lb.Name); !ok {
 			d.SameLayout, d.SameBlockSizes = false, false
-			d.Changes = append(d.Changes, Change{Layer: lb.Name, FromGroup: -1, ToGroup: lb.Group, FromSlot: -1, ToSlot: lb.Slot, ToBlock: lb.Block})
+			change(Change{Layer: lb.Name, FromGroup: -1, ToGroup: lb.Group, FromSlot: -1, ToSlot: lb.Slot, ToBlock: lb.Block})
 		}
 	}
 	if len(a.Groups) != len(b.Groups) {
 		d.SameLayout = false
 	}
-	return d
+	return d, n
 }

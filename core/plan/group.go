@@ -248,7 +248,7 @@ func splitBuckets(buckets []bucket, g int) ([]draftGroup, []string) {
 
 // groupLayers runs vLLM's dispatch on one rank's specs.
 func groupLayers(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *Layout) (*grouping, error) {
-	r, err := dispatch(specs, e.DisableHybrid, prof.PadPages, fixed == nil)
+	r, err := dispatch(append([]kvspec.LayerSpec(nil), specs...), e.DisableHybrid, prof.PadPages, fixed == nil)
 	if err != nil || r.dispatch != "" {
 		return r, err
 	}
@@ -269,15 +269,15 @@ func groupLayers(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *L
 }
 
 // dispatch is the part of vLLM's dispatch that depends on the specs alone:
-// a copy of them converted for a disabled hybrid manager, then one uniform
-// or uniform-type group when the layers allow it (and may choose, free
-// says: a fixed layout does not), else the pages unified for hybrid
-// grouping and dispatch left empty.
+// the specs converted for a disabled hybrid manager, then one uniform or
+// uniform-type group when the layers allow it (and may choose, free says:
+// a fixed layout does not), else the pages unified for hybrid grouping and
+// dispatch left empty. It changes specs, which the grouping keeps: callers
+// pass a copy of specs they still need.
 func dispatch(specs []kvspec.LayerSpec, disableHybrid, padPages, free bool) (*grouping, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("plan: the model has no layer with a KV cache")
 	}
-	specs = append([]kvspec.LayerSpec(nil), specs...)
 	r := &grouping{specs: specs}
 	if disableHybrid {
 		convertForDisabledHybrid(specs)

@@ -62,11 +62,17 @@ func prepareRank(m *model.Model, e Engine, prof *vllm.Profile, merge BucketMerge
 			}
 		}
 	}
+	// What the specs say before dispatch converts and unifies them in
+	// place (they are this entry's own, as ForRank made them: not copied).
+	reasons, state := profileReasons(*prof, specs, e), false
+	for _, s := range specs {
+		state = state || s.Spec.Kind.IsState()
+	}
 	g, err := dispatch(specs, e.DisableHybrid, prof.PadPages, true)
 	if err != nil {
 		return &rankEntry{err: err}
 	}
-	r := &rankEntry{rank: rank, specs: g.specs, dispatch: g.dispatch, splits: map[int]*split{}}
+	r := &rankEntry{rank: rank, specs: g.specs, dispatch: g.dispatch, splits: map[int]*split{}, profile: reasons, state: state}
 	if r.dispatch == "" {
 		r.dispatch = "hybrid"
 		g.buckets = makeBuckets(g.specs, merge, prof.MergeBuckets, kvspec.Limits{})
@@ -75,10 +81,6 @@ func prepareRank(m *model.Model, e Engine, prof *vllm.Profile, merge BucketMerge
 		}
 	}
 	r.logs = append(append([]string(nil), rank.Logs...), g.logs...)
-	r.profile = profileReasons(*prof, specs, e)
-	for _, s := range specs {
-		r.state = r.state || s.Spec.Kind.IsState()
-	}
 	r.class = make([]int, len(r.specs))
 	for i, ls := range r.specs {
 		c := -1

@@ -152,6 +152,7 @@ type Search struct {
 	// plans and batched-token limits (which change only D's number of
 	// blocks, which no count depends on: see signature).
 	dRegs    map[uint64][]*xfer.Registration
+	spare    [][]*xfer.Registration // the last runs' D registrations, whose memory the next ones take over
 	inferred map[string]bool
 	all      []Candidate                         // every candidate of the space (candidates are this shard's)
 	merged   struct{ candidates, evaluated int } // what merged partials counted
@@ -410,6 +411,9 @@ func (s *Search) evaluate(c Candidate) {
 	if run := [3]int{c.TP.P, c.TP.D, c.DBlockSize}; run != s.plannerFor {
 		s.planner.ForgetRanks()
 		s.plannerFor = run
+		for _, regs := range s.dRegs {
+			s.spare = append(s.spare, regs)
+		}
 		clear(s.dRegs)
 	}
 	conn := s.conn[c.Connector]
@@ -494,7 +498,11 @@ func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) t
 	}
 	dRegs, ok := s.dRegs[k.d]
 	if !ok {
-		if dRegs, out.err = xfer.RegisterAll(s.space.Model, dp, xfer.D, "", nil); out.err != nil {
+		var old []*xfer.Registration
+		if n := len(s.spare); n > 0 {
+			old, s.spare = s.spare[n-1], s.spare[:n-1]
+		}
+		if dRegs, out.err = xfer.RegisterAllInto(old, s.space.Model, dp, xfer.D, "", nil); out.err != nil {
 			return out
 		}
 		s.dRegs[k.d] = dRegs

@@ -18,9 +18,23 @@ type Cost struct {
 	// segments (2 for attention, 4 for state) over every block the request
 	// can touch.
 	Pairs int64 `json:"pairs"`
-	// OracleBytes bounds the pages the byte oracle materialises: on every
-	// rank, each group's blocks of the request times its layers' pages.
+	// OracleBytes bounds the bytes of the pages the request touches: on
+	// every rank, each group's blocks of the request times its layers'
+	// pages. An agent proving a transfer (oracle.NewProver) holds them
+	// all; the oracle's own check holds one D page at a time (MaxPage).
 	OracleBytes int64 `json:"oracle_bytes"`
+	// Pages bounds the pages the request touches, on every rank of both
+	// sides: each group's blocks times its layers' segments (a segment
+	// lies in one region). The oracle keeps a few words per page.
+	Pages int64 `json:"pages"`
+	// PageSlots bounds the entries of the oracle's page tables, which are
+	// dense by region and block id: on every rank, its regions (two a
+	// layer at most) times the block ids the request's groups take (ids
+	// come from one allocator per side, from 1).
+	PageSlots int64 `json:"page_slots"`
+	// MaxPage is the largest layer page of either side: the oracle builds
+	// and reads back one D page at a time.
+	MaxPage int64 `json:"max_page_bytes"`
 }
 
 // EstimateCost bounds the cost of req between plans pp and dp of model m.
@@ -34,7 +48,10 @@ func EstimateCost(m *model.Model, pp, dp *plan.Plan, req Request) Cost {
 	layers := int64(len(m.Layers))
 	c.Regions = SatMul(c.Ranks, SatMul(layers, 2))
 	tokens := int64(max(req.PromptTokens, 1))
-	perRank := func(p *plan.Plan) (pairs, bytes int64) {
+	// Per rank: pairs (each segment of each layer over each block; a
+	// segment's page on that rank is one page), page bytes and block ids.
+	perRank := func(p *plan.Plan) (pairs, bytes, ids int64) {
+		ids = 1 // ids start at 1
 		for _, g := range p.Groups {
 			blocks := int64(2)
 			if g.BlockSize > 0 && !g.Kind.IsState() {
@@ -47,17 +64,21 @@ func EstimateCost(m *model.Model, pp, dp *plan.Plan, req Request) Cost {
 			n := int64(len(g.Layers))
 			pairs = SatAdd(pairs, SatMul(SatMul(blocks, n), segs))
 			bytes = SatAdd(bytes, SatMul(SatMul(blocks, n), g.PageBytes))
+			ids = SatAdd(ids, blocks)
+			c.MaxPage = max(c.MaxPage, g.PageBytes)
 		}
-		return pairs, bytes
+		return pairs, bytes, ids
 	}
-	pPairs, pBytes := perRank(pp)
-	dPairs, dBytes := perRank(dp)
+	pPairs, pBytes, pIDs := perRank(pp)
+	dPairs, dBytes, dIDs := perRank(dp)
 	// Every rank pair that moves bytes: at most max(P, D) ranks times the
 	// fan-in of the larger side (each D rank reads from P/D ranks, or each
 	// P rank's heads reach D/P ranks).
 	fan := max(pr, dr) / max(1, min(pr, dr))
 	c.Pairs = SatMul(SatMul(max(pr, dr), fan), max(pPairs, dPairs))
 	c.OracleBytes = SatAdd(SatMul(pr, pBytes), SatMul(dr, dBytes))
+	c.Pages = SatAdd(SatMul(pr, pPairs), SatMul(dr, dPairs))
+	c.PageSlots = SatMul(SatMul(layers, 2), SatAdd(SatMul(pr, pIDs), SatMul(dr, dIDs)))
 	return c
 }
 

@@ -60,7 +60,66 @@ func TestEstimateCostBounds(t *testing.T) {
 			if c.OracleBytes < x.Bytes {
 				t.Errorf("estimate of %d oracle bytes below the %d bytes moved", c.OracleBytes, x.Bytes)
 			}
+			pages, slots, maxPage := touched(x)
+			if pages > c.Pages || slots > c.PageSlots || maxPage > c.MaxPage {
+				t.Errorf("estimate of %d pages, %d page slots, largest page %d B below the transfer's %d, %d, %d B", c.Pages, c.PageSlots, c.MaxPage, pages, slots, maxPage)
+			}
 			t.Logf("pairs %d (estimate %d), regions %d (%d), bytes moved %d (oracle estimate %d)", x.Descs, c.Pairs, regions, c.Regions, x.Bytes, c.OracleBytes)
 		})
 	}
+}
+
+// touched counts what the byte oracle works with in a transfer: the pages
+// its pairs read and write and the pages D allocated for the request (on
+// every rank), its page tables' slots (each rank's regions times the
+// block ids its side's request pages take) and the largest region block.
+func touched(x *xfer.Transfer) (pages, slots, maxPage int64) {
+	type page struct {
+		side         xfer.Side
+		rank, region int
+		block        int64
+	}
+	seen := map[page]bool{}
+	add := func(reg *xfer.Registration, at xfer.Loc, n int64) {
+		bl := reg.Regions[at.Region].BlockLen
+		for b := at.Offset / bl; b*bl < at.Offset+n; b++ {
+			seen[page{reg.Side, reg.Rank, at.Region, b}] = true
+		}
+	}
+	for _, rp := range x.RankPairs {
+		for _, p := range rp.Pairs {
+			add(x.PRegs[rp.P], p.Src, p.Len)
+			add(x.DRegs[rp.D], p.Dst, p.Len)
+		}
+	}
+	for _, reg := range x.DRegs {
+		for _, l := range reg.Layers {
+			for _, s := range l.Segments {
+				for _, id := range x.DPages[l.Group].IDs {
+					seen[page{reg.Side, reg.Rank, s.Region, int64(id)}] = true
+				}
+			}
+		}
+	}
+	width := func(groups []xfer.Pages) int64 {
+		w := 0
+		for _, g := range groups {
+			for _, id := range g.IDs {
+				w = max(w, id+1)
+			}
+		}
+		return int64(w)
+	}
+	for _, side := range []struct {
+		regs  []*xfer.Registration
+		width int64
+	}{{x.PRegs, width(x.PPages)}, {x.DRegs, width(x.DPages)}} {
+		for _, reg := range side.regs {
+			slots += int64(len(reg.Regions)) * side.width
+			for _, r := range reg.Regions {
+				maxPage = max(maxPage, r.BlockLen)
+			}
+		}
+	}
+	return int64(len(seen)), slots, maxPage
 }

@@ -116,6 +116,14 @@ type Registration struct {
 	plan   *plan.Plan
 	model  *model.Model
 	byName map[string]int
+
+	// What a registration built into a reused one takes over: its
+	// segments' array, the model's layer index, and whether byName,
+	// TensorPages and TensorMembers are its own (rank 0's) or another
+	// rank's, shared.
+	slab      []Segment
+	modelIdx  map[string]*model.Layer
+	ownsIndex bool
 }
 
 // Bases assigns a tensor's base address. The default spaces sides, ranks and
@@ -134,7 +142,7 @@ func DefaultBases(side Side, rank, tensor int, offset uint64) uint64 {
 
 // Register builds one rank's registration from its plan.
 func Register(m *model.Model, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases) (*Registration, error) {
-	return register(m, layerIndex(m), p, side, rank, layout, bases, nil)
+	return register(nil, m, layerIndex(m), p, side, rank, layout, bases, nil)
 }
 
 // layerIndex maps layer names to the model's layers, once per model.
@@ -146,10 +154,12 @@ func layerIndex(m *model.Model) map[string]*model.Layer {
 	return out
 }
 
-// register builds one rank's registration. like, when not nil, is another
-// rank's registration of the same plan: what does not depend on the rank
-// (the layer index, tensor pages and members) is shared with it, read-only.
-func register(m *model.Model, layersByName map[string]*model.Layer, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases, like *Registration) (*Registration, error) {
+// register builds one rank's registration, into r when it is not nil (a
+// registration no longer in use: its memory is taken over). like, when not
+// nil, is another rank's registration of the same plan: what does not
+// depend on the rank (the layer index, tensor pages and members) is shared
+// with it, read-only.
+func register(r *Registration, m *model.Model, layersByName map[string]*model.Layer, p *plan.Plan, side Side, rank int, layout CacheLayout, bases Bases, like *Registration) (*Registration, error) {
 	if bases == nil {
 		bases = DefaultBases
 	}
@@ -167,7 +177,11 @@ func register(m *model.Model, layersByName map[string]*model.Layer, p *plan.Plan
 	if layout == "" {
 		layout = SplitKV
 	}
-	r := &Registration{Side: side, Rank: rank, TP: tp, Layout: layout, NumBlocks: p.NumBlocks, plan: p, model: m}
+	old := r
+	if old == nil {
+		old = &Registration{}
+	}
+	r = &Registration{Side: side, Rank: rank, TP: tp, Layout: layout, NumBlocks: p.NumBlocks, plan: p, model: m}
 
 	// Slot tensors: one per slot, shared by one layer of each group; a
 	// uniform-type group has one tensor per layer.
@@ -191,18 +205,23 @@ func register(m *model.Model, layersByName map[string]*model.Layer, p *plan.Plan
 			tensors[lp.Slot] = append(tensors[lp.Slot], member{lp, lp.Group})
 		}
 	}
-	r.Layers = make([]LayerReg, 0, len(p.Layers))
-	r.Regions = make([]Region, 0, 2*len(tensors))
+	r.Layers = reuse(old.Layers, len(p.Layers))
+	r.Regions = reuse(old.Regions, 2*len(tensors))
 	shared := like != nil && like.plan == p
-	if shared {
+	switch {
+	case shared:
 		r.byName, r.TensorPages, r.TensorMembers = like.byName, like.TensorPages, like.TensorMembers
-	} else {
+	case old.ownsIndex:
+		clear(old.byName)
+		r.byName, r.TensorPages, r.TensorMembers, r.ownsIndex = old.byName, reuse(old.TensorPages, len(tensors)), reuse(old.TensorMembers, len(tensors)), true
+	default:
 		r.byName = make(map[string]int, len(p.Layers))
 		r.TensorPages = make([]int64, 0, len(tensors))
 		r.TensorMembers = make([][]string, 0, len(tensors))
+		r.ownsIndex = true
 	}
 	// One array holds every layer's segments (at most four each).
-	slab := make([]Segment, 0, 4*len(p.Layers))
+	slab := reuse(old.slab, 4*len(p.Layers))
 	var offset uint64
 	for ti, members := range tensors {
 		page := members[0].lp.Page
@@ -251,7 +270,16 @@ func register(m *model.Model, layersByName map[string]*model.Layer, p *plan.Plan
 			})
 		}
 	}
+	r.slab, r.modelIdx = slab, layersByName
 	return r, nil
+}
+
+// reuse is s emptied when it holds n elements, else a new slice of n.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:0]
+	}
+	return make([]T, 0, n)
 }
 
 // Layer finds a layer's registration.

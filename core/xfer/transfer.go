@@ -211,12 +211,12 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 	}
 	var err error
 	if t.PRegs = opt.PRegs; t.PRegs == nil {
-		if t.PRegs, err = registerAll(opt.Ctx, m, pp, P, opt.PLayout, opt.Bases); err != nil {
+		if t.PRegs, err = registerAll(opt.Ctx, m, pp, P, opt.PLayout, opt.Bases, nil); err != nil {
 			return nil, err
 		}
 	}
 	if t.DRegs = opt.DRegs; t.DRegs == nil {
-		if t.DRegs, err = registerAll(opt.Ctx, m, dp, D, opt.DLayout, opt.Bases); err != nil {
+		if t.DRegs, err = registerAll(opt.Ctx, m, dp, D, opt.DLayout, opt.Bases, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -269,21 +269,44 @@ func (req Request) Check(pp, dp *plan.Plan) error {
 // (layout "" is split K/V; bases nil the default bases), for
 // Options.PRegs and Options.DRegs.
 func RegisterAll(m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
-	return registerAll(nil, m, p, side, layout, bases)
+	return registerAll(nil, m, p, side, layout, bases, nil)
 }
 
-func registerAll(ctx context.Context, m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
-	out := make([]*Registration, 0, p.Engine.TensorParallelSize)
-	index := layerIndex(m)
-	for r := 0; r < p.Engine.TensorParallelSize; r++ {
+// RegisterAllInto is RegisterAll building into old, registrations the
+// caller no longer uses (of any plan of the model): their memory is taken
+// over, so that a search registering plan after plan allocates little.
+// Registrations built from old must not be used afterwards; nor must any
+// registration that shared its rank-independent parts with one of them
+// (the other ranks of old's RegisterAll).
+func RegisterAllInto(old []*Registration, m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases) ([]*Registration, error) {
+	return registerAll(nil, m, p, side, layout, bases, old)
+}
+
+func registerAll(ctx context.Context, m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases, old []*Registration) ([]*Registration, error) {
+	tp := p.Engine.TensorParallelSize
+	out := reuse(old, tp)
+	var index map[string]*model.Layer
+	for _, r := range old {
+		if r != nil && r.model == m && r.modelIdx != nil {
+			index = r.modelIdx
+			break
+		}
+	}
+	if index == nil {
+		index = layerIndex(m)
+	}
+	for r := 0; r < tp; r++ {
 		if err := canceled(ctx); err != nil {
 			return nil, err
 		}
-		var like *Registration
+		var like, into *Registration
 		if r > 0 {
 			like = out[0]
 		}
-		reg, err := register(m, index, p, side, r, layout, bases, like)
+		if r < len(old) {
+			into = old[r]
+		}
+		reg, err := register(into, m, index, p, side, r, layout, bases, like)
 		if err != nil {
 			return nil, err
 		}
