@@ -109,17 +109,36 @@ func (l limits) precheck(s xfer.Setup) error {
 }
 
 // pdMemory and oracleMemory turn a cost into the memory pd (every pair is
-// built before it is counted) and the oracle (pairs kept, pages
-// materialised) hold. The oracle's is an upper bound: its check writes and
-// reads one D page at a time; a Prover (which keeps P's and D's pages for
-// the flow view) holds them all.
+// built before it is counted) and the oracle hold. The oracle keeps the
+// pairs too (to replay them), and besides them only what its check works
+// with: each pair's pieces (a pair cut where a P or D page ends, so at
+// most one piece a pair and one more a page), a few words a page, its page
+// tables (dense by region and block id) and one D page with its expected
+// rows (it writes P's bytes into one D page at a time and reads it back).
+// It no longer materialises the pages (Cost.OracleBytes: an agent's Prover
+// does); a request whose pages pass the oracle's own bound (oracle.MaxBytes)
+// is refused by the oracle. TestOracleMemoryEstimate holds these to
+// measured use.
 func pdMemory(c xfer.Cost) int64 {
 	return xfer.SatAdd(baseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatMul(c.Pairs, pairBytes))
 }
 
 func oracleMemory(c xfer.Cost) int64 {
-	return xfer.SatAdd(baseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatAdd(c.OracleBytes, xfer.SatMul(c.Pairs, pairBytes)))
+	n := xfer.SatAdd(oracleBaseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatMul(c.Pairs, pairBytes+pieceBytes))
+	n = xfer.SatAdd(n, xfer.SatMul(c.Pages, pieceBytes+pageBytes))
+	n = xfer.SatAdd(n, xfer.SatMul(c.PageSlots, slotBytes))
+	return xfer.SatAdd(n, xfer.SatMul(c.MaxPage, 2))
 }
+
+// What the oracle's check holds besides the pairs (see oracleMemory).
+const (
+	// oracleBaseBytes is an oracle request's model, plans, registrations
+	// and response: measured under 1 MiB for a 16-token request.
+	oracleBaseBytes = 4 << 20
+	pieceBytes      = 64 // one piece of a pair (56) and its place in its page's list (4)
+	pageBytes       = 32 // a page's length, its list's bounds and its key when read back
+	slotBytes       = 4  // one entry of a page table
+)
 
 // errBusy is a request that found no memory in time (429).
 var errBusy = errors.New("the server is busy with other heavy requests")
@@ -139,6 +158,9 @@ func (e *tooBigError) Error() string {
 func amount(what string, n int64) string {
 	if what == "descriptor pairs" {
 		return strconv.FormatInt(n, 10)
+	}
+	if n < 1<<30 {
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
 	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 }

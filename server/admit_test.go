@@ -5,10 +5,18 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvscope/kvscope/core/oracle"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
 )
 
 // hostilePD is a 458-byte /api/pd body inside the config parser's bounds:
@@ -49,8 +57,9 @@ func TestHostileBodiesAreRefusedFromTheirEstimate(t *testing.T) {
 	if took > 100*time.Millisecond*time.Duration(slack()) {
 		t.Errorf("refusing the hostile body took %v, want under 100 ms", took)
 	}
-	// The oracle of a request whose pages exceed --max-memory (here 512 MiB).
-	code, _, out, _ = post(t, context.Background(), srv.URL+"/api/oracle", `{"model":"Qwen/Qwen3-0.6B","prompt_tokens":8192}`)
+	// An oracle whose estimate (its pairs: 1.8 million for D at TP 8)
+	// exceeds --max-memory (here 512 MiB).
+	code, _, out, _ = post(t, context.Background(), srv.URL+"/api/oracle", `{"model":"Qwen/Qwen3-0.6B","prompt_tokens":8192,"d":{"tensor_parallel_size":8}}`)
 	if code != 413 || !strings.Contains(out["error"].(string), "--max-memory") {
 		t.Fatalf("an oracle over --max-memory: %d %v", code, out)
 	}
@@ -60,11 +69,13 @@ func TestHostileBodiesAreRefusedFromTheirEstimate(t *testing.T) {
 // Retry-After; /api/plan is never queued behind them; a client that hangs
 // up frees its memory at once.
 func TestAdmission(t *testing.T) {
-	s := newServer(catalog(), serveOptions{Agent: "none", Limits: limits{MaxMemory: 1200 << 20, MaxPairs: 20_000_000,
+	// Memory for one default oracle request at a time.
+	need := oracleEstimate(t, apiRequest{Model: "Qwen/Qwen3-0.6B"})
+	s := newServer(catalog(), serveOptions{Agent: "none", Limits: limits{MaxMemory: need * 3 / 2, MaxPairs: 20_000_000,
 		MaxResponse: 64 << 20, QueueWait: 300 * time.Millisecond, MaxQueue: 2}}, nil)
 	srv := httptest.NewServer(s.handler)
 	defer srv.Close()
-	const n = 6 // one runs at a time (each needs ~0.95 GiB)
+	const n = 6 // one runs at a time
 	codes := make([]int, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -125,5 +136,115 @@ func TestAdmission(t *testing.T) {
 	t.Logf("the computation stopped %v after the client hung up", stopped)
 	if s.api.adm.held() != 0 || stopped > 100*time.Millisecond*time.Duration(slack()) {
 		t.Errorf("memory still held %v after the client hung up", stopped)
+	}
+}
+
+// oracleEstimate is the memory admission reserves for an oracle request.
+func oracleEstimate(t *testing.T, req apiRequest) int64 {
+	t.Helper()
+	s, err := req.setup(context.Background(), catalog(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := xfer.Prepare(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp, dp := pd.UsedPlans()
+	return oracleMemory(xfer.EstimateCost(s.Model, pp, dp, s.Request))
+}
+
+// oracleUse runs one /api/oracle request in this process with the
+// collector off and returns every byte it allocated: more than it can
+// hold at any moment. It also returns the largest heap sampled while the
+// same request runs with the collector on (the live bytes and garbage not
+// yet collected), for the log.
+func oracleUse(t *testing.T, a *apiServer, req apiRequest) (allocated, sampled int64) {
+	t.Helper()
+	run := func() {
+		res, err := apiOracle(context.Background(), a, req)
+		if err != nil {
+			t.Fatalf("the oracle: %v", err)
+		}
+		if r := res.(*oracle.Result); r.Verdict != oracle.Exact {
+			t.Fatalf("the oracle: %s %s", r.Verdict, r.Reason)
+		}
+	}
+	heap := func() int64 {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		metrics.Read(s)
+		return int64(s[0].Value.Uint64())
+	}
+	// Two collections empty the pools (the check's scratch) first.
+	runtime.GC()
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	old := debug.SetGCPercent(-1)
+	run()
+	runtime.ReadMemStats(&m1)
+	debug.SetGCPercent(old)
+	allocated = int64(m1.TotalAlloc - m0.TotalAlloc)
+
+	runtime.GC()
+	runtime.GC()
+	base := heap()
+	done := make(chan struct{})
+	var peak atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Microsecond):
+				peak.Store(max(peak.Load(), heap()-base))
+			}
+		}
+	}()
+	run()
+	close(done)
+	return allocated, peak.Load()
+}
+
+// TestOracleMemoryEstimate: the memory admission reserves for an oracle
+// request is never below what the request allocates (collector off), and
+// where the descriptor pair estimate is close to the real pairs, within
+// four times it. The oracle builds and reads back one D page at a time, so
+// a default request takes a few MiB, not the 0.9 GiB of its pages.
+func TestOracleMemoryEstimate(t *testing.T) {
+	a := newAPIServer(catalog(), limits{MaxMemory: 64 << 30, MaxPairs: 1 << 40, MaxResponse: 1 << 40, QueueWait: time.Second, MaxQueue: 1})
+	tp := func(n int) plan.Engine { return plan.Engine{TensorParallelSize: n} }
+	cases := []struct {
+		name string
+		req  apiRequest
+		// tight: the pair estimate is within 2x of the real pairs, so
+		// the memory estimate must be within 4x of the measured use.
+		tight bool
+	}{
+		{"default Qwen3-0.6B request", apiRequest{Model: "Qwen/Qwen3-0.6B"}, true},
+		{"8,192 tokens", apiRequest{Model: "Qwen/Qwen3-0.6B", Prompt: 8192}, true},
+		{"8,192 tokens, half a prefix hit", apiRequest{Model: "Qwen/Qwen3-0.6B", Prompt: 8192, Hit: 4096}, false},
+		{"Qwen3-8B, 6,000 tokens, TP2 to TP4", apiRequest{Model: "Qwen/Qwen3-8B", Prompt: 6000, P: tp(2), D: tp(4)}, true},
+		{"push TP4 to TP2", apiRequest{Model: "Qwen/Qwen3-0.6B", Connector: "nixl-push", P: tp(4), D: tp(2)}, true},
+		// The pair estimate is 8x the pairs here (each D rank is counted
+		// against P's fan-out), and 4x for the sliding window.
+		{"8,192 tokens, TP1 to TP8", apiRequest{Model: "Qwen/Qwen3-0.6B", Prompt: 8192, P: tp(1), D: tp(8)}, false},
+		{"sliding window, 8,192 tokens", apiRequest{Model: "openai/gpt-oss-20b", Prompt: 8192, P: tp(2), D: tp(4)}, false},
+		{"MLA TP2 to TP1", apiRequest{Model: "deepseek-ai/DeepSeek-V2-Lite", P: tp(2), D: tp(1)}, false},
+		{"gated delta net TP1 to TP2", apiRequest{Model: "Qwen/Qwen3.5-0.8B", P: tp(1), D: tp(2)}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			est := oracleEstimate(t, tc.req)
+			used, sampled := oracleUse(t, a, tc.req)
+			t.Logf("estimate %.1f MiB; allocated %.1f MiB (%.1fx under the estimate); heap sampled %.1f MiB",
+				float64(est)/(1<<20), float64(used)/(1<<20), float64(est)/float64(used), float64(sampled)/(1<<20))
+			if est < used {
+				t.Errorf("the estimate %d is below the %d bytes the request allocated", est, used)
+			}
+			if tc.tight && est > 4*used {
+				t.Errorf("the estimate %d is over 4x the %d bytes the request allocated", est, used)
+			}
+		})
 	}
 }

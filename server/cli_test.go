@@ -115,7 +115,7 @@ func TestPlanErrorsAreOneClearLine(t *testing.T) {
 		{"a sweep with a worker per request", []string{"oracle", "--sweep", "--workers", "100000"}, 1, "--workers 100000: at most"},
 		{"a log that never ends", []string{"check", "/dev/zero", "--model", modelPath("openai__gpt-oss-20b")}, 1, "/dev/zero: larger than the"},
 		{"a four-million-token transfer", []string{"pd", "--model", modelPath("Qwen__Qwen3-0.6B"), "--prompt-tokens", "4000000", "--max-model-len", "4194304", "--kv-cache-memory-bytes", "2000GiB"}, 1, "descriptor pairs, over the limit of 4000000 (--max-pairs)"},
-		{"an oracle over its memory bound", []string{"oracle", "--model", modelPath("Qwen__Qwen3-0.6B"), "--max-memory", "256MiB"}, 1, "GiB memory, over the limit of 0.25 GiB (--max-memory)"},
+		{"an oracle over its memory bound", []string{"oracle", "--model", modelPath("Qwen__Qwen3-0.6B"), "--max-memory", "8MiB"}, 1, "MiB memory, over the limit of 8.0 MiB (--max-memory)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
