@@ -32,9 +32,14 @@ type limits struct {
 	MaxResponse int64
 	// QueueWait is how long a request waits for memory before 429.
 	QueueWait time.Duration
-	// MaxQueue is how many requests may wait at once (429 beyond).
+	// MaxQueue is how many requests may wait at once (429 beyond; 0:
+	// none waits).
 	MaxQueue int
 }
+
+// maxQueueLimit bounds --max-queue: each waiter holds its request's
+// plans while it waits.
+const maxQueueLimit = 4096
 
 // defaultLimits sizes the limits to this machine: heavy work may hold a
 // sixteenth of its memory (1.5 GiB on 24 GiB), at least 512 MiB.

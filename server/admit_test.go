@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -245,6 +248,83 @@ func TestOracleMemoryEstimate(t *testing.T) {
 			if tc.tight && est > 4*used {
 				t.Errorf("the estimate %d is over 4x the %d bytes the request allocated", est, used)
 			}
+		})
+	}
+}
+
+// TestLimitFlags: kvscope serve's limits are flags, checked: --max-queue
+// sets how many heavy requests may wait (0: none), within 0 to 4,096.
+func TestLimitFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		queue int
+		err   string
+	}{
+		{nil, 16, ""},
+		{[]string{"--max-queue", "0"}, 0, ""},
+		{[]string{"--max-queue", "64"}, 64, ""},
+		{[]string{"--max-queue", "4096"}, 4096, ""},
+		{[]string{"--max-queue", "-1"}, 0, "--max-queue -1: must be between 0 and 4096"},
+		{[]string{"--max-queue", "100000"}, 0, "--max-queue 100000: must be between 0 and 4096"},
+		{[]string{"--queue-wait", "-1s"}, 0, "--queue-wait -1s"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+			lim := limitFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			l, err := lim()
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case l.MaxQueue != tc.queue:
+				t.Fatalf("MaxQueue %d, want %d", l.MaxQueue, tc.queue)
+			}
+		})
+	}
+}
+
+// TestAdmissionQueueLength: with the memory taken, up to MaxQueue
+// requests wait and the next is told to come back at once; with
+// MaxQueue 0 none waits.
+func TestAdmissionQueueLength(t *testing.T) {
+	for _, queue := range []int{0, 1, 3} {
+		t.Run(fmt.Sprint(queue), func(t *testing.T) {
+			a := newAdmission(limits{MaxMemory: 100, QueueWait: time.Minute, MaxQueue: queue})
+			if err := a.acquire(context.Background(), 100); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var waiting sync.WaitGroup
+			for range queue {
+				waiting.Add(1)
+				go func() {
+					defer waiting.Done()
+					a.acquire(ctx, 10)
+				}()
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				a.mu.Lock()
+				n := len(a.waiters)
+				a.mu.Unlock()
+				if n == queue {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d waiting, want %d", n, queue)
+				}
+			}
+			start := time.Now()
+			if err := a.acquire(context.Background(), 10); !errors.Is(err, errBusy) || time.Since(start) > time.Second {
+				t.Errorf("one more than the queue: %v after %v, want errBusy at once", err, time.Since(start))
+			}
+			cancel()
+			waiting.Wait()
 		})
 	}
 }

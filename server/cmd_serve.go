@@ -263,6 +263,7 @@ func limitFlags(fs *flag.FlagSet) func() (limits, error) {
 	pairs := fs.Int64("max-pairs", d.MaxPairs, "descriptor pairs one API request may compute")
 	resp := fs.String("max-response", fmt.Sprintf("%dMiB", d.MaxResponse>>20), "estimated size of one API response")
 	wait := fs.Duration("queue-wait", d.QueueWait, "how long a heavy request waits for memory before 429")
+	queue := fs.Int("max-queue", d.MaxQueue, fmt.Sprintf("heavy requests that may wait for memory at once, 0 to %d (429 beyond; 0: none waits)", maxQueueLimit))
 	return func() (limits, error) {
 		l := d
 		var err error
@@ -278,7 +279,10 @@ func limitFlags(fs *flag.FlagSet) func() (limits, error) {
 		if *wait < 0 || *wait > 10*time.Minute {
 			return l, fmt.Errorf("--queue-wait %s: must be between 0 and 10m", *wait)
 		}
-		l.MaxPairs, l.QueueWait = *pairs, *wait
+		if *queue < 0 || *queue > maxQueueLimit {
+			return l, fmt.Errorf("--max-queue %d: must be between 0 and %d", *queue, maxQueueLimit)
+		}
+		l.MaxPairs, l.QueueWait, l.MaxQueue = *pairs, *wait, *queue
 		return l, nil
 	}
 }
