@@ -168,6 +168,15 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 	}
 
 	r.Layers = make([]LayerSpec, 0, len(m.Layers))
+	// State layers of one kind and dimensions share their shapes and
+	// dtype sizes (read-only, as every Spec's slices are): a hybrid model
+	// has tens of them, alike.
+	var stateBytes []int
+	type stateKey struct {
+		kind model.Kind
+		dims model.StateDims
+	}
+	var shapesOf map[stateKey][][]int
 	for _, l := range m.Layers {
 		if !l.OwnsKV() {
 			continue
@@ -181,8 +190,19 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 			s.HeadSize, s.HeadSizeV, s.DTypeBytes = l.HeadDim, l.HeadDimV, kvBytes
 			s.Window, s.Chunk = l.Window, l.Chunk
 		case l.Kind.IsState():
-			s.Shapes = StateShapes(l, tp, specRows(prof, l.Kind, o.NumSpeculativeTokens))
-			s.StateDTypeBytes = []int{convBytes, ssmBytes}
+			k := stateKey{kind: l.Kind}
+			if l.State != nil {
+				k.dims = *l.State
+			}
+			shapes, ok := shapesOf[k]
+			if !ok {
+				shapes = StateShapes(l, tp, specRows(prof, l.Kind, o.NumSpeculativeTokens))
+				if shapesOf == nil {
+					shapesOf, stateBytes = map[stateKey][][]int{}, []int{convBytes, ssmBytes}
+				}
+				shapesOf[k] = shapes
+			}
+			s.Shapes, s.StateDTypeBytes = shapes, stateBytes
 			s.MambaMode = mode
 			s.SpecBlocks = specBlocks(prof, mode, o.NumSpeculativeTokens)
 		}

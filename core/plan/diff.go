@@ -24,20 +24,30 @@ func Compare(a, b *Plan) Diff {
 	return d
 }
 
-// CountChanges is Compare without the list: whether the layouts and the
-// block sizes agree, and how many layers change.
-func CountChanges(a, b *Plan) (sameLayout, sameBlockSizes bool, changes int) {
-	d, n := compare(a, b, false)
-	return d.SameLayout, d.SameBlockSizes, n
+// Changes is Compare's verdict without its list: whether the layouts and
+// the block sizes agree, how many layers change group, slot or block size,
+// and how many of those change group or slot.
+type Changes struct {
+	SameLayout, SameBlockSizes bool
+	Changed, Moved             int
+}
+
+// CountChanges is Compare without the list.
+func CountChanges(a, b *Plan) Changes {
+	_, n := compare(a, b, false)
+	return n
 }
 
 // compare is Compare, listing the changes when list says so and counting
 // them either way.
-func compare(a, b *Plan, list bool) (Diff, int) {
-	d := Diff{SameLayout: true, SameBlockSizes: true}
-	n := 0
+func compare(a, b *Plan, list bool) (Diff, Changes) {
+	var d Diff
+	n := Changes{SameLayout: true, SameBlockSizes: true}
 	change := func(c Change) {
-		n++
+		n.Changed++
+		if c.FromGroup != c.ToGroup || c.FromSlot != c.ToSlot {
+			n.Moved++
+		}
 		if list {
 			d.Changes = append(d.Changes, c)
 		}
@@ -45,26 +55,27 @@ func compare(a, b *Plan, list bool) (Diff, int) {
 	for _, la := range a.Layers {
 		lb, ok := b.LayerByName(la.Name)
 		if !ok {
-			d.SameLayout, d.SameBlockSizes = false, false
+			n.SameLayout, n.SameBlockSizes = false, false
 			change(Change{Layer: la.Name, FromGroup: la.Group, ToGroup: -1, FromSlot: la.Slot, ToSlot: -1, FromBlock: la.Block})
 			continue
 		}
 		layout := la.Group == lb.Group && la.Slot == lb.Slot
 		block := la.Block == lb.Block
-		d.SameLayout = d.SameLayout && layout
-		d.SameBlockSizes = d.SameBlockSizes && block
+		n.SameLayout = n.SameLayout && layout
+		n.SameBlockSizes = n.SameBlockSizes && block
 		if !layout || !block {
 			change(Change{Layer: la.Name, FromGroup: la.Group, ToGroup: lb.Group, FromSlot: la.Slot, ToSlot: lb.Slot, FromBlock: la.Block, ToBlock: lb.Block})
 		}
 	}
 	for _, lb := range b.Layers {
 		if _, ok := a.LayerByName(lb.Name); !ok {
-			d.SameLayout, d.SameBlockSizes = false, false
+			n.SameLayout, n.SameBlockSizes = false, false
 			change(Change{Layer: lb.Name, FromGroup: -1, ToGroup: lb.Group, FromSlot: -1, ToSlot: lb.Slot, ToBlock: lb.Block})
 		}
 	}
 	if len(a.Groups) != len(b.Groups) {
-		d.SameLayout = false
+		n.SameLayout = false
 	}
+	d.SameLayout, d.SameBlockSizes = n.SameLayout, n.SameBlockSizes
 	return d, n
 }

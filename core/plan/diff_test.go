@@ -38,9 +38,16 @@ func TestCountChangesAgreesWithCompare(t *testing.T) {
 	for i, a := range plans {
 		for j, b := range plans {
 			d := Compare(a, b)
-			layout, blocks, n := CountChanges(a, b)
-			if layout != d.SameLayout || blocks != d.SameBlockSizes || n != len(d.Changes) {
-				t.Errorf("plans %d, %d: CountChanges %v %v %d, Compare %v %v %d", i, j, layout, blocks, n, d.SameLayout, d.SameBlockSizes, len(d.Changes))
+			c := CountChanges(a, b)
+			moved := 0
+			for _, ch := range d.Changes {
+				if ch.FromGroup != ch.ToGroup || ch.FromSlot != ch.ToSlot {
+					moved++
+				}
+			}
+			layout, blocks, n := c.SameLayout, c.SameBlockSizes, c.Changed
+			if layout != d.SameLayout || blocks != d.SameBlockSizes || n != len(d.Changes) || c.Moved != moved {
+				t.Errorf("plans %d, %d: CountChanges %+v, Compare %v %v %d changes, %d moved", i, j, c, d.SameLayout, d.SameBlockSizes, len(d.Changes), moved)
 			}
 			if i == j && (n != 0 || !layout || !blocks) {
 				t.Errorf("plan %d differs from itself: %s", i, fmt.Sprint(d))

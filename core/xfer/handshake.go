@@ -193,17 +193,17 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 	} else {
 		add("tp-ratio", true, fmt.Sprintf("tp_ratio %d", TPRatio(pTP, dTP)))
 	}
-	sameLayout, sameBlocks, changes := plan.CountChanges(pp, dp)
-	same := sameLayout && sameBlocks
+	changes := plan.CountChanges(pp, dp)
+	same := changes.SameLayout && changes.SameBlockSizes
 	if prof.GroupPairs && m.HasKind(model.MLA) && !same {
 		reject("mla-plan", "P/D", fmt.Sprintf("MLA layers move one whole replicated block from one P rank, so P and D need the same plan; %d layers differ (block %d vs %d)",
-			changes, pp.BlockSize, dp.BlockSize), "give P and D the same --block-size and group plan")
+			changes.Changed, pp.BlockSize, dp.BlockSize), "give P and D the same --block-size and group plan")
 	}
 	if mode == Push && pp.Engine.PipelineParallelSize > 1 && !same {
 		reject("pp-push-plan", "P", fmt.Sprintf("a pipeline-parallel push producer (P PP %d) routes layers by name into D's regions and cannot follow a different plan", pp.Engine.PipelineParallelSize),
 			"use the TP-invariant plan on both engines, or pull")
 	}
-	if !prof.GroupPairs && !same && sameLayout && prof.BlockSizeRatio && mode == Pull && pp.BlockSize > 0 && dp.BlockSize%pp.BlockSize == 0 && dp.BlockSize > pp.BlockSize {
+	if !prof.GroupPairs && !same && changes.SameLayout && prof.BlockSizeRatio && mode == Pull && pp.BlockSize > 0 && dp.BlockSize%pp.BlockSize == 0 && dp.BlockSize > pp.BlockSize {
 		reject("block-size-ratio", "P/D", fmt.Sprintf("%s's NixlConnector accepts D blocks of %d tokens against P's %d through its block_size_ratio path (#26759); kvscope does not model that path's descriptors", prof.Label, dp.BlockSize, pp.BlockSize),
 			"give P and D one --block-size, or plan with --vllm-version "+vllm.Branch+" to see the bytes per group pair")
 	} else if !prof.GroupPairs && !same {
@@ -212,7 +212,7 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 			what = fmt.Sprintf("%s's NixlPushConnector raises on different producer and consumer cache-group layouts", prof.Label)
 		}
 		reject("matching-groups", "P/D", fmt.Sprintf("%s; P plans %d groups (block %d), D %d (block %d), %d layers change group, slot or block size",
-			what, pp.NumGroups, pp.BlockSize, dp.NumGroups, dp.BlockSize, changes),
+			what, pp.NumGroups, pp.BlockSize, dp.NumGroups, dp.BlockSize, changes.Changed),
 			"give P and D settings that plan alike (the same --block-size, --max-num-batched-tokens and TP-dependent sizes), or plan with --vllm-version "+vllm.Branch+" to move layers per group pair")
 	}
 	if why := layersCompatible(pRegs[0], dRegs[0]); why != "" {
@@ -223,7 +223,7 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 	if hs.Rejection != nil {
 		return hs
 	}
-	hs.Matched, hs.MatchReason, hs.VLLMInferred = matchedPath(m, pRegs, dRegs, sameLayout, sameBlocks)
+	hs.Matched, hs.MatchReason, hs.VLLMInferred = matchedPath(m, pRegs, dRegs, changes)
 	if !hs.Matched && !prof.GroupPairs {
 		reject("vllm-path", "P/D", fmt.Sprintf("%s moves KV only on its own path, which does not fit: %s", prof.Label, hs.MatchReason),
 			"plan with --vllm-version "+vllm.Branch+" to move layers per group pair")
@@ -267,12 +267,12 @@ func layersCompatible(p, d *Registration) string {
 // slots and block sizes on both sides, the same layout, no chunked local
 // attention (kvscope does not model vLLM's chunked clipping), and vLLM's
 // model-wide head mapping right for every layer on every D rank.
-func matchedPath(m *model.Model, pRegs, dRegs []*Registration, sameLayout, sameBlocks bool) (bool, string, []string) {
+func matchedPath(m *model.Model, pRegs, dRegs []*Registration, changes plan.Changes) (bool, string, []string) {
 	p0, d0 := pRegs[0], dRegs[0]
 	switch {
-	case !sameLayout:
-		return false, fmt.Sprintf("the plans differ: %d layers change group or slot", countLayout(plan.Compare(p0.plan, d0.plan))), nil
-	case !sameBlocks:
+	case !changes.SameLayout:
+		return false, fmt.Sprintf("the plans differ: %d layers change group or slot", changes.Moved), nil
+	case !changes.SameBlockSizes:
 		return false, "the plans' pages hold different token counts", nil
 	case p0.Layout != d0.Layout:
 		return false, fmt.Sprintf("P is %s, D is %s", p0.Layout, d0.Layout), nil
@@ -322,16 +322,6 @@ func matchedPath(m *model.Model, pRegs, dRegs []*Registration, sameLayout, sameB
 }
 
 func headsOf(l LayerReg) int { return l.kvHeads }
-
-func countLayout(d plan.Diff) int {
-	n := 0
-	for _, c := range d.Changes {
-		if c.FromGroup != c.ToGroup || c.FromSlot != c.ToSlot {
-			n++
-		}
-	}
-	return n
-}
 
 // Summary is a one-line description of the handshake for logs.
 func (h *Handshake) Summary() string {
