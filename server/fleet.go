@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/kvscope/kvscope/core/event"
@@ -89,13 +91,32 @@ func (h *hub) slow(t fleetTransfer) {
 	}
 }
 
-// maxFleetLines bounds the agents one summary lists (the most recently
-// heard first).
-const maxFleetLines = 1000
+// The summary's bounds. It is one websocket message, so it stays within a
+// browser's frame limits (event.MaxFrameBytes; at most maxFleetLines
+// lines, under event.MaxFrameEvents): past either, the most recently
+// heard agents are listed and the rest counted ("fleet_omitted"). Each
+// free-text field an agent sends (host, role, backend, engine; a slow
+// transfer's request) is clipped to maxFleetField bytes, ending "…".
+const (
+	maxFleetLines = 1000
+	maxFleetField = 256
+	// fleetReuse is how long one summary serves every subscriber: it is
+	// built at most about twice a second, however many there are.
+	fleetReuse = 500 * time.Millisecond
+)
 
-// fleetSummary is the message {"fleet": [...], "slowest": [...]}.
+// fleetSummary is the message {"fleet": [...], "slowest": [...],
+// "fleet_omitted": N}, encoded without HTML escaping (a "<" an agent sent
+// is one byte) and at most event.MaxFrameBytes long. Every subscriber
+// writes it from its own goroutine (one at a time, with the deadline of
+// its other frames), so what it costs each is bounded by those bytes.
 func (h *hub) fleetSummary() []byte {
+	h.fleetMu.Lock()
+	defer h.fleetMu.Unlock()
 	now := time.Now()
+	if h.fleetMsg != nil && now.Sub(h.fleetAt) < fleetReuse {
+		return h.fleetMsg
+	}
 	h.mu.Lock()
 	lines := make([]event.FleetLine, 0, len(h.fleet))
 	for name, f := range h.fleet {
@@ -114,11 +135,74 @@ func (h *hub) fleetSummary() []byte {
 		slowest[i] = t.FleetTransfer
 	}
 	h.mu.Unlock()
-	sort.Slice(lines, func(i, j int) bool { return lines[i].Agent < lines[j].Agent })
-	if len(lines) > maxFleetLines {
-		sort.SliceStable(lines, func(i, j int) bool { return lines[i].LastSeenS < lines[j].LastSeenS })
-		lines = lines[:maxFleetLines]
+	h.fleetMsg, h.fleetAt = encodeFleet(lines, slowest), now
+	return h.fleetMsg
+}
+
+// encodeFleet writes a summary within its bounds: the most recently heard
+// agents whose lines fit, in name order, and how many were left out.
+func encodeFleet(lines []event.FleetLine, slowest []event.FleetTransfer) []byte {
+	for i := range slowest {
+		slowest[i].Request = event.Clip(slowest[i].Request, maxFleetField)
+		slowest[i].Timing = event.Timing(event.Clip(string(slowest[i].Timing), maxFleetField))
 	}
-	msg, _ := json.Marshal(event.FleetSummary{Fleet: lines, Slowest: slowest})
-	return msg
+	var slow bytes.Buffer
+	if err := encodeJSON(&slow, slowest); err != nil {
+		slow.Reset()
+		slow.WriteString("[]")
+	}
+	const head, mid, tail = `{"fleet":[`, `],"slowest":`, `,"fleet_omitted":`
+	budget := event.MaxFrameBytes - len(head) - len(mid) - slow.Len() - len(tail) - 21 // 20 digits and "}"
+	sort.Slice(lines, func(i, j int) bool {
+		if lines[i].LastSeenS != lines[j].LastSeenS {
+			return lines[i].LastSeenS < lines[j].LastSeenS
+		}
+		return lines[i].Agent < lines[j].Agent
+	})
+	type encoded struct {
+		agent string
+		raw   []byte
+	}
+	kept := make([]encoded, 0, min(len(lines), maxFleetLines))
+	var buf bytes.Buffer
+	for _, l := range lines {
+		if len(kept) == maxFleetLines {
+			break
+		}
+		l.Host, l.Role, l.Backend, l.Engine = event.Clip(l.Host, maxFleetField), event.Clip(l.Role, maxFleetField),
+			event.Clip(l.Backend, maxFleetField), event.Clip(l.Engine, maxFleetField)
+		buf.Reset()
+		if err := encodeJSON(&buf, l); err != nil {
+			continue
+		}
+		if buf.Len()+1 > budget {
+			break
+		}
+		budget -= buf.Len() + 1
+		kept = append(kept, encoded{l.Agent, bytes.Clone(buf.Bytes())})
+	}
+	sort.Slice(kept, func(i, j int) bool { return kept[i].agent < kept[j].agent })
+	out := make([]byte, 0, event.MaxFrameBytes-budget)
+	out = append(out, head...)
+	for i, k := range kept {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, k.raw...)
+	}
+	out = append(append(append(out, mid...), slow.Bytes()...), tail...)
+	out = strconv.AppendInt(out, int64(len(lines)-len(kept)), 10)
+	return append(out, '}')
+}
+
+// encodeJSON appends v's JSON to buf without HTML escaping and without
+// the encoder's newline.
+func encodeJSON(buf *bytes.Buffer, v any) error {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	buf.Truncate(buf.Len() - 1)
+	return nil
 }

@@ -64,6 +64,12 @@ type hub struct {
 
 	fleet   map[string]*fleetStat // per agent, for the fleet summary
 	slowest []fleetTransfer       // the slowest transfers of the last minute
+
+	// The last fleet summary, shared by every subscriber for fleetReuse
+	// (fleetMu is taken before mu, never while holding it).
+	fleetMu  sync.Mutex
+	fleetMsg []byte
+	fleetAt  time.Time
 }
 
 // historyBuilders bounds the subscribers packing their history at once.

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -185,5 +187,77 @@ func TestHubAcksNeverWaitForSubscribers(t *testing.T) {
 	t.Logf("publish latency with 200 subscribers churning: p50 %v, p99 %v, max %v", lat[len(lat)/2], p99, lat[len(lat)-1])
 	if p99 > 100*time.Millisecond*time.Duration(slack()) {
 		t.Fatalf("publish p99 %v with subscribers churning, want under 100 ms", p99)
+	}
+}
+
+// TestFleetSummaryIsBounded: the fleet summary every subscriber gets is
+// one message within a browser's limits (event.MaxFrameBytes, at most
+// maxFleetLines lines), not HTML-escaped, whatever agents send: hellos
+// whose host, role, backend and engine are the largest an event may hold
+// (~1 MB of '<' in all), slow transfers with as large a request name, and
+// more agents than it lists. Those left out are counted; fields are
+// clipped.
+func TestFleetSummaryIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		agents int
+		field  int // bytes of '<' in each of the hello's four text fields
+		listed int // the agents the summary lists (-1: not checked)
+	}{
+		{"a few agents with 1 MB hellos", 8, 250_000, 8},
+		{"more agents than a summary lists", 1500, 10, maxFleetLines},
+		{"lines that pass the byte bound", 1000, 1000, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHub(metrics.New(), nil, nil)
+			for a := range tc.agents {
+				name := fmt.Sprintf("agent-%04d", a)
+				big := strings.Repeat("<", tc.field)
+				hello := event.Event{V: 1, Agent: name, Seq: 1, TS: 1, Kind: event.Hello, Hello: &event.HelloData{Host: big, Role: big, Backend: big, Engine: big}}
+				evs := []event.Event{hello}
+				if a < 2*maxSlowest {
+					evs = append(evs, event.Event{V: 1, Agent: name, Seq: 2, TS: 2, Kind: event.TransferDone, Done: &event.DoneData{
+						Request: strings.Repeat("<", 1_000_000), TransferUS: float64(a + 1), Timing: event.Measured, Verified: "exact"}})
+				}
+				h.publish(evs)
+			}
+			msg := h.fleetSummary()
+			var f struct {
+				event.FleetSummary
+				Omitted int `json:"fleet_omitted"`
+			}
+			if err := json.Unmarshal(msg, &f); err != nil {
+				t.Fatalf("the summary does not decode: %v", err)
+			}
+			if _, ok := event.ParseFleet(msg); !ok {
+				t.Fatal("the browser's ParseFleet does not take the summary")
+			}
+			t.Logf("%d agents: a summary of %d bytes, %d lines, %d left out, %d slow transfers", tc.agents, len(msg), len(f.Fleet), f.Omitted, len(f.Slowest))
+			if len(msg) > event.MaxFrameBytes || len(f.Fleet) > maxFleetLines {
+				t.Fatalf("a summary of %d bytes and %d lines, want at most %d and %d", len(msg), len(f.Fleet), event.MaxFrameBytes, maxFleetLines)
+			}
+			if bytes.Contains(msg, []byte(`\u003c`)) || !bytes.Contains(msg, []byte("<<<")) {
+				t.Fatal("the summary escapes '<'")
+			}
+			if len(f.Fleet)+f.Omitted != tc.agents || tc.listed >= 0 && len(f.Fleet) != tc.listed {
+				t.Fatalf("%d listed and %d left out of %d agents, want %d listed", len(f.Fleet), f.Omitted, tc.agents, tc.listed)
+			}
+			if len(f.Slowest) != min(tc.agents, maxSlowest) {
+				t.Fatalf("%d slow transfers, want %d", len(f.Slowest), min(tc.agents, maxSlowest))
+			}
+			for _, l := range f.Fleet {
+				if len(l.Host) > maxFleetField || len(l.Role) > maxFleetField || len(l.Backend) > maxFleetField || len(l.Engine) > maxFleetField {
+					t.Fatalf("agent %s's line is not clipped: host of %d bytes", l.Agent, len(l.Host))
+				}
+			}
+			for _, s := range f.Slowest {
+				if len(s.Request) > maxFleetField {
+					t.Fatalf("a slow transfer's request of %d bytes", len(s.Request))
+				}
+			}
+			if !sort.SliceIsSorted(f.Fleet, func(i, j int) bool { return f.Fleet[i].Agent < f.Fleet[j].Agent }) {
+				t.Fatal("the lines are not in name order")
+			}
+		})
 	}
 }
