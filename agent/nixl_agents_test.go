@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,6 +90,59 @@ func (a *agentProc) wait(t *testing.T, within time.Duration) error {
 	}
 }
 
+// waitCount waits until re matches the log at least n times.
+func (a *agentProc) waitCount(t *testing.T, re *regexp.Regexp, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for len(re.FindAllString(a.Log(), -1)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d matches of %q in the log within %s, want %d", len(re.FindAllString(a.Log(), -1)), re, within, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// loopbackBurst waits until more than 1 MiB crosses the loopback device
+// within 5 ms (a READ under way), or for at most within; it reports whether
+// it saw one. Without /proc/net/dev it waits 300 ms.
+func loopbackBurst(within time.Duration) bool {
+	last, ok := loopbackBytes()
+	if !ok {
+		time.Sleep(300 * time.Millisecond)
+		return false
+	}
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		now, _ := loopbackBytes()
+		if now-last > 1<<20 {
+			return true
+		}
+		last = now
+	}
+	return false
+}
+
+// loopbackBytes is the bytes the loopback device received so far.
+func loopbackBytes() (int64, bool) {
+	data, err := os.ReadFile("/proc/net/dev")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(name) != "lo" {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -106,8 +161,10 @@ var (
 	wrong    = regexp.MustCompile(`(?m), wrong$`)
 )
 
-func startP(t *testing.T, addr string) *agentProc {
-	p := startAgent(t, "tcp,self", "--role", "p", "--backend", "nixl", "--listen", addr, "--peer-token", "tok", "--name", "kvs-p")
+// startP starts a P agent on addr (extra: more flags) and waits until it
+// serves.
+func startP(t *testing.T, addr string, extra ...string) *agentProc {
+	p := startAgent(t, "tcp,self", append([]string{"--role", "p", "--backend", "nixl", "--listen", addr, "--peer-token", "tok", "--name", "kvs-p"}, extra...)...)
 	p.waitLog(t, serving, 30*time.Second)
 	return p
 }
@@ -153,7 +210,10 @@ func TestTwoNIXLAgentProcesses(t *testing.T) {
 
 // TestNIXLAgentFailures: P killed while D runs (D reports errors naming the
 // cause, then a new handshake when P returns, and nothing it proved is
-// wrong), and UCX without tcp (a start-up error naming NIXL's status).
+// wrong), P killed while D's NIXL READ of 256 MiB is in flight (the error
+// is NIXL's ERR_REMOTE_DISCONNECT from the request itself, and D is exact
+// again after a new handshake), and UCX without tcp (a start-up error
+// naming NIXL's status).
 func TestNIXLAgentFailures(t *testing.T) {
 	t.Run("P killed and restarted", func(t *testing.T) {
 		addr := freePort(t)
@@ -184,6 +244,58 @@ func TestNIXLAgentFailures(t *testing.T) {
 			if !strings.Contains(line, "ERR_REMOTE_DISCONNECT") {
 				t.Errorf("an error names %q, want NIXL's ERR_REMOTE_DISCONNECT", line)
 			}
+		}
+		d.cmd.Process.Signal(os.Interrupt)
+		d.wait(t, 20*time.Second)
+	})
+
+	t.Run("P killed while a NIXL READ is in flight", func(t *testing.T) {
+		// 256 MiB per request (Qwen2.5-32B, 1,000 tokens, TP 1), so that a
+		// READ over UCX's tcp lasts a few hundred milliseconds.
+		sc := filepath.Join(t.TempDir(), "big.json")
+		if err := os.WriteFile(sc, []byte(`{"model": "Qwen/Qwen2.5-32B", "prompt_min": 1000, "prompt_max": 1024, "prefix_hit_fraction": 0,
+			"p": {"tensor_parallel_size": 1, "kv_cache_memory_bytes": 285212672, "max_model_len": 1024},
+			"d": {"tensor_parallel_size": 1, "kv_cache_memory_bytes": 285212672, "max_model_len": 1024}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		addr := freePort(t)
+		p := startP(t, addr, "--scenario", sc)
+		d := startAgent(t, "tcp,self", "--role", "d", "--backend", "nixl", "--peer", addr, "--peer-token", "tok", "--name", "kvs-d",
+			"--scenario", sc, "--duration", "180", "--verify-every", "1", "--rate", "0")
+		d.waitLog(t, exact, 60*time.Second)
+		// The first error after a kill: NIXL's status from the request's
+		// status check or post when the kill lands in a READ, the control
+		// channel's when it lands in a prefill. Kill until one lands in a
+		// READ (bytes flowing on loopback), at most four times.
+		errLine := regexp.MustCompile(`(?m)request \d+: ERR_.*$`)
+		fromNIXL := regexp.MustCompile(`^request \d+: ERR_REMOTE_DISCONNECT: transfer: nixl (getXferStatus|postXferReq)\b.*NIXL_ERR_REMOTE_DISCONNECT`)
+		for attempt := 1; ; attempt++ {
+			errs, proved := len(errLine.FindAllString(d.Log(), -1)), len(exact.FindAllString(d.Log(), -1))
+			d.waitCount(t, exact, proved+1, 60*time.Second) // a new request has begun
+			flowing := loopbackBurst(3 * time.Second)
+			p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+			p.done <- nil
+			d.waitCount(t, errLine, errs+1, 20*time.Second)
+			first := errLine.FindAllString(d.Log(), -1)[errs]
+			t.Logf("kill %d (bytes flowing: %v): D's first error %q", attempt, flowing, first)
+			proved = len(exact.FindAllString(d.Log(), -1))
+			p = startP(t, addr, "--scenario", sc)
+			d.waitCount(t, exact, proved+2, 60*time.Second) // a new handshake, and exact transfers again
+			if fromNIXL.MatchString(first) {
+				break
+			}
+			if attempt == 4 {
+				t.Fatalf("none of %d kills landed in a NIXL request (the last error: %q)", attempt, first)
+			}
+		}
+		for _, line := range errLine.FindAllString(d.Log(), -1) {
+			if !strings.Contains(line, "ERR_REMOTE_DISCONNECT") {
+				t.Errorf("an error names %q, want ERR_REMOTE_DISCONNECT", line)
+			}
+		}
+		if wrong.MatchString(d.Log()) {
+			t.Error("D proved a transfer wrong")
 		}
 		d.cmd.Process.Signal(os.Interrupt)
 		d.wait(t, 20*time.Second)
