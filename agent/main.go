@@ -36,7 +36,9 @@ import (
 	"github.com/kvscope/kvscope/agent/metrics"
 	"github.com/kvscope/kvscope/agent/runner"
 	"github.com/kvscope/kvscope/agent/scenario"
+	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/app/bundled"
+	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 )
 
@@ -49,8 +51,42 @@ func main() {
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "kvscope-agent:", err)
+		if ue := (*usageError)(nil); errors.As(err, &ue) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
+}
+
+// usageError is a command line the agent cannot run: exit status 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// checkName refuses an agent name the server would refuse (it checks
+// names with event.CheckAgentName too), naming flag and the value.
+func checkName(flag, name string) error {
+	err := event.CheckAgentName(name)
+	if err == nil {
+		return nil
+	}
+	why := strings.TrimPrefix(err.Error(), fmt.Sprintf("agent name %q: ", name))
+	return &usageError{fmt.Errorf("%s %q: %s (the server refuses any other name)", flag, name, why)}
+}
+
+// defaultName is the agent's name when --name is not given, as
+// runner.Start names it: the host name, and the role of one agent of a
+// pair (both may share a host).
+func defaultName(role string) (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("the host name (the default --name): %w", err)
+	}
+	if role == "p" || role == "d" {
+		host += "/" + role
+	}
+	return host, nil
 }
 
 // options are the agent's flags.
@@ -102,10 +138,26 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	fs.Int64Var(&o.hostMiB, "host-memory-mib", 1024, "host memory the host backend may allocate, MiB")
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &usageError{err}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	streaming := c.ServerURL != "" || c.NATS != ""
+	if c.Name == "" {
+		name, err := defaultName(c.Role)
+		if err != nil {
+			return nil, err
+		}
+		if streaming && event.CheckAgentName(name) != nil {
+			return nil, &usageError{fmt.Errorf("the host name %q, the default --name, is no agent name the server takes (letters, digits and . _ - : @ / +): give --name", name)}
+		}
+		c.Name = name
+	} else if err := checkName("--name", c.Name); err != nil {
+		return nil, err
 	}
 	s := scenario.Default()
 	if o.scenario != "" {
@@ -168,12 +220,6 @@ func parse(args []string) (*options, error) {
 		}
 		if err := natsURLs(c.NATS); err != nil {
 			return nil, err
-		}
-		if c.Name == "" { // as runner.Start names it: the user must be the agent's name
-			c.Name, _ = os.Hostname()
-			if c.Role == "p" || c.Role == "d" {
-				c.Name += "/" + c.Role
-			}
 		}
 		if c.NATSAuth.Creds == "" && c.NATSAuth.User == "" {
 			c.NATSAuth.User, c.NATSAuth.Password = c.Name, c.Token // kvscope serve's embedded server
@@ -258,7 +304,21 @@ func run(ctx context.Context, args []string, logf func(string, ...any)) error {
 		defer srv.Close()
 		logf("metrics on http://%s/metrics", ln.Addr())
 	}
-	return runner.Start(ctx, c)
+	if c.ServerURL == "" {
+		return runner.Start(ctx, c)
+	}
+	// A server that refuses the agent for good (its name, its token)
+	// stops the agent with the server's reason, rather than transfers
+	// whose events go nowhere.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	c.Streamer = &stream.Streamer{Agent: c.Name, URL: c.ServerURL, Token: c.Token, Logf: logf,
+		OnRefused: func(re *stream.RefusedError) { stop(re) }}
+	err = runner.Start(ctx, c)
+	if re := (*stream.RefusedError)(nil); errors.As(context.Cause(ctx), &re) {
+		return re
+	}
+	return err
 }
 
 // runWatch is kvscope-agent watch: the NIXL telemetry of the vLLM
@@ -277,7 +337,16 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	sides := fs.String("side-channel", "", "opt-in: comma-separated engines' NIXL side channels, [p=|d=]HOST:PORT[/TP] (VLLM_NIXL_SIDE_CHANNEL_PORT + DP index), asked for each rank's handshake metadata, one well-formed request at a time")
 	fs.DurationVar(&c.SideChannelEvery, "side-channel-every", time.Minute, "how often --side-channel engines are asked again")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err}
+	}
+	if c.Name != "" {
+		// Each watched agent is named NAME/<its ring>.
+		if err := checkName("--name", c.Name); err != nil {
+			return err
+		}
 	}
 	c.Sides = map[string]string{}
 	for _, u := range strings.Split(*urls, ",") {

@@ -1,9 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kvscope/kvscope/agent/stream"
 )
 
 // TestMain lets a test run this test binary as kvscope-agent itself
@@ -82,4 +91,75 @@ func TestParseSideChannel(t *testing.T) {
 			t.Errorf("%q: %v, want %q", c.in, err, c.want)
 		}
 	}
+}
+
+// TestAgentName: --name is checked at startup with the server's rule
+// (event.CheckAgentName): a name the server would refuse stops the agent
+// with exit status 2 and a message naming --name and the value, quoted,
+// before it connects anywhere.
+func TestAgentName(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" : accepted
+	}{
+		{[]string{"--name", "gpu-node-07/p"}, ""},
+		{[]string{"--name", "user@host:7700", "--server", "ws://127.0.0.1:1"}, ""},
+		{[]string{"--name", "a\nkvscope: forged", "--server", "ws://127.0.0.1:1"}, `--name "a\nkvscope: forged": character '\n' at byte 1`},
+		{[]string{"--name", "<script>"}, `--name "<script>": character '<' at byte 0`},
+		{[]string{"--name", strings.Repeat("x", 129)}, `--name "` + strings.Repeat("x", 129) + `": an agent name is 1 to 128 characters`},
+		{[]string{"watch", "--name", "sp ace"}, `--name "sp ace": character ' ' at byte 2`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var err error
+			if tc.args[0] == "watch" {
+				err = runWatch(context.Background(), tc.args[1:], t.Logf)
+			} else {
+				_, err = parse(tc.args)
+			}
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ue *usageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want a usage error containing %q", err, tc.want)
+			}
+		})
+	}
+
+	// The agent itself: exit status 2, the message on stderr.
+	cmd := exec.Command(os.Args[0], "--name", "a\nb", "--server", "ws://127.0.0.1:1")
+	cmd.Env = append(os.Environ(), "KVSCOPE_AGENT_MAIN=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(stderr.String(), `--name "a\nb"`) {
+		t.Fatalf("kvscope-agent --name 'a<newline>b': %v, stderr %q; want exit status 2 naming --name", err, stderr.String())
+	}
+}
+
+// TestAgentStopsWhenRefused: a server that refuses the agent for good
+// (here its token) stops the agent with the server's reason, instead of
+// transfers whose events go nowhere and a retry forever.
+func TestAgentStopsWhenRefused(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := run(ctx, []string{"--server", srv.URL, "--token", "wrong", "--name", "refused/agent", "--model", "Qwen/Qwen3-0.6B",
+		"--kv-cache-memory-mib", "64", "--host-memory-mib", "256", "--rate", "20"}, t.Logf)
+	var re *stream.RefusedError
+	if !errors.As(err, &re) || re.Status != 401 || !strings.Contains(err.Error(), "a valid bearer token is required") {
+		t.Fatalf("run: %v, want the server's 401 and its reason", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the agent stopped only at the test's deadline (%v)", time.Since(start))
+	}
+	t.Logf("stopped %v after start: %v", time.Since(start), err)
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
 )
 
@@ -136,6 +139,16 @@ func TestAgentNames(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 {
 		t.Fatalf("a name with a newline: %d, want 400", resp.StatusCode)
+	}
+	// An agent's streamer with such a name stops at once with the
+	// server's reason, on one line.
+	st := &stream.Streamer{Agent: "a\nkvscope: forged", URL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws/agent", Token: "tok"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = st.Run(ctx)
+	var re *stream.RefusedError
+	if !errors.As(err, &re) || re.Status != 400 || !strings.Contains(err.Error(), `character '\n' at byte 1`) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("a streamer named with a newline: %v, want the server's 400 and its reason on one line", err)
 	}
 }
 

@@ -13,8 +13,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +35,10 @@ type Streamer struct {
 	MaxBatch   int           // events per frame (default 512)
 	InFlight   int           // frames sent and not yet acknowledged, at most (default 2)
 	Logf       func(format string, args ...any)
+	// OnRefused, when set, is called with a permanent refusal (see Run)
+	// before Run returns it: whoever runs the streamer beside other work
+	// can stop that work too.
+	OnRefused func(*RefusedError)
 
 	mu      sync.Mutex
 	queue   []event.Event // unacknowledged events, in seq order
@@ -151,10 +157,63 @@ func (s *Streamer) Flush(ctx context.Context) error {
 	}
 }
 
-// ErrUnauthorized means the server refused the token.
+// ErrUnauthorized means the server refused the token (a *RefusedError of
+// status 401 is this error).
 var ErrUnauthorized = errors.New("stream: the server refused the agent's token (401)")
 
-// Run connects, sends and reconnects until ctx ends.
+// RefusedError is the server refusing the agent's connection: the HTTP
+// status and the reason the server gave (its response body, clipped).
+type RefusedError struct {
+	Agent  string
+	Status int
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	msg := fmt.Sprintf("stream: the server refused agent %q: %d %s", e.Agent, e.Status, http.StatusText(e.Status))
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	switch e.Status {
+	case http.StatusUnauthorized:
+		msg += " (check --token or $KVSCOPE_TOKEN)"
+	case http.StatusBadRequest:
+		msg += " (check --name)"
+	}
+	return msg
+}
+
+// Is makes a 401 refusal ErrUnauthorized.
+func (e *RefusedError) Is(target error) bool {
+	return target == ErrUnauthorized && e.Status == http.StatusUnauthorized
+}
+
+// Permanent reports a refusal that connecting again cannot change: a 4xx
+// status other than 408 (timeout) and 429 (too many requests).
+func (e *RefusedError) Permanent() bool {
+	return e.Status >= 400 && e.Status < 500 && e.Status != http.StatusRequestTimeout && e.Status != http.StatusTooManyRequests
+}
+
+// maxReason bounds the server's reason kept in a RefusedError.
+const maxReason = 512
+
+// refused reads a failed handshake's response into a RefusedError; nil
+// when there is no response or it is not a client or server error.
+func (s *Streamer) refused(resp *http.Response) *RefusedError {
+	if resp == nil || resp.StatusCode < 400 {
+		return nil
+	}
+	var body []byte
+	if resp.Body != nil {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, 1024)) // what the websocket library keeps of it
+	}
+	reason := strings.Join(strings.Fields(string(body)), " ") // one line: a reason cannot forge log lines
+	return &RefusedError{Agent: s.Agent, Status: resp.StatusCode, Reason: event.Clip(reason, maxReason)}
+}
+
+// Run connects, sends and reconnects until ctx ends, or until the server
+// refuses the agent for good (a *RefusedError that is Permanent: a bad
+// name, a wrong token), which it returns.
 func (s *Streamer) Run(ctx context.Context) error {
 	s.init()
 	backoff := 100 * time.Millisecond
@@ -165,6 +224,15 @@ func (s *Streamer) Run(ctx context.Context) error {
 		err := s.session(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if re := (*RefusedError)(nil); errors.As(err, &re) && re.Permanent() {
+			if s.Logf != nil {
+				s.Logf("%v; not connecting again", err)
+			}
+			if s.OnRefused != nil {
+				s.OnRefused(re)
+			}
+			return err
 		}
 		s.mu.Lock()
 		worked := s.sessionAcks > 0
@@ -209,8 +277,8 @@ func (s *Streamer) session(ctx context.Context) error {
 	conn, resp, err := websocket.Dial(dctx, endpoint, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + s.Token}}})
 	cancel()
 	if err != nil {
-		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
-			return ErrUnauthorized
+		if re := s.refused(resp); re != nil {
+			return re
 		}
 		return err
 	}
