@@ -328,3 +328,46 @@ func TestAdmissionQueueLength(t *testing.T) {
 		})
 	}
 }
+
+// heavyPD is a /api/pd body inside the default limits that computes for
+// seconds: a 2^20-token prompt of Qwen3-0.6B (3.7 million pairs).
+const heavyPD = `{"model":"Qwen/Qwen3-0.6B","prompt_tokens":1048576,` +
+	`"p":{"max_model_len":1048576,"kv_cache_memory_bytes":274877906944},"d":{"max_model_len":1048576,"kv_cache_memory_bytes":274877906944}}`
+
+// TestPDHangUp: a client that hangs up on a heavy /api/pd (a 2^20-token
+// prompt: about 1.5 s of pairs on this machine) stops the computation
+// within 100 ms, and its memory is given back.
+func TestPDHangUp(t *testing.T) {
+	s := newServer(catalog(), serveOptions{Agent: "none", Limits: limits{MaxMemory: 4 << 30, MaxPairs: 20_000_000,
+		MaxResponse: 64 << 20, QueueWait: time.Second, MaxQueue: 2}}, nil)
+	srv := httptest.NewServer(s.handler)
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		post(t, ctx, srv.URL+"/api/pd", heavyPD)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.api.adm.held() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if s.api.adm.held() == 0 {
+		t.Fatal("the request was never admitted")
+	}
+	time.Sleep(150 * time.Millisecond) // well into its pairs
+	if s.api.adm.held() == 0 {
+		t.Fatal("the request finished before the client hung up: make it heavier")
+	}
+	cancel()
+	hung := time.Now()
+	for s.api.adm.held() != 0 && time.Since(hung) < 5*time.Second {
+		time.Sleep(time.Millisecond)
+	}
+	stopped := time.Since(hung)
+	<-answered
+	t.Logf("the computation stopped %v after the client hung up", stopped)
+	if s.api.adm.held() != 0 || stopped > 100*time.Millisecond*time.Duration(slack()) {
+		t.Errorf("the computation went on %v after the client hung up, want under 100 ms", stopped)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -31,34 +32,103 @@ func registration(agent string, seq uint64, rank int) event.Event {
 	return event.Event{V: 1, Agent: agent, Seq: seq, TS: int64(seq), Kind: event.Registration, Registration: &event.RegistrationData{Side: "P", Rank: rank}}
 }
 
+// The hub-abuse tests run on both hubs kvscope serve may have: one that
+// keeps agents' events in memory (replay, the tests), and one on an event
+// log, an embedded NATS JetStream server, which stores an agent's frame and
+// gets it back through its follower (kvscope serve's default).
+var abuseHubs = []struct {
+	name  string
+	start func(t *testing.T, record io.Writer) *hub
+}{
+	{"memory", func(t *testing.T, record io.Writer) *hub { return newHub(metrics.New(), record, nil) }},
+	{"nats", func(t *testing.T, record io.Writer) *hub {
+		b, err := openBus(context.Background(), busOptions{DataDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHub(metrics.New(), record, nil)
+		h.bus = b
+		followed := make(chan struct{})
+		go func() {
+			defer close(followed)
+			h.follow(followReplay)
+		}()
+		t.Cleanup(func() {
+			h.stop()
+			<-followed
+			b.close()
+		})
+		return h
+	}},
+}
+
+// send stores events as their agent's frame, as /ws/agent does, and waits
+// until the hub has them (on NATS: back from the log), so subscribers have
+// been offered them. It returns how long the store took: what the agent's
+// acknowledgement waits for.
+func send(t *testing.T, h *hub, events ...event.Event) time.Duration {
+	t.Helper()
+	frame, err := event.EncodeFrame(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := events[len(events)-1]
+	start := time.Now()
+	if _, err := h.store(context.Background(), last.Agent, events, frame); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Microsecond) {
+		h.mu.Lock()
+		got := h.lastSeq[last.Agent]
+		h.mu.Unlock()
+		if got >= last.Seq {
+			return took
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent %s's event %d never reached the hub (it has %d)", last.Agent, last.Seq, got)
+		}
+	}
+}
+
 // TestHubBoundsItsMemory: the replay buffer and each agent's state are
 // bounded in bytes as well as events, whatever size the events are.
 func TestHubBoundsItsMemory(t *testing.T) {
-	h := newHub(metrics.New(), nil, nil)
-	// 40 events of ~512 KiB: 20 MiB offered to an 8 MiB buffer.
-	for i := 1; i <= 40; i++ {
-		h.publish([]event.Event{bigHello(fmt.Sprintf("a%d", i%4), uint64(i), 512<<10)})
-	}
-	total := 0
-	for _, st := range h.recent.events() {
-		total += len(st.raw)
-	}
-	if total != h.recent.bytes || total > 8<<20 || len(h.recent.events()) == 0 {
-		t.Fatalf("the replay buffer holds %d bytes in %d events (counted %d), want at most 8 MiB", total, len(h.recent.events()), h.recent.bytes)
-	}
-	// One agent's hello and 500 registrations of ~4 KiB of state each.
-	h.publish([]event.Event{bigHello("s", 1, 1)})
-	for i := 2; i <= 500; i++ {
-		e := registration("s", uint64(i), i)
-		e.Registration.Side = strings.Repeat("P", 4<<10)
-		h.publish([]event.Event{e})
-	}
-	size := 0
-	for _, st := range h.state["s"] {
-		size += len(st.raw)
-	}
-	if st := h.state["s"]; len(st) > maxState || size > maxStateBytes || st[0].e.Kind != event.Hello {
-		t.Fatalf("agent s's state: %d events, %d bytes, first %s; want at most %d events, %d bytes, the hello first", len(st), size, st[0].e.Kind, maxState, maxStateBytes)
+	for _, kind := range abuseHubs {
+		t.Run(kind.name, func(t *testing.T) {
+			h := kind.start(t, nil)
+			// 40 events of ~512 KiB: 20 MiB offered to an 8 MiB buffer.
+			for i := 1; i <= 40; i++ {
+				send(t, h, bigHello(fmt.Sprintf("a%d", i%4), uint64(i), 512<<10))
+			}
+			h.mu.Lock()
+			recent, counted := h.recent.events(), h.recent.bytes
+			h.mu.Unlock()
+			total := 0
+			for _, st := range recent {
+				total += len(st.raw)
+			}
+			if total != counted || total > 8<<20 || len(recent) == 0 {
+				t.Fatalf("the replay buffer holds %d bytes in %d events (counted %d), want at most 8 MiB", total, len(recent), counted)
+			}
+			// One agent's hello and 500 registrations of ~4 KiB of state each.
+			send(t, h, bigHello("s", 1, 1))
+			for i := 2; i <= 500; i++ {
+				e := registration("s", uint64(i), i)
+				e.Registration.Side = strings.Repeat("P", 4<<10)
+				send(t, h, e)
+			}
+			h.mu.Lock()
+			st := h.state["s"]
+			h.mu.Unlock()
+			size := 0
+			for _, x := range st {
+				size += len(x.raw)
+			}
+			if len(st) > maxState || size > maxStateBytes || st[0].e.Kind != event.Hello {
+				t.Fatalf("agent s's state: %d events, %d bytes, first %s; want at most %d events, %d bytes, the hello first", len(st), size, st[0].e.Kind, maxState, maxStateBytes)
+			}
+		})
 	}
 }
 
@@ -66,52 +136,60 @@ func TestHubBoundsItsMemory(t *testing.T) {
 // (12,800 events) reach a new subscriber in frames within the app's
 // limits, each agent whole in one frame, its hello first.
 func TestHubHistoryFitsTheBrowser(t *testing.T) {
-	h := newHub(metrics.New(), nil, nil)
-	for a := range 200 {
-		name := fmt.Sprintf("agent-%03d", a)
-		evs := []event.Event{bigHello(name, 1, 10)}
-		for r := range 63 {
-			evs = append(evs, registration(name, uint64(r+2), r))
-		}
-		h.publish(evs)
-	}
-	_, frames := h.subscribe()
-	seen := map[string]int{} // agent -> the frame it was in
-	for i, f := range frames {
-		if len(f) > event.MaxFrameBytes {
-			t.Fatalf("history frame %d: %d bytes", i, len(f))
-		}
-		evs, err := event.DecodeFrame(f)
-		if err != nil {
-			t.Fatalf("history frame %d: %v", i, err)
-		}
-		for _, e := range evs {
-			if j, ok := seen[e.Agent]; ok && j != i {
-				t.Fatalf("agent %s is split over frames %d and %d", e.Agent, j, i)
-			} else if !ok && e.Kind != event.Hello {
-				t.Fatalf("agent %s starts with a %s", e.Agent, e.Kind)
+	for _, kind := range abuseHubs {
+		t.Run(kind.name, func(t *testing.T) {
+			h := kind.start(t, nil)
+			for a := range 200 {
+				name := fmt.Sprintf("agent-%03d", a)
+				evs := []event.Event{bigHello(name, 1, 10)}
+				for r := range 63 {
+					evs = append(evs, registration(name, uint64(r+2), r))
+				}
+				send(t, h, evs...)
 			}
-			seen[e.Agent] = i
-		}
-	}
-	if len(seen) != 200 || len(frames) < 4 {
-		t.Fatalf("%d agents in %d frames, want 200 in at least 4 (12,800 events)", len(seen), len(frames))
+			_, frames := h.subscribe()
+			seen := map[string]int{} // agent -> the frame it was in
+			for i, f := range frames {
+				if len(f) > event.MaxFrameBytes {
+					t.Fatalf("history frame %d: %d bytes", i, len(f))
+				}
+				evs, err := event.DecodeFrame(f)
+				if err != nil {
+					t.Fatalf("history frame %d: %v", i, err)
+				}
+				for _, e := range evs {
+					if j, ok := seen[e.Agent]; ok && j != i {
+						t.Fatalf("agent %s is split over frames %d and %d", e.Agent, j, i)
+					} else if !ok && e.Kind != event.Hello {
+						t.Fatalf("agent %s starts with a %s", e.Agent, e.Kind)
+					}
+					seen[e.Agent] = i
+				}
+			}
+			if len(seen) != 200 || len(frames) < 4 {
+				t.Fatalf("%d agents in %d frames, want 200 in at least 4 (12,800 events)", len(seen), len(frames))
+			}
+		})
 	}
 }
 
 // TestHubFramesAreNotHTMLEscaped: "<" an agent sends is one byte in the
 // subscribers' frames and the recording, not "\u003c".
 func TestHubFramesAreNotHTMLEscaped(t *testing.T) {
-	var rec bytes.Buffer
-	h := newHub(metrics.New(), &rec, nil)
-	s, _ := h.subscribe()
-	h.publish([]event.Event{bigHello("a", 1, 1000)})
-	frame := (<-s.frames).data
-	if bytes.Contains(frame, []byte(`\u003c`)) || !bytes.Contains(frame, bytes.Repeat([]byte("<"), 1000)) || len(frame) > 1300 {
-		t.Fatalf("a frame of %d bytes for 1,000 '<': escaped", len(frame))
-	}
-	if bytes.Contains(rec.Bytes(), []byte(`\u003c`)) {
-		t.Fatal("the recording escapes '<'")
+	for _, kind := range abuseHubs {
+		t.Run(kind.name, func(t *testing.T) {
+			var rec syncBuffer
+			h := kind.start(t, &rec)
+			s, _ := h.subscribe()
+			send(t, h, bigHello("a", 1, 1000))
+			frame := (<-s.frames).data
+			if bytes.Contains(frame, []byte(`\u003c`)) || !bytes.Contains(frame, bytes.Repeat([]byte("<"), 1000)) || len(frame) > 1300 {
+				t.Fatalf("a frame of %d bytes for 1,000 '<': escaped", len(frame))
+			}
+			if r := rec.String(); strings.Contains(r, `\u003c`) || !strings.Contains(r, strings.Repeat("<", 1000)) {
+				t.Fatal("the recording escapes '<'")
+			}
+		})
 	}
 }
 
@@ -155,51 +233,54 @@ func TestAgentNames(t *testing.T) {
 // TestHubAcksNeverWaitForSubscribers: 200 subscribers joining and
 // leaving (each takes a large history, holds its subscription for a
 // millisecond as a connection would, and comes back 10 ms later) while an
-// agent publishes: the publish that precedes each ack stays under 100 ms.
+// agent sends frames: storing each (what its ack waits for; on NATS, until
+// JetStream has it) stays under 100 ms.
 func TestHubAcksNeverWaitForSubscribers(t *testing.T) {
-	h := newHub(metrics.New(), nil, nil)
-	for a := range 200 {
-		name := fmt.Sprintf("agent-%03d", a)
-		evs := []event.Event{bigHello(name, 1, 2000)}
-		for r := range 20 {
-			evs = append(evs, registration(name, uint64(r+2), r))
-		}
-		h.publish(evs)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 200 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
+	for _, kind := range abuseHubs {
+		t.Run(kind.name, func(t *testing.T) {
+			h := kind.start(t, nil)
+			for a := range 200 {
+				name := fmt.Sprintf("agent-%03d", a)
+				evs := []event.Event{bigHello(name, 1, 2000)}
+				for r := range 20 {
+					evs = append(evs, registration(name, uint64(r+2), r))
 				}
-				s, hist := h.subscribe()
-				_ = hist
-				time.Sleep(time.Millisecond)
-				h.unsubscribe(s)
-				time.Sleep(10 * time.Millisecond)
+				send(t, h, evs...)
 			}
-		}()
-	}
-	var lat []time.Duration
-	for i := 1; i <= 300; i++ {
-		start := time.Now()
-		h.publish([]event.Event{{V: 1, Agent: "streamer", Seq: uint64(i), TS: int64(i), Kind: event.Sample, Sample: &event.SampleData{}}})
-		lat = append(lat, time.Since(start))
-		time.Sleep(time.Millisecond)
-	}
-	close(stop)
-	wg.Wait()
-	slices.Sort(lat)
-	p99 := lat[len(lat)*99/100]
-	t.Logf("publish latency with 200 subscribers churning: p50 %v, p99 %v, max %v", lat[len(lat)/2], p99, lat[len(lat)-1])
-	if p99 > 100*time.Millisecond*time.Duration(slack()) {
-		t.Fatalf("publish p99 %v with subscribers churning, want under 100 ms", p99)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 200 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						s, hist := h.subscribe()
+						_ = hist
+						time.Sleep(time.Millisecond)
+						h.unsubscribe(s)
+						time.Sleep(10 * time.Millisecond)
+					}
+				}()
+			}
+			var lat []time.Duration
+			for i := 1; i <= 300; i++ {
+				lat = append(lat, send(t, h, event.Event{V: 1, Agent: "streamer", Seq: uint64(i), TS: int64(i), Kind: event.Sample, Sample: &event.SampleData{}}))
+				time.Sleep(time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+			slices.Sort(lat)
+			p99 := lat[len(lat)*99/100]
+			t.Logf("store latency with 200 subscribers churning: p50 %v, p99 %v, max %v", lat[len(lat)/2], p99, lat[len(lat)-1])
+			if p99 > 100*time.Millisecond*time.Duration(slack()) {
+				t.Fatalf("store p99 %v with subscribers churning, want under 100 ms", p99)
+			}
+		})
 	}
 }
 
