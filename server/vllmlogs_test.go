@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvscope/kvscope/core/check"
+	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/vllm"
+	"github.com/kvscope/kvscope/core/vlog"
 )
 
 // logEntry is one real vLLM startup log of testdata/vllm-logs/index.json:
@@ -82,11 +85,8 @@ func TestRealVLLMLogs(t *testing.T) {
 			}
 			checked++
 			versions[res.Profile] = true
-			for _, k := range e.Kinds {
-				if k != "full" {
-					hybrid++
-					break
-				}
+			if hasNonFullLayers(t, e) {
+				hybrid++
 			}
 			if len(res.Lines) == 0 {
 				t.Fatal("no line compared")
@@ -115,6 +115,81 @@ func TestRealVLLMLogs(t *testing.T) {
 	t.Logf("%d of %d real logs match (%d of hybrid models), over %d vLLM versions: %s", matched, checked, hybrid, len(vs), strings.Join(vs, " "))
 	if checked < 25 || hybrid < 12 || len(vs) < 5 {
 		t.Errorf("the log set has %d checkable logs, %d of hybrid models, %d versions; want at least 25, 12 and 5", checked, hybrid, len(vs))
+	}
+}
+
+// argValue is the value of flag name in a log entry's extra arguments, ""
+// when the entry does not give it.
+func argValue(args []string, name string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == name {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// hasNonFullLayers says whether the model a log's check planned has a
+// layer other than full attention (sliding window, chunked local, MLA,
+// Mamba, GDN): a log counts towards the hybrid-model minimum by the
+// model's own layers, never by the labels written in the index (a
+// full-attention model's pipeline-parallel refusal is not hybrid).
+func hasNonFullLayers(t *testing.T, e logEntry) bool {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "vllm-logs", e.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := vlog.Parse(string(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := check.Input{Log: l, Version: argValue(e.Args, "--vllm-version"), Catalog: catalog()}
+	if ref := argValue(e.Args, "--model"); ref != "" {
+		if in.Model, err = readModel(in.Catalog, ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := check.Run(in)
+	if err != nil {
+		t.Fatalf("resolving the log's model: %v", err)
+	}
+	for _, ly := range res.ModelRef.Layers {
+		if ly.Kind != model.Full {
+			return true
+		}
+	}
+	return false
+}
+
+// TestHybridCountReadsTheModel: the hybrid count decides by layer kinds,
+// so a full-attention model stays full whatever its index labels say and
+// a sliding-window or GDN model counts.
+func TestHybridCountReadsTheModel(t *testing.T) {
+	byFile := map[string]logEntry{}
+	for _, e := range readLogIndex(t) {
+		byFile[e.File] = e
+	}
+	tests := []struct {
+		file   string
+		hybrid bool
+	}{
+		{"qwen3-coder-30b-fp8-pp2-v0.15.2rc1-REFUSAL-FRAGMENT.log", false}, // full attention, labelled refusal + pipeline_parallel
+		{"llama31-8b-l4-v0.11.0.log", false},
+		{"gpt-oss-120b-h100-v0.11.0-REFUSAL-FRAGMENT.log", true}, // sliding window every other layer
+		{"qwen36-35b-a3b-nvfp4-v0.20.0-wsl.log", true},           // GDN
+		{"granite-4.0-h-1b-v0.19.0-eager.log", true},             // Mamba2
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			e, ok := byFile[tt.file]
+			if !ok {
+				t.Fatalf("%s is not in the index", tt.file)
+			}
+			if got := hasNonFullLayers(t, e); got != tt.hybrid {
+				t.Errorf("hybrid %v, want %v", got, tt.hybrid)
+			}
+		})
 	}
 }
 
