@@ -182,6 +182,11 @@ func TestBrowserApp(t *testing.T) {
 	}
 	ms := attr(t, ctx, `#recompute`, "data-ms")
 	t.Logf("recompute after the change: %s ms", ms)
+	// The footer's time is read from the browser's high-resolution timer:
+	// WebAssembly's time.Now ticks in milliseconds and printed 0.00.
+	if v, err := strconv.ParseFloat(ms, 64); err != nil || v <= 0 {
+		t.Errorf("the footer says computed in %q ms, want a positive figure", ms)
+	}
 
 	// A shared link restores the view in a fresh page.
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(shared)); err != nil {
