@@ -276,6 +276,9 @@ func (c *Root) effective(side, key string) string {
 	case "min-kv-cache-group-layers":
 		return n(e.MinGroupLayers)
 	case "kv-cache-group-size":
+		if p.GroupSize == 0 {
+			return "none needed (" + p.Dispatch + ")"
+		}
 		return n(p.GroupSize) + " chosen"
 	case "kv-cache-memory-gib":
 		return n(int(e.KVCacheMemoryBytes >> 30))

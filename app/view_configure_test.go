@@ -160,8 +160,16 @@ func TestConfigurePlaceholdersShowEffectiveValues(t *testing.T) {
 		}
 	})
 
-	t.Run("no unset engine field shows 0 or a bare default", func(t *testing.T) {
-		root := computed(t, qwen36)
+	for _, s := range []Settings{qwen36, dense} {
+		t.Run("no unset engine field of "+s.Model+" shows 0 or a bare default", func(t *testing.T) { noZeroPlaceholders(t, s) })
+	}
+}
+
+// noZeroPlaceholders fails on an unset integer engine field of s whose
+// value or placeholder reads 0 or a bare "default".
+func noZeroPlaceholders(t *testing.T, s Settings) {
+	{
+		root := computed(t, s)
 		html := app.HTMLString(root.renderConfigure())
 		for _, f := range engineFields {
 			if _, isInt := f.ptr(&root.settings.P).(*int); !isInt {
@@ -181,7 +189,7 @@ func TestConfigurePlaceholdersShowEffectiveValues(t *testing.T) {
 				}
 			}
 		}
-	})
+	}
 }
 
 // steppingClock is a clock that moves step forward at every reading.
