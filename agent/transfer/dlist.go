@@ -31,8 +31,8 @@ import (
 // NIXL starts a new run there rather than stretching a one-entry class.
 type dlistLayout struct {
 	classes []dlistClass
-	first   map[dlistClass]int // each class's first entry
-	region  []int              // per entry
+	grid    map[dlistClass]dlistGrid // where each class's entries lie
+	region  []int                    // per entry
 	off     []int64
 	len     []int64
 }
@@ -43,28 +43,16 @@ type dlistClass struct {
 	len, mod int64
 }
 
-// classOf is a descriptor's class.
-func classOf(at xfer.Loc, n int64) dlistClass {
-	return dlistClass{at.Region, n, at.Offset % n}
+// dlistGrid is where a class's entries lie in the list.
+type dlistGrid struct {
+	first, count int
 }
 
-// covers reports whether the layout has a class for every pair.
-func (l *dlistLayout) covers(pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc) bool {
-	if l == nil {
-		return false
-	}
-	var last dlistClass
-	for i := range pairs {
-		c := classOf(at(&pairs[i]), pairs[i].Len)
-		if i > 0 && c == last {
-			continue // most pairs share their neighbour's class
-		}
-		if _, ok := l.first[c]; !ok {
-			return false
-		}
-		last = c
-	}
-	return true
+// classOf is a descriptor's class and its slot in the class's grid (one
+// division gives both).
+func classOf(at xfer.Loc, n int64) (dlistClass, int64) {
+	slot := at.Offset / n
+	return dlistClass{at.Region, n, at.Offset - slot*n}, slot
 }
 
 // newLayout lays out the classes of pairs, and those of old (a layout a
@@ -81,9 +69,10 @@ func newLayout(old *dlistLayout, pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc
 		if p.Len <= 0 {
 			return nil, fmt.Errorf("transfer: descriptor pair %d has length %d", i, p.Len)
 		}
-		set[classOf(at(p), p.Len)] = true
+		c, _ := classOf(at(p), p.Len)
+		set[c] = true
 	}
-	l := &dlistLayout{first: map[dlistClass]int{}}
+	l := &dlistLayout{grid: map[dlistClass]dlistGrid{}}
 	for c := range set {
 		l.classes = append(l.classes, c)
 	}
@@ -102,10 +91,11 @@ func newLayout(old *dlistLayout, pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc
 		if err != nil {
 			return nil, err
 		}
-		l.first[c] = len(l.off)
+		first := len(l.off)
 		for off := c.mod; off <= size-c.len; off += c.len {
 			l.region, l.off, l.len = append(l.region, c.region), append(l.off, off), append(l.len, c.len)
 		}
+		l.grid[c] = dlistGrid{first, len(l.off) - first}
 		if len(l.off) > math.MaxInt32 {
 			return nil, fmt.Errorf("transfer: more than %d descriptors in one prepared list: NIXL indexes them with a C int", math.MaxInt32)
 		}
@@ -117,24 +107,48 @@ func newLayout(old *dlistLayout, pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc
 // the layout lacks, or outside its region, is an error.
 func (l *dlistLayout) indices(pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc) ([]int32, error) {
 	out := make([]int32, len(pairs))
+	if err := l.indexAll(pairs, at, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// indexAll is indices written into out (len(pairs) long).
+func (l *dlistLayout) indexAll(pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc, out []int32) error {
+	i, err := l.index(pairs, at, out)
+	if err == nil && i >= 0 {
+		loc := at(&pairs[i])
+		err = fmt.Errorf("transfer: descriptor pair %d: no list entry for region %d [%d, +%d)", i, loc.Region, loc.Offset, pairs[i].Len)
+	}
+	return err
+}
+
+// index writes the pairs' entries into out (len(pairs) long), in the
+// pairs' order, up to the first pair of a class the layout lacks, whose
+// index it returns (-1 when the layout has every pair's class). A pair
+// outside its region is an error.
+func (l *dlistLayout) index(pairs []xfer.Pair, at func(*xfer.Pair) xfer.Loc, out []int32) (int, error) {
+	out = out[:len(pairs)]
 	var last dlistClass
-	first := -1
+	var g dlistGrid
 	for i := range pairs {
 		p := &pairs[i]
 		loc := at(p)
-		c := classOf(loc, p.Len)
-		if first < 0 || c != last {
-			f, ok := l.first[c]
-			if !ok {
-				return nil, fmt.Errorf("transfer: descriptor pair %d: no list entry for region %d [%d, +%d)", i, loc.Region, loc.Offset, p.Len)
+		c, slot := classOf(loc, p.Len)
+		if i == 0 || c != last {
+			var ok bool
+			if g, ok = l.grid[c]; !ok {
+				return i, nil
 			}
-			first, last = f, c
+			last = c
 		}
-		e := first + int((loc.Offset-c.mod)/c.len)
-		if e >= len(l.off) || l.region[e] != loc.Region || l.off[e] != loc.Offset {
-			return nil, fmt.Errorf("transfer: descriptor pair %d: region %d [%d, +%d) lies past its region's end", i, loc.Region, loc.Offset, p.Len)
+		// Entry first+slot is the class's (so of this region and length)
+		// and lies at mod+slot*len, this pair's offset, if slot is one of
+		// the class's slots.
+		if slot < 0 || slot >= int64(g.count) {
+			return -1, fmt.Errorf("transfer: descriptor pair %d: region %d [%d, +%d) lies past its region's end", i, loc.Region, loc.Offset, p.Len)
 		}
-		out[i] = int32(e)
+		out[i] = int32(g.first + int(slot))
 	}
-	return out, nil
+	return -1, nil
 }

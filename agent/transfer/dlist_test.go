@@ -242,12 +242,21 @@ func TestDlistEdgeCases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	more := []xfer.Pair{pair(0, 3, 0, 0, 8)}
-	if l.covers(more, at) {
-		t.Fatal("a layout covers a class it lacks")
+	more := []xfer.Pair{pair(0, 0, 0, 0, 8), pair(0, 3, 0, 0, 8)}
+	out := make([]int32, len(more))
+	if i, err := l.index(more, at, out); i != 1 || err != nil {
+		t.Fatalf("a layout lacking the second pair's class: index says %d, %v; want 1", i, err)
+	}
+	if _, err := l.indices(more, at); err == nil {
+		t.Fatal("indices of a class the layout lacks")
 	}
 	l2, err := newLayout(l, more, at, func(int) (int64, error) { return 64, nil })
-	if err != nil || !l2.covers(more, at) || !l2.covers([]xfer.Pair{pair(0, 56, 0, 0, 8)}, at) || len(l2.off) != 8+7 {
+	if err != nil || len(l2.off) != 8+7 {
 		t.Fatalf("grown layout: %d entries, %v", len(l2.off), err)
+	}
+	for _, q := range [][]xfer.Pair{more, {pair(0, 56, 0, 0, 8)}} {
+		if i, err := l2.index(q, at, out); i != -1 || err != nil {
+			t.Fatalf("grown layout lacks a class of %v: %d, %v", q, i, err)
+		}
 	}
 }

@@ -17,6 +17,7 @@ type Host struct {
 	mu        sync.Mutex
 	regs      [2][]*xfer.Registration // side (P, D) -> rank
 	bufs      [2][][][]byte           // side (P, D) -> rank -> region -> bytes
+	sizes     [2][][]int64            // side (P, D) -> rank -> region -> len(bytes)
 	limit     int64                   // bytes Register may allocate in all
 	allocated int64
 	xfers     map[Handle]*hostXfer
@@ -90,11 +91,18 @@ func (h *Host) Register(regs []*xfer.Registration) error {
 		for len(bufs) <= r.Rank {
 			bufs = append(bufs, nil)
 		}
+		sizes := h.sizes[sideIndex(r.Side)]
+		for len(sizes) <= r.Rank {
+			sizes = append(sizes, nil)
+		}
 		bufs[r.Rank] = make([][]byte, len(r.Regions))
+		sizes[r.Rank] = make([]int64, len(r.Regions))
 		for i, reg := range r.Regions {
 			bufs[r.Rank][i] = make([]byte, reg.Bytes())
+			sizes[r.Rank][i] = reg.Bytes()
 		}
 		h.bufs[sideIndex(r.Side)] = bufs
+		h.sizes[sideIndex(r.Side)] = sizes
 	}
 	h.allocated += need
 	return nil
@@ -169,32 +177,39 @@ func (h *Host) slice(side xfer.Side, rank int, at xfer.Loc, n int64) ([]byte, er
 	return buf[at.Offset : at.Offset+n : at.Offset+n], nil
 }
 
+// limits is one side of a registered rank as Prepare checks descriptors
+// against it (no regions where the rank is not registered).
+func (h *Host) limits(side xfer.Side, rank int) limits {
+	l := limits{side: side, rank: rank, why: h}
+	if i := sideIndex(side); rank >= 0 && rank < len(h.sizes[i]) {
+		l.size, l.mem = h.sizes[i][rank], h.bufs[i][rank]
+	}
+	return l
+}
+
+// refuse implements refuser with slice's error for the descriptor.
+func (h *Host) refuse(side xfer.Side, rank int, at xfer.Loc, n int64) error {
+	_, err := h.slice(side, rank, at, n)
+	return err
+}
+
 // Prepare validates every descriptor against both sides' regions and
 // groups the pairs into per-layer batches.
 func (h *Host) Prepare(x *xfer.Transfer) (*Prepared, error) {
-	return h.prepare(x, func(rank int, q *xfer.Pair) ([]byte, error) { return h.slice(xfer.P, rank, q.Src, q.Len) })
+	return h.prepare(x, func(rank int) limits { return h.limits(xfer.P, rank) })
 }
 
-// prepare validates D's side of every descriptor here and P's side with
-// src, and groups the pairs into per-layer batches.
-func (h *Host) prepare(x *xfer.Transfer, src func(rank int, q *xfer.Pair) ([]byte, error)) (*Prepared, error) {
+// prepare validates D's side of every descriptor against D's registered
+// regions and P's side against src's limits for the P rank, and groups the
+// pairs into per-layer batches of copy operations.
+func (h *Host) prepare(x *xfer.Transfer, src func(rank int) limits) (*Prepared, error) {
 	start := h.clock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := &Prepared{x: x}
 	for _, rp := range x.RankPairs {
-		_, err := p.addRankPair(rp, h.kindOf, func(q *xfer.Pair) (copyOp, error) {
-			s, err := src(rp.P, q)
-			if err != nil {
-				return copyOp{}, err
-			}
-			dst, err := h.slice(xfer.D, rp.D, q.Dst, q.Len)
-			if err != nil {
-				return copyOp{}, err
-			}
-			return copyOp{src: s, dst: dst}, nil
-		})
-		if err != nil {
+		pl, dl := src(rp.P), h.limits(xfer.D, rp.D)
+		if _, err := p.addRankPair(rp, h.kindOf, &pl, &dl, true); err != nil {
 			return nil, err
 		}
 	}
@@ -209,7 +224,7 @@ func (h *Host) Post(p *Prepared, notif string) (Handle, error) {
 	workers := max(1, runtime.GOMAXPROCS(0)/max(1, len(p.ranks)))
 	return h.post(p, notif, func(ro rankOps, start time.Time) ([]event.BatchData, error) {
 		return runBatches(ro, start, h.clock, func(b batch) error {
-			copyOps(b.ops, b.bytes, workers)
+			copyOps(&ro, b.ops, b.bytes, workers)
 			return nil
 		})
 	})
@@ -221,13 +236,16 @@ const maxNotifs = 1024
 // parallelCopyBytes is the smallest batch worth splitting over workers.
 const parallelCopyBytes = 1 << 20
 
-// copyOps copies a batch's descriptors, over up to workers goroutines in
-// runs of about equal bytes when the batch is large.
-func copyOps(ops []copyOp, bytes int64, workers int) {
-	if workers <= 1 || bytes < parallelCopyBytes || len(ops) < 2 {
+// copyOps copies a batch's descriptors of one rank pair, over up to
+// workers goroutines in runs of about equal bytes when the batch is large.
+func copyOps(ro *rankOps, ops []copyOp, bytes int64, workers int) {
+	run := func(ops []copyOp) {
 		for _, op := range ops {
-			copy(op.dst, op.src)
+			copy(ro.dst.bytes(op.dst, op.n), ro.src.bytes(op.src, op.n))
 		}
+	}
+	if workers <= 1 || bytes < parallelCopyBytes || len(ops) < 2 {
+		run(ops)
 		return
 	}
 	share := bytes/int64(workers) + 1
@@ -235,15 +253,13 @@ func copyOps(ops []copyOp, bytes int64, workers int) {
 	for lo := 0; lo < len(ops); {
 		hi, n := lo, int64(0)
 		for hi < len(ops) && (hi == lo || n < share) {
-			n += int64(len(ops[hi].dst))
+			n += ops[hi].n
 			hi++
 		}
 		wg.Add(1)
-		go func(run []copyOp) {
+		go func(ops []copyOp) {
 			defer wg.Done()
-			for _, op := range run {
-				copy(op.dst, op.src)
-			}
+			run(ops)
 		}(ops[lo:hi])
 		lo = hi
 	}
@@ -307,7 +323,7 @@ func runBatches(ro rankOps, start time.Time, clock func() time.Time, move func(b
 		}
 		t1 := clock()
 		out = append(out, event.BatchData{PRank: ro.p, DRank: ro.d, PGroup: b.pGroup, DGroup: b.dGroup, Layer: b.layer, Kind: b.kind,
-			Descs: len(b.ops), Bytes: b.bytes, StartNS: t0.Sub(start).Nanoseconds(), EndNS: t1.Sub(start).Nanoseconds(), Timing: event.Measured})
+			Descs: b.descs, Bytes: b.bytes, StartNS: t0.Sub(start).Nanoseconds(), EndNS: t1.Sub(start).Nanoseconds(), Timing: event.Measured})
 	}
 	return out, nil
 }
@@ -344,7 +360,7 @@ func (h *Host) Notifications() []string {
 func (h *Host) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.bufs, h.regs = [2][][][]byte{}, [2][]*xfer.Registration{}
+	h.bufs, h.sizes, h.regs = [2][][][]byte{}, [2][][]int64{}, [2][]*xfer.Registration{}
 	h.allocated = 0
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -33,12 +34,15 @@ type NIXL struct {
 	peers    [2]*nixlPeerSide // a side in another process, once its hello is loaded
 	kindOf   func(layer string) string
 	regs     map[xfer.Side][]*xfer.Registration
-	mem      map[nixlKey][]byte // views of C memory
-	bufs     []unsafe.Pointer   // every allocation, freed by Close
+	mem      [2][][][]byte    // views of C memory: agent index -> rank -> region id
+	sizes    [2][][]int64     // their sizes, for Prepare
+	bufs     []unsafe.Pointer // every allocation, freed by Close
 	prepared map[*Prepared][]*nixlReq
 	lists    map[nixlListKey]*nixlList // prepared descriptor lists, per initiator, side and rank
 	stale    []cDlist                  // lists a later request outgrew, released by Close
 	xfers    map[Handle]*nixlXfer
+	lidx     []int32 // scratch for one request's list indices (makeXferReq copies them)
+	ridx     []int32
 	next     Handle
 	closed   bool
 	clock    func() time.Time
@@ -50,6 +54,7 @@ type NIXL struct {
 type nixlPeerSide struct {
 	agent   string
 	regions [][]nixlRegion // [rank][region]
+	sizes   [][]int64      // [rank][region]: the regions' bytes, for Prepare
 }
 
 // nixlRegion is one advertised region.
@@ -71,14 +76,6 @@ type nixlList struct {
 	layout *dlistLayout
 	h      cDlist
 }
-
-// nixlKey is one region of one rank (side as nixlIndex: hashing an int
-// is cheaper than a string on the per-descriptor path).
-type nixlKey struct {
-	side, rank, region int
-}
-
-func memKey(side xfer.Side, rank, region int) nixlKey { return nixlKey{nixlIndex(side), rank, region} }
 
 // nixlXfer is a posted transfer.
 type nixlXfer struct {
@@ -109,7 +106,7 @@ func newNIXL(name string, kinds map[string]string, sides ...xfer.Side) (*NIXL, e
 		k[l] = v
 	}
 	n := &NIXL{kindOf: func(l string) string { return k[l] }, regs: map[xfer.Side][]*xfer.Registration{},
-		mem: map[nixlKey][]byte{}, prepared: map[*Prepared][]*nixlReq{}, lists: map[nixlListKey]*nixlList{}, xfers: map[Handle]*nixlXfer{}, clock: time.Now}
+		prepared: map[*Prepared][]*nixlReq{}, lists: map[nixlListKey]*nixlList{}, xfers: map[Handle]*nixlXfer{}, clock: time.Now}
 	for _, side := range sides {
 		i, err := nixlSideIndex(side)
 		if err != nil {
@@ -175,7 +172,7 @@ func (n *NIXL) Register(regs []*xfer.Registration) error {
 			return fmt.Errorf("transfer: nixl: %s rank %d is already registered", r.Side, r.Rank)
 		}
 		var rl nixlRegList
-		views := map[nixlKey][]byte{}
+		views, sizes := make([][]byte, len(r.Regions)), make([]int64, len(r.Regions))
 		for j, reg := range r.Regions {
 			if reg.Index != j {
 				return fmt.Errorf("transfer: nixl: %s rank %d lists region %d at position %d", r.Side, r.Rank, reg.Index, j)
@@ -189,7 +186,7 @@ func (n *NIXL) Register(regs []*xfer.Registration) error {
 				return fmt.Errorf("%s rank %d region %d: %w", r.Side, r.Rank, j, err)
 			}
 			n.bufs = append(n.bufs, p) // freed by Close, registered or not
-			views[memKey(r.Side, r.Rank, j)] = unsafe.Slice((*byte)(p), size)
+			views[j], sizes[j] = unsafe.Slice((*byte)(p), size), size
 			rl.addr = append(rl.addr, uint64(uintptr(p)))
 			rl.len = append(rl.len, uint64(size))
 			rl.dev = append(rl.dev, uint64(r.Rank))
@@ -201,9 +198,10 @@ func (n *NIXL) Register(regs []*xfer.Registration) error {
 			}
 			a.regs = append(a.regs, rl)
 		}
-		for k, v := range views {
-			n.mem[k] = v
+		for len(n.mem[i]) <= r.Rank {
+			n.mem[i], n.sizes[i] = append(n.mem[i], nil), append(n.sizes[i], nil)
 		}
+		n.mem[i][r.Rank], n.sizes[i][r.Rank] = views, sizes
 		list := n.regs[r.Side]
 		for len(list) <= r.Rank {
 			list = append(list, nil)
@@ -284,8 +282,8 @@ func (n *NIXL) LoadRemote(md []byte) error {
 func (n *NIXL) Block(side xfer.Side, rank, region, block int) []byte {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	buf, ok := n.mem[memKey(side, rank, region)]
-	if !ok {
+	buf := n.view(side, rank, region)
+	if buf == nil {
 		return nil
 	}
 	r := n.regs[side][rank].Regions[region]
@@ -296,42 +294,57 @@ func (n *NIXL) Block(side xfer.Side, rank, region, block int) []byte {
 	return buf[lo : lo+r.BlockLen : lo+r.BlockLen]
 }
 
-// checker validates one side's descriptors of one rank: against this
-// process's registered regions (returning their bytes) or, for the peer's
-// side, against the regions the peer advertised (returning nil). The rank's
-// regions are looked up once, not per descriptor.
-func (n *NIXL) checker(side xfer.Side, rank int) func(at xfer.Loc, l int64) ([]byte, error) {
+// view is a registered region's memory in this process, or nil.
+func (n *NIXL) view(side xfer.Side, rank, region int) []byte {
+	i, err := nixlSideIndex(side)
+	if err != nil || rank < 0 || rank >= len(n.mem[i]) || region < 0 || region >= len(n.mem[i][rank]) {
+		return nil
+	}
+	return n.mem[i][rank][region]
+}
+
+// limits is one side of a rank as Prepare checks descriptors against it:
+// this process's registered regions (with their memory) or, for the
+// peer's side, the regions the peer advertised. The rank's regions are
+// looked up once, not per descriptor.
+func (n *NIXL) limits(side xfer.Side, rank int) limits {
+	l := limits{side: side, rank: rank, why: n}
+	i, err := nixlSideIndex(side)
+	switch {
+	case err != nil || rank < 0:
+	case n.agents[i] == nil:
+		if ps := n.peers[i]; ps != nil && rank < len(ps.sizes) {
+			l.size = ps.sizes[rank]
+		}
+	case rank < len(n.sizes[i]):
+		l.size, l.mem = n.sizes[i][rank], n.mem[i][rank]
+	}
+	return l
+}
+
+// refuse implements refuser: a descriptor is checked against this
+// process's registered (and allocated) regions or, for the peer's side,
+// against the regions the peer advertised.
+func (n *NIXL) refuse(side xfer.Side, rank int, at xfer.Loc, l int64) error {
 	i, err := nixlSideIndex(side)
 	if err != nil {
-		return func(xfer.Loc, int64) ([]byte, error) { return nil, err }
+		return err
 	}
 	if n.agents[i] == nil {
-		return func(at xfer.Loc, l int64) ([]byte, error) {
-			_, err := n.peerAddr(side, rank, at.Region, at.Offset, l)
-			return nil, err
-		}
+		_, err := n.peerAddr(side, rank, at.Region, at.Offset, l)
+		return err
 	}
-	regs := n.regs[side]
-	var views [][]byte
-	if rank >= 0 && rank < len(regs) && regs[rank] != nil {
-		for j := range regs[rank].Regions {
-			views = append(views, n.mem[memKey(side, rank, j)])
-		}
+	_, reg, err := regionOf(n.regs[side], side, rank, at.Region)
+	if err != nil {
+		return err
 	}
-	return func(at xfer.Loc, l int64) ([]byte, error) {
-		_, reg, err := regionOf(regs, side, rank, at.Region)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkRange(side, rank, reg, at.Offset, l); err != nil {
-			return nil, err
-		}
-		buf := views[at.Region]
-		if at.Offset+l > int64(len(buf)) {
-			return nil, fmt.Errorf("transfer: %s rank %d region %d: descriptor [%d, %d) outside its %d allocated bytes", side, rank, at.Region, at.Offset, at.Offset+l, len(buf))
-		}
-		return buf[at.Offset : at.Offset+l : at.Offset+l], nil
+	if err := checkRange(side, rank, reg, at.Offset, l); err != nil {
+		return err
 	}
+	if buf := n.view(side, rank, at.Region); at.Offset > int64(len(buf))-l {
+		return fmt.Errorf("transfer: %s rank %d region %d: descriptor [%d, %d) outside its %d allocated bytes", side, rank, at.Region, at.Offset, at.Offset+l, len(buf))
+	}
+	return nil
 }
 
 // peerAddr is the address of a descriptor in the peer's memory, after
@@ -398,19 +411,8 @@ func (n *NIXL) Prepare(x *xfer.Transfer) (*Prepared, error) {
 		return nil, err
 	}
 	for _, rp := range x.RankPairs {
-		pCheck, dCheck := n.checker(xfer.P, rp.P), n.checker(xfer.D, rp.D)
-		_, err := p.addRankPair(rp, n.kindOf, func(q *xfer.Pair) (copyOp, error) {
-			src, err := pCheck(q.Src, q.Len)
-			if err != nil {
-				return copyOp{}, err
-			}
-			dst, err := dCheck(q.Dst, q.Len)
-			if err != nil {
-				return copyOp{}, err
-			}
-			return copyOp{src: src, dst: dst}, nil
-		})
-		if err != nil {
+		pl, dl := n.limits(xfer.P, rp.P), n.limits(xfer.D, rp.D)
+		if _, err := p.addRankPair(rp, n.kindOf, &pl, &dl, false); err != nil {
 			return fail(err)
 		}
 		if len(rp.Pairs) == 0 {
@@ -442,40 +444,47 @@ type nixlEnd struct {
 
 // makeReq makes one rank pair's request from the pairs' indices into both
 // sides' prepared lists (makeXferReq), preparing a list first where this
-// request needs entries it lacks.
+// request needs entries it lacks. The indices live in the backend's
+// scratch buffers: makeXferReq copies them.
 func (n *NIXL) makeReq(req *nixlReq, a *nixlAgent, op int, target string, pairs []xfer.Pair, local, remote nixlEnd) error {
-	ll, err := n.list(a, "", local, pairs)
+	n.lidx, n.ridx = slices.Grow(n.lidx[:0], len(pairs))[:len(pairs)], slices.Grow(n.ridx[:0], len(pairs))[:len(pairs)]
+	ll, err := n.index(a, "", local, pairs, n.lidx)
 	if err != nil {
 		return err
 	}
-	rl, err := n.list(a, target, remote, pairs)
+	rl, err := n.index(a, target, remote, pairs, n.ridx)
 	if err != nil {
 		return err
 	}
-	li, err := ll.layout.indices(pairs, local.at)
-	if err != nil {
-		return err
-	}
-	ri, err := rl.layout.indices(pairs, remote.at)
-	if err != nil {
-		return err
-	}
-	req.x, err = a.makeXfer(op, ll.h, li, rl.h, ri)
+	req.x, err = a.makeXfer(op, ll.h, n.lidx, rl.h, n.ridx)
 	return err
 }
 
-// list is agent a's prepared list of one rank's memory (prepXferDlist:
-// its own memory when remote is "", else the named peer's, as its loaded
-// metadata describes it). A list is prepared once and kept; a request
-// with descriptors of a class the list lacks gets a new list with every
-// class, the old one kept until Close. Every entry lies inside a region:
-// this process's registered memory, or what the peer advertised.
-func (n *NIXL) list(a *nixlAgent, remote string, e nixlEnd, pairs []xfer.Pair) (*nixlList, error) {
-	key := nixlListKey{a.name, e.side, e.rank}
-	cur := n.lists[key]
-	if cur != nil && cur.layout.covers(pairs, e.at) {
-		return cur, nil
+// index writes the pairs' entries in agent a's prepared list of one
+// rank's memory into out and returns that list. A list lacking a class
+// the pairs need is replaced first (see list).
+func (n *NIXL) index(a *nixlAgent, remote string, e nixlEnd, pairs []xfer.Pair, out []int32) (*nixlList, error) {
+	cur := n.lists[nixlListKey{a.name, e.side, e.rank}]
+	if cur != nil {
+		missing, err := cur.layout.index(pairs, e.at, out)
+		if err != nil || missing < 0 {
+			return cur, err
+		}
 	}
+	l, err := n.list(a, remote, e, pairs, cur)
+	if err != nil {
+		return nil, err
+	}
+	return l, l.layout.indexAll(pairs, e.at, out)
+}
+
+// list prepares agent a's list of one rank's memory (prepXferDlist: its
+// own memory when remote is "", else the named peer's, as its loaded
+// metadata describes it) with every class of pairs and of cur, the list
+// it replaces (kept until Close), and keeps it for later requests. Every
+// entry lies inside a region: this process's registered memory, or what
+// the peer advertised.
+func (n *NIXL) list(a *nixlAgent, remote string, e nixlEnd, pairs []xfer.Pair, cur *nixlList) (*nixlList, error) {
 	mine := n.agents[nixlIndex(e.side)] != nil
 	regionBytes := func(region int) (int64, error) {
 		if mine {
@@ -499,7 +508,7 @@ func (n *NIXL) list(a *nixlAgent, remote string, e nixlEnd, pairs []xfer.Pair) (
 	addr, lens := make([]uint64, len(l.off)), make([]uint64, len(l.off))
 	for i := range l.off {
 		if mine {
-			addr[i] = nixlAddr(n.mem[memKey(e.side, e.rank, l.region[i])]) + uint64(l.off[i])
+			addr[i] = nixlAddr(n.view(e.side, e.rank, l.region[i])) + uint64(l.off[i])
 		} else if addr[i], err = n.peerAddr(e.side, e.rank, l.region[i], l.off[i], l.len[i]); err != nil {
 			return nil, err
 		}
@@ -513,7 +522,7 @@ func (n *NIXL) list(a *nixlAgent, remote string, e nixlEnd, pairs []xfer.Pair) (
 		n.stale = append(n.stale, cur.h)
 	}
 	nl := &nixlList{layout: l, h: h}
-	n.lists[key] = nl
+	n.lists[nixlListKey{a.name, e.side, e.rank}] = nl
 	return nl, nil
 }
 
@@ -669,7 +678,7 @@ func nixlSynthesize(ro rankOps, from, to int64) []event.BatchData {
 		lo := at(cum)
 		cum += b.bytes
 		out = append(out, event.BatchData{PRank: ro.p, DRank: ro.d, PGroup: b.pGroup, DGroup: b.dGroup, Layer: b.layer, Kind: b.kind,
-			Descs: len(b.ops), Bytes: b.bytes, StartNS: lo, EndNS: at(cum), Timing: event.Synthesized})
+			Descs: b.descs, Bytes: b.bytes, StartNS: lo, EndNS: at(cum), Timing: event.Synthesized})
 	}
 	return out
 }
@@ -739,7 +748,7 @@ func (n *NIXL) Close() error {
 		nixlFree(p)
 	}
 	n.bufs = nil
-	n.mem, n.regs = map[nixlKey][]byte{}, map[xfer.Side][]*xfer.Registration{}
+	n.mem, n.sizes, n.regs = [2][][][]byte{}, [2][][]int64{}, map[xfer.Side][]*xfer.Registration{}
 	return errors.Join(errs...)
 }
 

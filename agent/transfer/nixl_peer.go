@@ -46,7 +46,7 @@ func (n *NIXL) SideMetadata(side xfer.Side) []xfer.Metadata {
 		}
 		md := xfer.MetadataOf(r)
 		for j := range md.BaseAddrs {
-			md.BaseAddrs[j] = nixlAddr(n.mem[memKey(side, r.Rank, j)])
+			md.BaseAddrs[j] = nixlAddr(n.view(side, r.Rank, j))
 		}
 		out = append(out, md)
 	}
@@ -136,7 +136,14 @@ func (n *NIXL) LoadPeer(h NIXLHello, side xfer.Side, md []xfer.Metadata) error {
 		return fmt.Errorf("transfer: nixl: the hello names agent %q, but its metadata blob is agent %q's", h.Agent, got)
 	}
 	a.peer = got
-	n.peers[i] = &nixlPeerSide{agent: got, regions: regions}
+	sizes := make([][]int64, len(regions))
+	for r, rs := range regions {
+		sizes[r] = make([]int64, len(rs))
+		for j, reg := range rs {
+			sizes[r][j] = reg.bytes
+		}
+	}
+	n.peers[i] = &nixlPeerSide{agent: got, regions: regions, sizes: sizes}
 	return nil
 }
 
@@ -237,14 +244,8 @@ func (r *NIXLRemote) Prepare(x *xfer.Transfer) (*Prepared, error) {
 	}
 	p := &Prepared{x: x}
 	for _, rp := range x.RankPairs {
-		pCheck, dCheck := r.checker(xfer.P, rp.P), r.checker(xfer.D, rp.D)
-		if _, err := p.addRankPair(rp, r.kindOf, func(q *xfer.Pair) (copyOp, error) {
-			if _, err := pCheck(q.Src, q.Len); err != nil {
-				return copyOp{}, err
-			}
-			dst, err := dCheck(q.Dst, q.Len)
-			return copyOp{dst: dst}, err
-		}); err != nil {
+		pl, dl := r.limits(xfer.P, rp.P), r.limits(xfer.D, rp.D)
+		if _, err := p.addRankPair(rp, r.kindOf, &pl, &dl, false); err != nil {
 			return nil, err
 		}
 	}

@@ -553,8 +553,9 @@ func (pc *peerClient) connect() error {
 type Remote struct {
 	*Host
 	*peerClient
-	conns int
-	pool  chan *peerConn
+	conns  int
+	pool   chan *peerConn
+	pSizes [][]int64 // rank -> region -> bytes of pRegs, for Prepare
 }
 
 type peerConn struct {
@@ -592,6 +593,7 @@ func (r *Remote) Register(regs []*xfer.Registration) error {
 		return err
 	}
 	r.pRegs, r.dMD = pRegs, r.Host.SideMetadata(xfer.D)
+	r.pSizes = regionSizes(pRegs)
 	r.pool = make(chan *peerConn, r.conns)
 	if err := r.connect(); err != nil {
 		return err
@@ -804,13 +806,26 @@ func (pc *peerConn) prefill(body []byte) error {
 // Prepare validates D's side of each descriptor against D's regions and
 // P's side against P's regions as planned (P checks them again).
 func (r *Remote) Prepare(x *xfer.Transfer) (*Prepared, error) {
-	return r.Host.prepare(x, func(rank int, q *xfer.Pair) ([]byte, error) {
-		_, reg, err := regionOf(r.pRegs, xfer.P, rank, q.Src.Region)
-		if err == nil {
-			err = checkRange(xfer.P, rank, reg, q.Src.Offset, q.Len)
+	return r.Host.prepare(x, func(rank int) limits {
+		l := limits{side: xfer.P, rank: rank, why: r}
+		if rank >= 0 && rank < len(r.pSizes) {
+			l.size = r.pSizes[rank]
 		}
-		return nil, err
+		return l
 	})
+}
+
+// refuse implements refuser: P's side is checked against P's regions as
+// planned, D's against D's registered regions.
+func (r *Remote) refuse(side xfer.Side, rank int, at xfer.Loc, n int64) error {
+	if side != xfer.P {
+		return r.Host.refuse(side, rank, at, n)
+	}
+	_, reg, err := regionOf(r.pRegs, xfer.P, rank, at.Region)
+	if err == nil {
+		err = checkRange(xfer.P, rank, reg, at.Offset, n)
+	}
+	return err
 }
 
 // Post reads each rank pair's batches over its own connection, straight
@@ -818,7 +833,7 @@ func (r *Remote) Prepare(x *xfer.Transfer) (*Prepared, error) {
 func (r *Remote) Post(p *Prepared, notif string) (Handle, error) {
 	return r.Host.post(p, notif, func(ro rankOps, start time.Time) ([]event.BatchData, error) {
 		pc := <-r.pool
-		out, err := runBatches(ro, start, r.Host.clock, func(b batch) error { return pc.read(ro.p, b.ops) })
+		out, err := runBatches(ro, start, r.Host.clock, func(b batch) error { return pc.read(&ro, b.ops) })
 		if err != nil {
 			// The connection may be mid-message: replace it.
 			pc.c.Close()
@@ -843,20 +858,20 @@ type Prefiller interface {
 	Prefill(PrefillRequest) error
 }
 
-// read fetches ops in chunks of at most maxReadBytes.
-func (pc *peerConn) read(rank int, ops []copyOp) error {
+// read fetches a rank pair's ops in chunks of at most maxReadBytes.
+func (pc *peerConn) read(ro *rankOps, ops []copyOp) error {
 	defer pc.c.SetDeadline(time.Time{})
 	for len(ops) > 0 {
 		pc.c.SetDeadline(time.Now().Add(opTimeout))
 		n, bytes := 0, int64(0)
-		for n < len(ops) && (n == 0 || bytes+int64(len(ops[n].dst)) <= maxReadBytes) {
-			bytes += int64(len(ops[n].dst))
+		for n < len(ops) && (n == 0 || bytes+ops[n].n <= maxReadBytes) {
+			bytes += ops[n].n
 			n++
 		}
 		msg := make([]byte, 4+n*readDescBytes)
 		binary.BigEndian.PutUint32(msg, uint32(n))
 		for i, op := range ops[:n] {
-			encodeDesc(msg[4+i*readDescBytes:], readDesc{rank: uint32(rank), region: uint32(op.pair.Src.Region), offset: uint64(op.pair.Src.Offset), n: uint64(op.pair.Len)})
+			encodeDesc(msg[4+i*readDescBytes:], readDesc{rank: uint32(ro.p), region: uint32(op.src.Region), offset: uint64(op.src.Offset), n: uint64(op.n)})
 		}
 		if err := writeMsg(pc.w, msgRead, msg); err != nil {
 			return &PeerError{"read", err}
@@ -874,7 +889,7 @@ func (pc *peerConn) read(rank int, ops []copyOp) error {
 			return &PeerError{"read", fmt.Errorf("got message %q of %d bytes, want %d bytes of data", typ, size, bytes)}
 		}
 		for _, op := range ops[:n] {
-			if _, err := io.ReadFull(pc.r, op.dst); err != nil {
+			if _, err := io.ReadFull(pc.r, ro.dst.bytes(op.dst, op.n)); err != nil {
 				return &PeerError{"read", err}
 			}
 		}

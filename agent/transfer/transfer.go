@@ -82,25 +82,30 @@ func (s *Stats) GBps() float64 {
 	return float64(s.Bytes) / 1e3 / s.TransferUS
 }
 
-// copyOp is one validated descriptor pair, in region-local offsets.
+// copyOp is one validated descriptor pair, in region-local offsets, as
+// Prepare saw it. It holds no pointer, so that the garbage collector need
+// neither scan nor guard writes into a transfer's ops; its rank pair's
+// limits give its bytes.
 type copyOp struct {
-	src, dst []byte     // exact slices (host backend), or nil where memory is remote
-	pair     *xfer.Pair // the transfer's own, set by group
+	src, dst xfer.Loc
+	n        int64
 }
 
-// batch is the ops of one layer and group pair between two ranks.
+// batch is the descriptors of one layer and group pair between two ranks.
 type batch struct {
 	layer, kind    string
 	pGroup, dGroup int
-	ops            []copyOp
+	ops            []copyOp // nil where the backend keeps no copy operations (NIXL)
+	descs          int
 	bytes          int64
 }
 
 // rankOps is one rank pair's prepared work.
 type rankOps struct {
-	p, d    int
-	batches []batch
-	merged  int
+	p, d     int
+	src, dst limits // P's and D's regions as Prepare checked the ops against them
+	batches  []batch
+	merged   int
 }
 
 // Prepared is a transfer whose descriptors were validated and grouped.
@@ -113,23 +118,71 @@ type Prepared struct {
 	bytes  int64
 }
 
-// addRankPair validates and groups one rank pair's descriptors (op checks
-// and resolves each) and adds them to the prepared transfer.
-func (p *Prepared) addRankPair(rp xfer.RankPair, kindOf func(string) string, op func(*xfer.Pair) (copyOp, error)) ([]batch, error) {
-	batches, bytes, err := group(rp.Pairs, kindOf, op)
+// limits is one side of one rank as Prepare checks descriptors against it:
+// each region's size in bytes and, where the memory lives in this process,
+// its bytes, both indexed by region id, so that checking a descriptor is a
+// few comparisons with no lookup, call or allocation. A rank that is not
+// registered (or not advertised) has no regions, so every descriptor of it
+// is refused. why words the error for a refused descriptor: the backend's
+// own message, naming the side, rank, region and offset.
+type limits struct {
+	side xfer.Side
+	rank int
+	size []int64  // per region id
+	mem  [][]byte // per region id; nil where the memory is the peer's
+	why  refuser
+}
+
+// A refuser words the error for a descriptor that lies outside one side's
+// regions of a rank; it is asked only about descriptors limits refused.
+type refuser interface {
+	refuse(side xfer.Side, rank int, at xfer.Loc, n int64) error
+}
+
+// inside reports whether n > 0 bytes at at lie inside a region (written so
+// that no sum can overflow: size - n cannot, size being >= 0 and n > 0).
+func (l *limits) inside(at xfer.Loc, n int64) bool {
+	return uint(at.Region) < uint(len(l.size)) && n > 0 && at.Offset >= 0 && at.Offset <= l.size[at.Region]-n
+}
+
+// bytes is an inside descriptor's memory, or nil where it is the peer's.
+func (l *limits) bytes(at xfer.Loc, n int64) []byte {
+	if at.Region >= len(l.mem) {
+		return nil
+	}
+	return l.mem[at.Region][at.Offset : at.Offset+n : at.Offset+n]
+}
+
+// refused is the error for a descriptor that inside refused: the
+// backend's words, or, should they find nothing wrong with it, what
+// limits found.
+func (l *limits) refused(at xfer.Loc, n int64) error {
+	if l.why != nil {
+		if err := l.why.refuse(l.side, l.rank, at, n); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("transfer: %s rank %d region %d: descriptor at %d of %d bytes lies outside its region", l.side, l.rank, at.Region, at.Offset, n)
+}
+
+// addRankPair validates one rank pair's descriptors, P's side against src
+// and D's against dst, groups them into batches (with each pair's copy
+// operation when ops is set) and adds them to the prepared transfer.
+func (p *Prepared) addRankPair(rp xfer.RankPair, kindOf func(string) string, src, dst *limits, ops bool) ([]batch, error) {
+	batches, bytes, err := group(rp.Pairs, kindOf, src, dst, ops)
 	if err != nil {
 		return nil, err
 	}
 	merged := xfer.MergedCount(rp.Pairs)
-	p.ranks = append(p.ranks, rankOps{p: rp.P, d: rp.D, batches: batches, merged: merged})
+	p.ranks = append(p.ranks, rankOps{p: rp.P, d: rp.D, src: *src, dst: *dst, batches: batches, merged: merged})
 	p.descs += len(rp.Pairs)
 	p.merged += merged
 	p.bytes += bytes
 	return batches, nil
 }
 
-// regionBytes returns a region of a rank, or an error naming what is out
-// of range.
+// regionOf returns a region of a rank, or an error naming what is out of
+// range.
 func regionOf(regs []*xfer.Registration, side xfer.Side, rank, region int) (*xfer.Registration, xfer.Region, error) {
 	if rank < 0 || rank >= len(regs) || regs[rank] == nil {
 		return nil, xfer.Region{}, fmt.Errorf("transfer: %s rank %d is not registered", side, rank)
@@ -141,42 +194,67 @@ func regionOf(regs []*xfer.Registration, side xfer.Side, rank, region int) (*xfe
 	return r, r.Regions[region], nil
 }
 
+// regionSizes is each registered rank's region sizes, indexed by rank and
+// region id (nil for a rank not there).
+func regionSizes(regs []*xfer.Registration) [][]int64 {
+	out := make([][]int64, len(regs))
+	for i, r := range regs {
+		if r == nil {
+			continue
+		}
+		out[i] = make([]int64, len(r.Regions))
+		for j, reg := range r.Regions {
+			out[i][j] = reg.Bytes()
+		}
+	}
+	return out
+}
+
 // checkRange validates one side of a descriptor against its region.
 func checkRange(side xfer.Side, rank int, reg xfer.Region, off, n int64) error {
-	if n <= 0 || off < 0 || off+n > reg.Bytes() {
+	if n <= 0 || off < 0 || off > reg.Bytes()-n {
 		return fmt.Errorf("transfer: %s rank %d region %d: descriptor [%d, %d) outside its %d bytes", side, rank, reg.Index, off, off+n, reg.Bytes())
 	}
 	return nil
 }
 
-// group splits a rank pair's pairs into batches of consecutive pairs of
-// one layer and group pair.
-func group(pairs []xfer.Pair, kindOf func(string) string, op func(*xfer.Pair) (copyOp, error)) ([]batch, int64, error) {
+// group validates a rank pair's pairs (src each pair's P side, dst its D
+// side: the first pair outside either is the error) and splits them into
+// batches of consecutive pairs of one layer and group pair, with each
+// pair's copy operation when ops is set.
+func group(pairs []xfer.Pair, kindOf func(string) string, src, dst *limits, ops bool) ([]batch, int64, error) {
 	var out []batch
 	var total int64
-	all := make([]copyOp, len(pairs)) // one allocation; batches are runs of it
+	var all []copyOp // one allocation; batches are runs of it
+	if ops {
+		all = make([]copyOp, len(pairs))
+	}
 	start := 0
 	for i := range pairs {
 		p := &pairs[i]
-		c, err := op(p)
-		if err != nil {
-			return nil, 0, err
+		if !src.inside(p.Src, p.Len) {
+			return nil, 0, src.refused(p.Src, p.Len)
 		}
-		c.pair = p
-		all[i] = c
+		if !dst.inside(p.Dst, p.Len) {
+			return nil, 0, dst.refused(p.Dst, p.Len)
+		}
+		if ops {
+			all[i] = copyOp{src: p.Src, dst: p.Dst, n: p.Len}
+		}
 		n := len(out)
 		if n == 0 || out[n-1].layer != p.Layer || out[n-1].pGroup != p.PGroup || out[n-1].dGroup != p.DGroup {
-			if n > 0 {
+			if n > 0 && ops {
 				out[n-1].ops = all[start:i:i]
 			}
 			start = i
 			out = append(out, batch{layer: p.Layer, kind: kindOf(p.Layer), pGroup: p.PGroup, dGroup: p.DGroup})
 			n++
 		}
+		out[n-1].descs++
 		out[n-1].bytes += p.Len
 		total += p.Len
 	}
-	if n := len(out); n > 0 {
+	if n := len(out); n > 0 && ops {
 		out[n-1].ops = all[start:]
 	}
 	return out, total, nil
