@@ -35,17 +35,26 @@ type limits struct {
 	// MaxQueue is how many requests may wait at once (429 beyond; 0:
 	// none waits).
 	MaxQueue int
+	// MaxRunning is how many heavy requests compute at once, whatever
+	// memory they need (0: memory alone bounds them). Each computes on
+	// one core: more than the cores but one would leave /api/plan, static
+	// files and websockets waiting for a core.
+	MaxRunning int
 }
 
-// maxQueueLimit bounds --max-queue: each waiter holds its request's
-// plans while it waits.
-const maxQueueLimit = 4096
+// maxQueueLimit bounds --max-queue (each waiter holds its request's
+// plans while it waits), maxRunningLimit --max-running.
+const (
+	maxQueueLimit   = 4096
+	maxRunningLimit = 1024
+)
 
 // defaultLimits sizes the limits to this machine: heavy work may hold a
-// sixteenth of its memory (1.5 GiB on 24 GiB), at least 512 MiB.
+// sixteenth of its memory (1.5 GiB on 24 GiB), at least 512 MiB, and
+// computes on every core but one (at least one).
 func defaultLimits() limits {
 	return limits{MaxMemory: max(totalMemory()/16, 512<<20), MaxPairs: 4_000_000, MaxResponse: 64 << 20,
-		QueueWait: 10 * time.Second, MaxQueue: 16}
+		QueueWait: 10 * time.Second, MaxQueue: 64, MaxRunning: max(1, runtime.NumCPU()-1)}
 }
 
 // totalMemory is the machine's memory (Linux /proc/meminfo), or 8 GiB
@@ -170,16 +179,24 @@ func amount(what string, n int64) string {
 	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 }
 
-// admission is a weighted semaphore over the heavy endpoints' memory: a
-// request takes its estimate, waits in line (first come, first served) at
-// most QueueWait, and gives it back when done. After the last heavy
+// admission is a weighted semaphore over the heavy endpoints' memory,
+// and a counting one over their cores: a request takes its estimate and
+// one of MaxRunning places, waits in line (first come, first served) at
+// most QueueWait, and gives them back when done. After the last heavy
 // request leaves, the memory is handed back to the system.
 type admission struct {
 	mu       sync.Mutex
 	lim      limits
 	used     int64
+	running  int
 	waiters  []*waiter
 	idleOnce sync.Mutex // one FreeOSMemory at a time
+}
+
+// fits reports whether a request needing need bytes may start now; a.mu
+// is held.
+func (a *admission) fits(need int64) bool {
+	return a.used+need <= a.lim.MaxMemory && (a.lim.MaxRunning <= 0 || a.running < a.lim.MaxRunning)
 }
 
 type waiter struct {
@@ -196,8 +213,9 @@ func (a *admission) acquire(ctx context.Context, need int64) error {
 		return &tooBigError{"memory", need, a.lim.MaxMemory, "--max-memory"}
 	}
 	a.mu.Lock()
-	if len(a.waiters) == 0 && a.used+need <= a.lim.MaxMemory {
+	if len(a.waiters) == 0 && a.fits(need) {
 		a.used += need
+		a.running++
 		a.mu.Unlock()
 		return nil
 	}
@@ -221,6 +239,7 @@ func (a *admission) acquire(ctx context.Context, need int64) error {
 	select {
 	case <-w.ready: // granted meanwhile: give it back
 		a.used -= need
+		a.running--
 		a.grant()
 	default:
 		for i, x := range a.waiters {
@@ -239,10 +258,11 @@ func (a *admission) acquire(ctx context.Context, need int64) error {
 
 // grant admits waiters in order while they fit. a.mu is held.
 func (a *admission) grant() {
-	for len(a.waiters) > 0 && a.used+a.waiters[0].need <= a.lim.MaxMemory {
+	for len(a.waiters) > 0 && a.fits(a.waiters[0].need) {
 		w := a.waiters[0]
 		a.waiters = a.waiters[1:]
 		a.used += w.need
+		a.running++
 		close(w.ready)
 	}
 }
@@ -254,13 +274,14 @@ func (a *admission) held() int64 {
 	return a.used
 }
 
-// release gives back need bytes; the last one out returns the heap's
-// free memory to the system.
+// release gives back need bytes and a place; the last one out returns
+// the heap's free memory to the system.
 func (a *admission) release(need int64) {
 	a.mu.Lock()
 	a.used -= need
+	a.running--
 	a.grant()
-	idle := a.used == 0
+	idle := a.running == 0
 	a.mu.Unlock()
 	if idle && a.idleOnce.TryLock() {
 		go func() {

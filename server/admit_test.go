@@ -253,20 +253,24 @@ func TestOracleMemoryEstimate(t *testing.T) {
 }
 
 // TestLimitFlags: kvscope serve's limits are flags, checked: --max-queue
-// sets how many heavy requests may wait (0: none), within 0 to 4,096.
+// sets how many heavy requests may wait (0: none), within 0 to 4,096;
+// --max-running how many compute at once (default the cores but one).
 func TestLimitFlags(t *testing.T) {
+	cores := max(1, runtime.NumCPU()-1)
 	for _, tc := range []struct {
-		args  []string
-		queue int
-		err   string
+		args           []string
+		queue, running int
+		err            string
 	}{
-		{nil, 16, ""},
-		{[]string{"--max-queue", "0"}, 0, ""},
-		{[]string{"--max-queue", "64"}, 64, ""},
-		{[]string{"--max-queue", "4096"}, 4096, ""},
-		{[]string{"--max-queue", "-1"}, 0, "--max-queue -1: must be between 0 and 4096"},
-		{[]string{"--max-queue", "100000"}, 0, "--max-queue 100000: must be between 0 and 4096"},
-		{[]string{"--queue-wait", "-1s"}, 0, "--queue-wait -1s"},
+		{nil, 64, cores, ""},
+		{[]string{"--max-queue", "0"}, 0, cores, ""},
+		{[]string{"--max-queue", "16"}, 16, cores, ""},
+		{[]string{"--max-queue", "4096", "--max-running", "3"}, 4096, 3, ""},
+		{[]string{"--max-queue", "-1"}, 0, 0, "--max-queue -1: must be between 0 and 4096"},
+		{[]string{"--max-queue", "100000"}, 0, 0, "--max-queue 100000: must be between 0 and 4096"},
+		{[]string{"--max-running", "0"}, 0, 0, "--max-running 0: must be between 1 and 1024"},
+		{[]string{"--max-running", "5000"}, 0, 0, "--max-running 5000: must be between 1 and 1024"},
+		{[]string{"--queue-wait", "-1s"}, 0, 0, "--queue-wait -1s"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -282,8 +286,8 @@ func TestLimitFlags(t *testing.T) {
 				}
 			case err != nil:
 				t.Fatal(err)
-			case l.MaxQueue != tc.queue:
-				t.Fatalf("MaxQueue %d, want %d", l.MaxQueue, tc.queue)
+			case l.MaxQueue != tc.queue || l.MaxRunning != tc.running:
+				t.Fatalf("MaxQueue %d, MaxRunning %d; want %d, %d", l.MaxQueue, l.MaxRunning, tc.queue, tc.running)
 			}
 		})
 	}
@@ -369,5 +373,67 @@ func TestPDHangUp(t *testing.T) {
 	t.Logf("the computation stopped %v after the client hung up", stopped)
 	if s.api.adm.held() != 0 || stopped > 100*time.Millisecond*time.Duration(slack()) {
 		t.Errorf("the computation went on %v after the client hung up, want under 100 ms", stopped)
+	}
+}
+
+// TestAdmissionRunsAtMostMaxRunning: with memory to spare, at most
+// MaxRunning heavy requests compute at once; the next waits for one to
+// finish, in order, and a request given up while waiting frees its place
+// in line.
+func TestAdmissionRunsAtMostMaxRunning(t *testing.T) {
+	for _, running := range []int{1, 2} {
+		t.Run(fmt.Sprint(running), func(t *testing.T) {
+			a := newAdmission(limits{MaxMemory: 1 << 30, QueueWait: time.Minute, MaxQueue: 8, MaxRunning: running})
+			for range running {
+				if err := a.acquire(context.Background(), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gone, cancel := context.WithCancel(context.Background())
+			left := make(chan error, 1)
+			go func() { left <- a.acquire(gone, 1) }() // first in line, gives up
+			waitFor := func(n int) {
+				t.Helper()
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+					a.mu.Lock()
+					w := len(a.waiters)
+					a.mu.Unlock()
+					if w == n {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%d waiting, want %d", w, n)
+					}
+				}
+			}
+			waitFor(1)
+			admitted := make(chan error, 1)
+			go func() { admitted <- a.acquire(context.Background(), 1) }()
+			waitFor(2)
+			select {
+			case err := <-admitted:
+				t.Fatalf("admitted (%v) with %d running", err, running)
+			case <-time.After(20 * time.Millisecond):
+			}
+			cancel()
+			if err := <-left; !errors.Is(err, context.Canceled) {
+				t.Fatalf("a request given up: %v", err)
+			}
+			waitFor(1)
+			a.release(1)
+			select {
+			case err := <-admitted:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("not admitted when a place came free")
+			}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if a.running != running || a.used != int64(running) || len(a.waiters) != 0 {
+				t.Fatalf("%d running, %d bytes held, %d waiting; want %d, %d, 0", a.running, a.used, len(a.waiters), running, running)
+			}
+		})
 	}
 }

@@ -263,7 +263,8 @@ func limitFlags(fs *flag.FlagSet) func() (limits, error) {
 	pairs := fs.Int64("max-pairs", d.MaxPairs, "descriptor pairs one API request may compute")
 	resp := fs.String("max-response", fmt.Sprintf("%dMiB", d.MaxResponse>>20), "estimated size of one API response")
 	wait := fs.Duration("queue-wait", d.QueueWait, "how long a heavy request waits for memory before 429")
-	queue := fs.Int("max-queue", d.MaxQueue, fmt.Sprintf("heavy requests that may wait for memory at once, 0 to %d (429 beyond; 0: none waits)", maxQueueLimit))
+	queue := fs.Int("max-queue", d.MaxQueue, fmt.Sprintf("heavy requests that may wait for memory or a core at once, 0 to %d (429 beyond; 0: none waits)", maxQueueLimit))
+	running := fs.Int("max-running", d.MaxRunning, fmt.Sprintf("heavy requests computing at once, 1 to %d (default: the cores but one)", maxRunningLimit))
 	return func() (limits, error) {
 		l := d
 		var err error
@@ -282,7 +283,10 @@ func limitFlags(fs *flag.FlagSet) func() (limits, error) {
 		if *queue < 0 || *queue > maxQueueLimit {
 			return l, fmt.Errorf("--max-queue %d: must be between 0 and %d", *queue, maxQueueLimit)
 		}
-		l.MaxPairs, l.QueueWait, l.MaxQueue = *pairs, *wait, *queue
+		if *running < 1 || *running > maxRunningLimit {
+			return l, fmt.Errorf("--max-running %d: must be between 1 and %d", *running, maxRunningLimit)
+		}
+		l.MaxPairs, l.QueueWait, l.MaxQueue, l.MaxRunning = *pairs, *wait, *queue, *running
 		return l, nil
 	}
 }
