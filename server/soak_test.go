@@ -133,16 +133,13 @@ func TestSoak(t *testing.T) {
 	}
 
 	// 3. 200 subscribers connecting and closing while an agent streams.
+	// The agent runs in a process of its own, as agents do: the 200
+	// browsers here take most of two cores (decoding their history), and
+	// an agent sharing their Go scheduler measured its own wait for that
+	// scheduler (p99 300-600 ms) while the server answered it in under
+	// 20 ms.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	agent, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/agent?agent=soak-agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer soak-token"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agent.CloseNow()
-	if _, _, err := agent.Read(ctx); err != nil { // the welcome
-		t.Fatal(err)
-	}
 	var fmu sync.Mutex
 	var maxFrame, maxEvents, subs int
 	churn, stopChurn := context.WithCancel(ctx)
@@ -183,8 +180,61 @@ func TestSoak(t *testing.T) {
 			}
 		}()
 	}
+	defer func() { stopChurn(); wg.Wait() }() // also when the agent fails
+	streamer := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSoakAgent$", "-test.count=1")
+	streamer.Env = append(os.Environ(), "KVSCOPE_SOAK_AGENT="+addr)
+	streamer.Stderr = os.Stderr
+	out, err := streamer.Output()
+	if err != nil {
+		t.Fatalf("the agent: %v\n%s", err, out)
+	}
 	var acks []time.Duration
-	for seq := uint64(1); len(acks) < 400; seq++ {
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "soak-agent: ack "); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatalf("the agent's line %q: %v", line, err)
+			}
+			acks = append(acks, d)
+		}
+	}
+	if len(acks) != soakAcks {
+		t.Fatalf("the agent reported %d acks, want %d:\n%s", len(acks), soakAcks, out)
+	}
+	stopChurn()
+	wg.Wait()
+	slices.Sort(acks)
+	ackP99 := acks[len(acks)*99/100]
+	report("200 subscribers churning (%d subscriptions) while an agent streams: ack p50 %v, p99 %v; largest history frame %d bytes, %d events",
+		subs, acks[len(acks)/2].Round(time.Microsecond), ackP99.Round(time.Microsecond), maxFrame, maxEvents)
+	if ackP99 > 100*time.Millisecond || maxFrame > event.MaxFrameBytes || maxEvents > event.MaxFrameEvents {
+		t.Errorf("ack p99 %v, largest frame %d bytes / %d events", ackP99, maxFrame, maxEvents)
+	}
+}
+
+// soakAcks is how many frames the soak's agent sends.
+const soakAcks = 400
+
+// TestSoakAgent is the soak's agent, run by TestSoak in a process of its
+// own (KVSCOPE_SOAK_AGENT is the server's address): it sends soakAcks
+// frames 25 ms apart and prints how long each waited for its ack.
+func TestSoakAgent(t *testing.T) {
+	addr := os.Getenv("KVSCOPE_SOAK_AGENT")
+	if addr == "" {
+		t.Skip("TestSoak runs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	agent, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/agent?agent=soak-agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer soak-token"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.CloseNow()
+	if _, _, err := agent.Read(ctx); err != nil { // the welcome
+		t.Fatal(err)
+	}
+	var acks []time.Duration
+	for seq := uint64(1); len(acks) < soakAcks; seq++ {
 		evs := []event.Event{{V: 1, Agent: "soak-agent", Seq: seq, TS: time.Now().UnixNano(), Kind: event.Sample, Sample: &event.SampleData{}}}
 		if seq == 1 {
 			evs[0] = event.Event{V: 1, Agent: "soak-agent", Seq: 1, TS: time.Now().UnixNano(), Kind: event.Hello, Hello: &event.HelloData{Host: "soak", NoGPU: "none", GPUs: []event.GPU{}}}
@@ -200,14 +250,8 @@ func TestSoak(t *testing.T) {
 		acks = append(acks, time.Since(t0))
 		time.Sleep(25 * time.Millisecond)
 	}
-	stopChurn()
-	wg.Wait()
-	slices.Sort(acks)
-	ackP99 := acks[len(acks)*99/100]
-	report("200 subscribers churning (%d subscriptions) while an agent streams: ack p50 %v, p99 %v; largest history frame %d bytes, %d events",
-		subs, acks[len(acks)/2].Round(time.Microsecond), ackP99.Round(time.Microsecond), maxFrame, maxEvents)
-	if ackP99 > 100*time.Millisecond || maxFrame > event.MaxFrameBytes || maxEvents > event.MaxFrameEvents {
-		t.Errorf("ack p99 %v, largest frame %d bytes / %d events", ackP99, maxFrame, maxEvents)
+	for _, d := range acks {
+		fmt.Printf("soak-agent: ack %v\n", d)
 	}
 }
 
