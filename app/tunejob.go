@@ -16,14 +16,20 @@ import (
 
 // TuneOutcome is a search as the Tune view draws it: the ranked result
 // (without every candidate: the chart holds what it draws of them), the
-// Pareto chart's option, and how far the search got.
+// view's summary and table of it as markup, the Pareto chart's option,
+// the best candidates' flags (for Open), and how far the search got. A
+// search worker sends it to the page as JSON, the result left out, the
+// markup and the chart beside it.
 type TuneOutcome struct {
-	Result     *tune.Result `json:"result"`
-	Chart      string       `json:"-"` // sent beside the rest: the page passes it to ECharts as it is
-	Done       int          `json:"done"`
-	Total      int          `json:"total"`
-	Canceled   bool         `json:"canceled"`
-	RankMillis float64      `json:"rank_ms"` // ranking and charting, at the end
+	Result      *tune.Result     `json:"-"`
+	Open        []tune.Candidate `json:"open"` // Result.Top's candidates, in order
+	SummaryHTML string           `json:"-"`
+	TableHTML   string           `json:"-"`
+	Chart       string           `json:"-"` // the page passes it to ECharts as it is
+	Done        int              `json:"done"`
+	Total       int              `json:"total"`
+	Canceled    bool             `json:"canceled"`
+	RankMillis  float64          `json:"rank_ms"` // ranking and charting, at the end
 	// SearchMillis is the search's own time, from its first candidate to
 	// its chart, where it ran (the worker, or the page).
 	SearchMillis float64 `json:"search_ms"`
@@ -122,6 +128,11 @@ func TuneOutcomeOf(search *tune.Search, clock func() time.Time, canceled bool) *
 	chart := tuneChart(res)
 	res.All = nil                           // the chart has them; the rest of the result is what the view lists
 	done, total := res.Evaluated, res.Total // merged shards' included
-	return &TuneOutcome{Result: res, Chart: chart, Done: done, Total: total, Canceled: canceled && done < total,
+	open := make([]tune.Candidate, len(res.Top))
+	for i, x := range res.Top {
+		open[i] = x.Candidate
+	}
+	return &TuneOutcome{Result: res, Open: open, SummaryHTML: tuneSummaryHTML(res), TableHTML: tuneTableHTML(res), Chart: chart,
+		Done: done, Total: total, Canceled: canceled && done < total,
 		RankMillis: float64(clock().Sub(t0).Microseconds()) / 1000}
 }

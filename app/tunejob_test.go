@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -37,29 +38,61 @@ func TestTuneJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The outcome ranks what tune.Run ranks.
+	if out.Done != want.Total || out.Total != want.Total || out.Canceled || out.Result.Feasible != want.Feasible || len(out.Result.Top) != len(want.Top) {
+		t.Fatalf("outcome %d of %d (canceled %v), %d feasible, %d top; tune.Run: %d, %d feasible, %d top",
+			out.Done, out.Total, out.Canceled, out.Result.Feasible, len(out.Result.Top), want.Total, want.Feasible, len(want.Top))
+	}
+	for i := range want.Top {
+		g, w := out.Result.Top[i], want.Top[i]
+		if g.Candidate != w.Candidate || g.DKVTokens != w.DKVTokens || g.Descs != w.Descs || g.DServe != w.DServe {
+			t.Errorf("top %d: %+v, tune.Run %+v", i, g, w)
+		}
+	}
+	if (out.Result.Dividing == nil) != (want.Dividing == nil) || out.Result.Dividing != nil && out.Result.Dividing.Candidate != want.Dividing.Candidate {
+		t.Errorf("dividing %+v, tune.Run %+v", out.Result.Dividing, want.Dividing)
+	}
+
+	// What travels to the page: the figures and the best candidates' flags
+	// as JSON (not the result), the markup and the chart beside it.
 	b, err := json.Marshal(out)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(b) > 16<<10 {
+		t.Errorf("the JSON the page decodes is %d bytes: the result travels in it", len(b))
 	}
 	var got TuneOutcome
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Done != want.Total || got.Total != want.Total || got.Canceled || got.Result.Feasible != want.Feasible || len(got.Result.Top) != len(want.Top) {
-		t.Fatalf("outcome %d of %d (canceled %v), %d feasible, %d top; tune.Run: %d, %d feasible, %d top",
-			got.Done, got.Total, got.Canceled, got.Result.Feasible, len(got.Result.Top), want.Total, want.Feasible, len(want.Top))
+	if got.Done != out.Done || got.Total != out.Total || len(got.Open) != len(want.Top) || got.Chart != "" || got.TableHTML != "" || got.Result != nil {
+		t.Fatalf("after the trip: %d of %d, %d to open, %d chart bytes, %d table bytes, result %v", got.Done, got.Total, len(got.Open), len(got.Chart), len(got.TableHTML), got.Result != nil)
 	}
-	for i := range want.Top {
-		g, w := got.Result.Top[i], want.Top[i]
-		if g.Candidate != w.Candidate || g.DKVTokens != w.DKVTokens || g.Descs != w.Descs || g.DServe != w.DServe {
-			t.Errorf("top %d: %+v, tune.Run %+v", i, g, w)
+	for i, x := range want.Top {
+		if got.Open[i] != x.Candidate {
+			t.Errorf("open %d: %+v, tune.Run's top %+v", i, got.Open[i], x.Candidate)
+		}
+		// The table's row i opens candidate i and shows its figures.
+		row := out.TableHTML[strings.Index(out.TableHTML, fmt.Sprintf(`data-index="%d"`, x.Index)):]
+		row = row[:strings.Index(row, "</tr>")]
+		for _, cell := range []string{"<td>" + commas(x.DKVTokens) + "</td>", "<td>" + commas(int64(x.Descs)) + "</td>", fmt.Sprintf(`data-row="%d"`, i)} {
+			if !strings.Contains(row, cell) {
+				t.Errorf("table row of candidate %d lacks %s", x.Index, cell)
+			}
 		}
 	}
-	if (got.Result.Dividing == nil) != (want.Dividing == nil) || got.Result.Dividing != nil && got.Result.Dividing.Candidate != want.Dividing.Candidate {
-		t.Errorf("dividing %+v, tune.Run %+v", got.Result.Dividing, want.Dividing)
+	if strings.Count(out.TableHTML, `data-testid="tune-row"`) != len(want.Top) {
+		t.Errorf("the table lists %d rows, want %d", strings.Count(out.TableHTML, `data-testid="tune-row"`), len(want.Top))
 	}
-	if out.Chart == "" || got.Chart != "" {
-		t.Errorf("the chart travels beside the JSON: %d bytes, %d in it", len(out.Chart), len(got.Chart))
+	if !strings.Contains(out.SummaryHTML, commas(int64(want.Feasible))+" accepted") {
+		t.Errorf("the summary does not count %d accepted: %s", want.Feasible, out.SummaryHTML)
+	}
+	if want.Dividing != nil && !strings.Contains(out.SummaryHTML, fmt.Sprintf(`data-block="%d"`, want.Dividing.DBlock)) {
+		t.Errorf("the summary does not name D block %d: %s", want.Dividing.DBlock, out.SummaryHTML)
+	}
+	if out.Chart == "" {
+		t.Error("no chart")
 	}
 
 	// Cancelled after the first slice.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"strconv"
 	"strings"
 	"time"
@@ -85,19 +86,24 @@ func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
 			done, total := msg.Get("done").Int(), msg.Get("total").Int()
 			ctx.Dispatch(func(ctx app.Context) { st.done, st.total = done, total })
 		case "result":
-			text, chart := msg.Get("json").String(), msg.Get("chart").String()
+			text := msg.Get("json").String()
 			fn.Release()
-			// Decoded where it is drawn: the result's one task.
-			ctx.Dispatch(func(ctx app.Context) {
-				var out TuneOutcome
-				err := json.Unmarshal([]byte(text), &out)
-				out.Chart = chart
-				if err != nil {
-					st.err = "the search worker's answer: " + err.Error()
-					st.cancel = nil
-					return
-				}
-				c.finishTune(st, &out)
+			// Decoded in this task (a few figures and the best
+			// candidates' flags: the rest comes as markup and the chart's
+			// option), drawn in the next, the chart in a third: short
+			// waits for input, not one long one.
+			var out TuneOutcome
+			err := json.Unmarshal([]byte(text), &out)
+			out.Chart, out.SummaryHTML, out.TableHTML = msg.Get("chart").String(), msg.Get("summary").String(), msg.Get("table").String()
+			nextTask(func() {
+				ctx.Dispatch(func(ctx app.Context) {
+					if err != nil {
+						st.err = "the search worker's answer: " + err.Error()
+						st.cancel = nil
+						return
+					}
+					c.finishTune(st, &out)
+				})
 			})
 		case "error":
 			text := msg.Get("error").String()
@@ -113,6 +119,18 @@ func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
 	st.worker = true
 	st.cancel = func() { kv.Call("tuneCancel") }
 	return true
+}
+
+// nextTask runs f in a task of the browser's own, after the input and
+// drawing waiting for this one.
+func nextTask(f func()) {
+	var fn app.Func
+	fn = app.FuncOf(func(this app.Value, args []app.Value) any {
+		fn.Release()
+		f()
+		return nil
+	})
+	app.Window().Call("setTimeout", fn, 0)
 }
 
 // warmTune starts the search workers the first time the Tune view shows:
@@ -202,8 +220,8 @@ func (c *Root) renderTune() app.UI {
 		progress = app.Div().Class("banner error").DataSet("testid", "tune-error").Text(st.err)
 	default:
 		progress = c.renderTuneProgress(st, running)
-		if st.out != nil && st.out.Result != nil {
-			summary, table = c.renderTuneSummary(st.out.Result), c.renderTuneTable(st.out.Result)
+		if st.out != nil && st.out.TableHTML != "" {
+			summary, table = c.renderTuneResult(st.out)
 			chart.Option = st.out.Chart
 		}
 	}
@@ -281,29 +299,33 @@ func (c *Root) tuneCLI() string {
 	return cli
 }
 
-// renderTuneSummary says what was refused and why, and names the best
-// candidate whose pages divide.
-func (c *Root) renderTuneSummary(res *tune.Result) app.UI {
-	var items []app.UI
-	items = append(items, app.P().DataSet("testid", "tune-counts").Text(fmt.Sprintf("%s candidates: %s accepted, ranked by %s.",
+// tuneSummaryHTML says what was refused and why, and names the best
+// candidate whose pages divide, as markup (see renderTuneResult).
+func tuneSummaryHTML(res *tune.Result) string {
+	var b strings.Builder
+	esc := html.EscapeString
+	b.WriteString(`<section class="card">`)
+	fmt.Fprintf(&b, `<p data-testid="tune-counts">%s</p>`, esc(fmt.Sprintf("%s candidates: %s accepted, ranked by %s.",
 		commas(int64(res.Evaluated)), commas(int64(res.Feasible)), res.Objective.Name)))
 	if len(res.Refused) > 0 {
-		items = append(items, app.Ul().DataSet("testid", "tune-refused").Body(app.Range(res.Refused).Slice(func(i int) app.UI {
-			x := res.Refused[i]
-			return app.Li().Title(x.Example).Text(fmt.Sprintf("%s refused: %s", commas(int64(x.Count)), x.Reason))
-		})))
+		b.WriteString(`<ul data-testid="tune-refused">`)
+		for _, x := range res.Refused {
+			fmt.Fprintf(&b, `<li title="%s">%s</li>`, esc(x.Example), esc(fmt.Sprintf("%s refused: %s", commas(int64(x.Count)), x.Reason)))
+		}
+		b.WriteString(`</ul>`)
 	}
 	if d := res.Dividing; d != nil {
-		items = append(items, app.P().DataSet("testid", "tune-dividing").DataSet("block", d.DBlock).Text(fmt.Sprintf(
+		fmt.Fprintf(&b, `<p data-testid="tune-dividing" data-block="%d">%s</p>`, d.DBlock, esc(fmt.Sprintf(
 			"P and D pages divide with D --block-size %s (planned %d, P %d) at TP %s: %s D KV tokens, %s descriptors.",
 			autoOr(d.DBlockSize), d.DBlock, d.PBlock, d.TP, commas(d.DKVTokens), commas(int64(d.Descs)))))
 	} else if res.Feasible > 0 {
-		items = append(items, app.P().DataSet("testid", "tune-dividing").Text("No accepted candidate has P and D pages that divide."))
+		b.WriteString(`<p data-testid="tune-dividing">No accepted candidate has P and D pages that divide.</p>`)
 	}
 	if len(res.Inferred) > 0 {
-		items = append(items, app.P().Class("muted inferred").Text("Inferred, not read from vLLM's code: "+strings.Join(res.Inferred, "; ")))
+		fmt.Fprintf(&b, `<p class="muted inferred">%s</p>`, esc("Inferred, not read from vLLM's code: "+strings.Join(res.Inferred, "; ")))
 	}
-	return app.Section().Class("card").Body(items...)
+	b.WriteString(`</section>`)
+	return b.String()
 }
 
 func autoOr(v int) string {
@@ -313,31 +335,53 @@ func autoOr(v int) string {
 	return strconv.Itoa(v)
 }
 
-// renderTuneTable lists the best candidates with their vllm serve lines
-// and a button that opens one in the other views.
-func (c *Root) renderTuneTable(res *tune.Result) app.UI {
-	return app.Section().Class("card").Body(
+// renderTuneResult shows a search's summary and best candidates. Both are
+// markup made with the result (in the search's worker, where it has one)
+// that the browser parses at once, a few milliseconds, not hundreds of
+// elements made one call at a time from WebAssembly (a hundred
+// milliseconds and more on a slow machine, holding the page); one click
+// handler on the table finds the Open button pressed.
+func (c *Root) renderTuneResult(out *TuneOutcome) (summary, table app.UI) {
+	summary = app.Div().DataSet("testid", "tune-summary").Body(app.Raw(`<div>` + out.SummaryHTML + `</div>`))
+	table = app.Section().Class("card").Body(
 		app.H2().Text("Best candidates"),
-		app.Div().Class("scroll").Body(app.Table().Class("tune-top").DataSet("testid", "tune-top").Body(
-			app.THead().Body(app.Tr().Body(app.Th().Text("#"), app.Th().Text("TP P:D"), app.Th().Text("D block"), app.Th().Text("P block"),
-				app.Th().Text("selector"), app.Th().Text("min layers"), app.Th().Text("mnbt"), app.Th().Text("dtype"), app.Th().Text("connector"),
-				app.Th().Text("D KV tokens"), app.Th().Text("descriptors"), app.Th().Text("pages divide"), app.Th().Text("flags"), app.Th())),
-			app.TBody().Body(app.Range(res.Top).Slice(func(i int) app.UI {
-				x := res.Top[i]
-				return app.Tr().DataSet("testid", "tune-row").DataSet("index", x.Index).Body(
-					app.Td().Text(strconv.Itoa(i+1)), app.Td().Text(x.TP.String()),
-					app.Td().Text(fmt.Sprintf("%s → %d", autoOr(x.DBlockSize), x.DBlock)), app.Td().Text(strconv.Itoa(x.PBlock)),
-					app.Td().Text(orDefault(x.Selector)), app.Td().Text(autoOr(x.MinGroupLayers)), app.Td().Text(autoOr(x.MaxBatched)),
-					app.Td().Text(orDefault(x.KVCacheDType)), app.Td().Text(x.Connector),
-					app.Td().Text(commas(x.DKVTokens)), app.Td().Text(commas(int64(x.Descs))), app.Td().Text(yesNo(x.PagesDivide)),
-					app.Td().Body(app.Details().Body(app.Summary().Text("vllm serve"),
-						app.Pre().Class("serve").Text("# P\n"+x.PServe+"\n# D\n"+x.DServe))),
-					app.Td().Body(app.Button().DataSet("testid", "tune-open").Text("Open").Title("open this candidate in the P vs D view").
-						OnClick(func(ctx app.Context, e app.Event) { c.openCandidate(ctx, x.Candidate) })),
-				)
-			})),
-		)),
+		app.Div().Class("scroll").DataSet("testid", "tune-table").Body(app.Raw(out.TableHTML)).
+			OnClick(func(ctx app.Context, e app.Event) {
+				btn := e.Get("target").Call("closest", `[data-testid="tune-open"]`)
+				if !btn.Truthy() {
+					return
+				}
+				i, err := strconv.Atoi(btn.Get("dataset").Get("row").String())
+				if err != nil || i < 0 || i >= len(out.Open) {
+					return
+				}
+				c.openCandidate(ctx, out.Open[i])
+			}),
 	)
+	return summary, table
+}
+
+// tuneTableHTML is the best candidates' table as markup.
+func tuneTableHTML(res *tune.Result) string {
+	var b strings.Builder
+	b.WriteString(`<table class="tune-top" data-testid="tune-top"><thead><tr>`)
+	for _, h := range []string{"#", "TP P:D", "D block", "P block", "selector", "min layers", "mnbt", "dtype", "connector", "D KV tokens", "descriptors", "pages divide", "flags", ""} {
+		b.WriteString("<th>" + html.EscapeString(h) + "</th>")
+	}
+	b.WriteString("</tr></thead><tbody>")
+	for i, x := range res.Top {
+		fmt.Fprintf(&b, `<tr data-testid="tune-row" data-index="%d">`, x.Index)
+		for _, cell := range []string{strconv.Itoa(i + 1), x.TP.String(), fmt.Sprintf("%s → %d", autoOr(x.DBlockSize), x.DBlock), strconv.Itoa(x.PBlock),
+			orDefault(x.Selector), autoOr(x.MinGroupLayers), autoOr(x.MaxBatched), orDefault(x.KVCacheDType), x.Connector,
+			commas(x.DKVTokens), commas(int64(x.Descs)), yesNo(x.PagesDivide)} {
+			b.WriteString("<td>" + html.EscapeString(cell) + "</td>")
+		}
+		b.WriteString(`<td><details><summary>vllm serve</summary><pre class="serve">`)
+		b.WriteString(html.EscapeString("# P\n" + x.PServe + "\n# D\n" + x.DServe))
+		fmt.Fprintf(&b, `</pre></details></td><td><button data-testid="tune-open" data-row="%d" title="open this candidate in the P vs D view">Open</button></td></tr>`, i)
+	}
+	b.WriteString("</tbody></table>")
+	return b.String()
 }
 
 func orDefault(s string) string {
@@ -458,9 +502,10 @@ func tuneChart(res *tune.Result) string {
 	b = append(b, `{"title":{"text":"D KV tokens against descriptors per request","subtext":"the Pareto front: more tokens, fewer descriptors"},`+
 		`"animation":false,"tooltip":{"show":true,"trigger":"item","formatter":"{b}<br/>{c}"},"legend":{"show":true,"top":"40"},`+
 		`"xAxis":{"name":"descriptors per request","type":"value","scale":true},"yAxis":{"name":"D KV tokens","type":"value","scale":true},"series":[`...)
-	// (ECharts' large mode would draw the points faster, but names none
-	// of them on hover.)
-	const many = `,"symbolSize":7`
+	// ECharts draws the points 100 to a frame (progressive), so that a
+	// few hundred of them do not hold the page in one long task. (Its
+	// large mode would draw them faster, but names none of them on hover.)
+	const many = `,"symbolSize":7,"progressive":100,"progressiveThreshold":100`
 	b = series(b, "pages divide", divide, divideNames, many)
 	b = append(b, ',')
 	b = series(b, "pages do not divide", split, splitNames, many)

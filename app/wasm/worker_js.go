@@ -27,8 +27,8 @@ const warmUp = 1500 * time.Millisecond
 //     search an app URL's query describes, posting {type: "progress", id,
 //     done, total} after each slice; shard 0 then waits for the others'
 //     partials (kvscopePartial), merges them, ranks and posts {type:
-//     "result", id, json, chart} (an app.TuneOutcome and its chart's
-//     option); the other shards post {type: "partial", id, bytes} (a
+//     "result", id, json, chart, summary, table} (an app.TuneOutcome as
+//     JSON, its chart's option and its summary's and table's markup); the other shards post {type: "partial", id, bytes} (a
 //     tune.Search.Partial, for the page to hand to shard 0). Errors come
 //     as {type: "error", id, error}.
 //   - kvscopePartial(id, bytes) hands shard 0 another shard's partial;
@@ -117,7 +117,7 @@ func serveTune(cat model.Catalog) {
 				fail("tune: the result: " + err.Error())
 				return
 			}
-			post(map[string]any{"type": "result", "id": id, "json": string(b), "chart": out.Chart})
+			post(map[string]any{"type": "result", "id": id, "json": string(b), "chart": out.Chart, "summary": out.SummaryHTML, "table": out.TableHTML})
 		}()
 	}
 	global.Set("kvscopeCancel", js.FuncOf(func(this js.Value, args []js.Value) any {
