@@ -343,7 +343,7 @@ func autoOr(v int) string {
 // handler on the table finds the Open button pressed.
 func (c *Root) renderTuneResult(out *TuneOutcome) (summary, table app.UI) {
 	summary = app.Div().DataSet("testid", "tune-summary").Body(app.Raw(`<div>` + out.SummaryHTML + `</div>`))
-	table = app.Section().Class("card").Body(
+	table = app.Section().Class("card tune-table-card").Body(
 		app.H2().Text("Best candidates"),
 		app.Div().Class("scroll").DataSet("testid", "tune-table").Body(app.Raw(out.TableHTML)).
 			OnClick(func(ctx app.Context, e app.Event) {
