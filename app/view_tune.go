@@ -335,17 +335,17 @@ func autoOr(v int) string {
 	return strconv.Itoa(v)
 }
 
-// renderTuneResult shows a search's summary and best candidates. Both are
-// markup made with the result (in the search's worker, where it has one)
-// that the browser parses at once, a few milliseconds, not hundreds of
-// elements made one call at a time from WebAssembly (a hundred
-// milliseconds and more on a slow machine, holding the page); one click
-// handler on the table finds the Open button pressed.
+// renderTuneResult shows a search's summary and best candidates: markup
+// made with the result (in the search's worker, where it has one) that
+// the browser parses itself (Markup), not hundreds of elements made one
+// call at a time from WebAssembly (a hundred milliseconds and more on a
+// slow machine, holding the page); one click handler around the table
+// finds the Open button pressed.
 func (c *Root) renderTuneResult(out *TuneOutcome) (summary, table app.UI) {
-	summary = app.Div().DataSet("testid", "tune-summary").Body(app.Raw(`<div>` + out.SummaryHTML + `</div>`))
+	summary = &Markup{ID: "tune-summary", HTML: out.SummaryHTML}
 	table = app.Section().Class("card tune-table-card").Body(
 		app.H2().Text("Best candidates"),
-		app.Div().Class("scroll").DataSet("testid", "tune-table").Body(app.Raw(out.TableHTML)).
+		app.Div().Class("scroll").Body(&Markup{ID: "tune-table", HTML: out.TableHTML}).
 			OnClick(func(ctx app.Context, e app.Event) {
 				btn := e.Get("target").Call("closest", `[data-testid="tune-open"]`)
 				if !btn.Truthy() {

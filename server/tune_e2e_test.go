@@ -98,7 +98,10 @@ func TestTuneView(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // the chart draws after the table
+	time.Sleep(500 * time.Millisecond) // the table and the chart draw after the status
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`[data-testid="tune-counts"]`))); err != nil {
+		t.Fatal(err)
+	}
 	stall, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`(() => { clearInterval(window.__lagTimer); return window.__stall; })()`))
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +208,11 @@ func TestTuneView(t *testing.T) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The summary and the table are markup the page fills a frame after
+	// the status says done.
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`[data-testid="tune-counts"]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid="tune-open"]`))); err != nil {
+		t.Fatal(err)
 	}
 	workers, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.kvscope._tunes.length`))
 	counts2, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="tune-counts"]').textContent`))

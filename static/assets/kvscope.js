@@ -25,6 +25,19 @@ window.kvscope = {
       this.chart(id, args[0], args[1]);
     }, 0));
   },
+  // markupLater sets the element id's content to the markup html in a
+  // task of its own, after the browser has painted the next frame; a later
+  // call for the same element wins.
+  markupLater(id, html) {
+    this._markup = this._markup || {};
+    this._markup[id] = html;
+    requestAnimationFrame(() => setTimeout(() => {
+      if (!(id in this._markup)) return;
+      const el = document.getElementById(id);
+      if (el) el.innerHTML = this._markup[id];
+      delete this._markup[id];
+    }, 0));
+  },
   // morph makes the element id show the markup html, updating in place
   // the nodes whose structure is unchanged (so tooltips, hover and
   // selection survive a redraw) and replacing the rest. An element whose
