@@ -132,6 +132,20 @@ func TestHubBoundsItsMemory(t *testing.T) {
 	}
 }
 
+// fillAgents has n agents each send a hello (a host name of hostBytes '<')
+// and regs registrations to h.
+func fillAgents(t *testing.T, h *hub, n, hostBytes, regs int) {
+	t.Helper()
+	for a := range n {
+		name := fmt.Sprintf("agent-%03d", a)
+		evs := []event.Event{bigHello(name, 1, hostBytes)}
+		for r := range regs {
+			evs = append(evs, registration(name, uint64(r+2), r))
+		}
+		send(t, h, evs...)
+	}
+}
+
 // TestHubHistoryFitsTheBrowser: 200 agents' hellos and registrations
 // (12,800 events) reach a new subscriber in frames within the app's
 // limits, each agent whole in one frame, its hello first.
@@ -139,14 +153,7 @@ func TestHubHistoryFitsTheBrowser(t *testing.T) {
 	for _, kind := range abuseHubs {
 		t.Run(kind.name, func(t *testing.T) {
 			h := kind.start(t, nil)
-			for a := range 200 {
-				name := fmt.Sprintf("agent-%03d", a)
-				evs := []event.Event{bigHello(name, 1, 10)}
-				for r := range 63 {
-					evs = append(evs, registration(name, uint64(r+2), r))
-				}
-				send(t, h, evs...)
-			}
+			fillAgents(t, h, 200, 10, 63)
 			_, frames := h.subscribe()
 			seen := map[string]int{} // agent -> the frame it was in
 			for i, f := range frames {
@@ -239,14 +246,7 @@ func TestHubAcksNeverWaitForSubscribers(t *testing.T) {
 	for _, kind := range abuseHubs {
 		t.Run(kind.name, func(t *testing.T) {
 			h := kind.start(t, nil)
-			for a := range 200 {
-				name := fmt.Sprintf("agent-%03d", a)
-				evs := []event.Event{bigHello(name, 1, 2000)}
-				for r := range 20 {
-					evs = append(evs, registration(name, uint64(r+2), r))
-				}
-				send(t, h, evs...)
-			}
+			fillAgents(t, h, 200, 2000, 20)
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			for range 200 {
