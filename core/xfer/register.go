@@ -205,15 +205,15 @@ func register(r *Registration, m *model.Model, layersByName map[string]*model.La
 			tensors[lp.Slot] = append(tensors[lp.Slot], member{lp, lp.Group})
 		}
 	}
-	r.Layers = reuse(old.Layers, len(p.Layers))
-	r.Regions = reuse(old.Regions, 2*len(tensors))
+	r.Layers = emptied(old.Layers, len(p.Layers))
+	r.Regions = emptied(old.Regions, 2*len(tensors))
 	shared := like != nil && like.plan == p
 	switch {
 	case shared:
 		r.byName, r.TensorPages, r.TensorMembers = like.byName, like.TensorPages, like.TensorMembers
 	case old.ownsIndex:
 		clear(old.byName)
-		r.byName, r.TensorPages, r.TensorMembers, r.ownsIndex = old.byName, reuse(old.TensorPages, len(tensors)), reuse(old.TensorMembers, len(tensors)), true
+		r.byName, r.TensorPages, r.TensorMembers, r.ownsIndex = old.byName, emptied(old.TensorPages, len(tensors)), emptied(old.TensorMembers, len(tensors)), true
 	default:
 		r.byName = make(map[string]int, len(p.Layers))
 		r.TensorPages = make([]int64, 0, len(tensors))
@@ -221,7 +221,7 @@ func register(r *Registration, m *model.Model, layersByName map[string]*model.La
 		r.ownsIndex = true
 	}
 	// One array holds every layer's segments (at most four each).
-	slab := reuse(old.slab, 4*len(p.Layers))
+	slab := emptied(old.slab, 4*len(p.Layers))
 	var offset uint64
 	for ti, members := range tensors {
 		page := members[0].lp.Page
@@ -274,8 +274,9 @@ func register(r *Registration, m *model.Model, layersByName map[string]*model.La
 	return r, nil
 }
 
-// reuse is s emptied when it holds n elements, else a new slice of n.
-func reuse[T any](s []T, n int) []T {
+// emptied is s emptied when it has room for n elements, else a new empty
+// slice with room for n (plan's reuse, by contrast, returns n zeroed).
+func emptied[T any](s []T, n int) []T {
 	if cap(s) >= n {
 		return s[:0]
 	}

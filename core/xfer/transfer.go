@@ -284,7 +284,7 @@ func RegisterAllInto(old []*Registration, m *model.Model, p *plan.Plan, side Sid
 
 func registerAll(ctx context.Context, m *model.Model, p *plan.Plan, side Side, layout CacheLayout, bases Bases, old []*Registration) ([]*Registration, error) {
 	tp := p.Engine.TensorParallelSize
-	out := reuse(old, tp)
+	out := emptied(old, tp)
 	var index map[string]*model.Layer
 	for _, r := range old {
 		if r != nil && r.model == m && r.modelIdx != nil {

@@ -12,31 +12,30 @@ window.kvscope = {
     if (dark) opt.backgroundColor = 'transparent';
     c.setOption(opt, true);
   },
-  // chartLater draws a chart in a task of its own after the browser has
-  // painted the next frame (and answered input waiting for it); a later
-  // call for the same chart wins.
-  chartLater(id, json, dark) {
+  // later runs fn in a task of its own after the browser has painted the
+  // next frame (and answered input waiting for it); of the calls made for
+  // one key before then, the last one's fn runs, once.
+  later(key, fn) {
     this._later = this._later || {};
-    this._later[id] = [json, dark];
+    this._later[key] = fn;
     requestAnimationFrame(() => setTimeout(() => {
-      const args = this._later[id];
-      if (!args) return;
-      delete this._later[id];
-      this.chart(id, args[0], args[1]);
+      const f = this._later[key];
+      if (!f) return;
+      delete this._later[key];
+      f();
     }, 0));
   },
-  // markupLater sets the element id's content to the markup html in a
-  // task of its own, after the browser has painted the next frame; a later
-  // call for the same element wins.
+  // chartLater draws a chart later (see later).
+  chartLater(id, json, dark) {
+    this.later('chart:' + id, () => this.chart(id, json, dark));
+  },
+  // markupLater sets the element id's content to the markup html later
+  // (see later).
   markupLater(id, html) {
-    this._markup = this._markup || {};
-    this._markup[id] = html;
-    requestAnimationFrame(() => setTimeout(() => {
-      if (!(id in this._markup)) return;
+    this.later('markup:' + id, () => {
       const el = document.getElementById(id);
-      if (el) el.innerHTML = this._markup[id];
-      delete this._markup[id];
-    }, 0));
+      if (el) el.innerHTML = html;
+    });
   },
   // morph makes the element id show the markup html, updating in place
   // the nodes whose structure is unchanged (so tooltips, hover and
