@@ -75,20 +75,6 @@ func checkName(flag, name string) error {
 	return &usageError{fmt.Errorf("%s %q: %s (the server refuses any other name)", flag, name, why)}
 }
 
-// defaultName is the agent's name when --name is not given, as
-// runner.Start names it: the host name, and the role of one agent of a
-// pair (both may share a host).
-func defaultName(role string) (string, error) {
-	host, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("the host name (the default --name): %w", err)
-	}
-	if role == "p" || role == "d" {
-		host += "/" + role
-	}
-	return host, nil
-}
-
 // options are the agent's flags.
 type options struct {
 	config      runner.Config
@@ -148,7 +134,7 @@ func parse(args []string) (*options, error) {
 	}
 	streaming := c.ServerURL != "" || c.NATS != ""
 	if c.Name == "" {
-		name, err := defaultName(c.Role)
+		name, err := runner.DefaultName(c.Role)
 		if err != nil {
 			return nil, err
 		}

@@ -62,10 +62,7 @@ type eventStream interface {
 // 10 s) for the server to acknowledge every event, and returns.
 func Start(ctx context.Context, c Config) error {
 	if c.Name == "" {
-		c.Name, _ = os.Hostname()
-		if c.Role == "p" || c.Role == "d" { // both agents of a pair may share a host
-			c.Name += "/" + c.Role
-		}
+		c.Name, _ = DefaultName(c.Role)
 	}
 	if c.HostLimit == 0 {
 		c.HostLimit = 1 << 30
@@ -245,3 +242,16 @@ func (l *logSink) Publish(e event.Event) {
 
 // Dropped implements Sink: nothing is dropped.
 func (l *logSink) Dropped() uint64 { return 0 }
+
+// DefaultName is an agent's name when none is given: the host name, with
+// the role of one agent of a pair (both may share a host).
+func DefaultName(role string) (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("the host name (the default --name): %w", err)
+	}
+	if role == "p" || role == "d" {
+		host += "/" + role
+	}
+	return host, nil
+}
