@@ -204,10 +204,7 @@ type pathCase struct {
 func pathCases(t *testing.T) []pathCase {
 	t.Helper()
 	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
-	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	seed := modeltest.Seed(t)
 	return []pathCase{
 		{"vLLM path, gpt-oss-20b TP2 to TP4", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 4}, xfer.Request{PromptTokens: 300}},
 		{"group-pair path, gpt-oss-20b block 16 to 48", gpt, plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, xfer.Request{PromptTokens: 301}},

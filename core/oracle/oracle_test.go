@@ -40,10 +40,7 @@ func transfer(t testing.TB, m *model.Model, pe, de plan.Engine, req xfer.Request
 }
 
 func TestExactCases(t *testing.T) {
-	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	seed := modeltest.Seed(t)
 	tests := []struct {
 		name string
 		m    *model.Model

@@ -104,10 +104,7 @@ func TestCheckAgreesWithCopies(t *testing.T) {
 // that range of the whole page, however it cuts rows, indices, segments
 // and padding.
 func TestPBytesOfARange(t *testing.T) {
-	seed, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	seed := modeltest.Seed(t)
 	for _, tc := range []struct {
 		name string
 		m    *model.Model

@@ -11,10 +11,7 @@ import (
 // handshake uses says what Compare's list says, for plans that agree, that
 // differ in block sizes only, in groups, and in models.
 func TestCountChangesAgreesWithCompare(t *testing.T) {
-	qwen, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	qwen := modeltest.Seed(t)
 	gemma := modeltest.Load(t, "google__gemma-3-27b-it")
 	var plans []*Plan
 	for _, e := range []Engine{

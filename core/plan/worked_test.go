@@ -11,10 +11,7 @@ import (
 
 func withDraft(t testing.TB, target, draft string) *model.Model {
 	t.Helper()
-	m, err := modeltest.Load(t, target).WithDraft(modeltest.Load(t, draft))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := modeltest.LoadWithDraft(t, target, draft)
 	return m
 }
 

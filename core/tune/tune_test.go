@@ -17,10 +17,7 @@ import (
 
 func qwenDFlash(t testing.TB) *model.Model {
 	t.Helper()
-	m, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B-FP8").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := modeltest.LoadWithDraft(t, "Qwen__Qwen3.6-35B-A3B-FP8", "z-lab__Qwen3.6-35B-A3B-DFlash")
 	return m
 }
 

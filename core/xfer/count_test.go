@@ -14,10 +14,7 @@ import (
 // computation gives, on vLLM's path and on the group-pair path, for
 // attention, sliding-window, state and draft layers, pull and push.
 func TestCountOnlyMatchesPairs(t *testing.T) {
-	qwen, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	qwen := modeltest.Seed(t)
 	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
 	for _, tc := range []struct {
 		name      string

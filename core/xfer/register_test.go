@@ -14,10 +14,7 @@ import (
 // recycles them) are exactly what RegisterAll builds afresh, rank by rank,
 // down to every segment and the name index.
 func TestRegisterAllIntoMatchesRegisterAll(t *testing.T) {
-	qwen, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	qwen := modeltest.Seed(t)
 	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
 	type step struct {
 		name  string

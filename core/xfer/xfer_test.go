@@ -12,10 +12,7 @@ import (
 )
 
 func seedModel(t testing.TB) *model.Model {
-	m, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := modeltest.Seed(t)
 	return m
 }
 

@@ -33,3 +33,21 @@ func Load(t testing.TB, file string) *model.Model {
 	m.Name = file
 	return m
 }
+
+// LoadWithDraft loads a target model and its draft (see Load) and joins
+// them, failing the test on any error.
+func LoadWithDraft(t testing.TB, target, draft string) *model.Model {
+	t.Helper()
+	m, err := Load(t, target).WithDraft(Load(t, draft))
+	if err != nil {
+		t.Fatalf("%s with draft %s: %v", target, draft, err)
+	}
+	return m
+}
+
+// Seed is the seed deployment's model: Qwen3.6-35B-A3B with its DFlash
+// drafter.
+func Seed(t testing.TB) *model.Model {
+	t.Helper()
+	return LoadWithDraft(t, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
+}
