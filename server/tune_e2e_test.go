@@ -161,12 +161,16 @@ func TestTuneView(t *testing.T) {
 	}
 
 	// A second search, cancelled midway, stops and says so: Cancel is
-	// pressed 100 ms after Search (a search of warm workers takes well
-	// under a second, so waiting to see the bar move first can miss it).
+	// pressed as soon as the page says the search runs (a search of warm
+	// workers takes well under a second; a Cancel that comes before the
+	// workers have the search is sent right after it).
 	_, _, _, firstMS := tuneStatus(t, ctx)
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		const timer = setInterval(() => {
+			const el = document.querySelector('[data-testid="tune-status"]');
+			if (el && el.dataset.state === 'running') { clearInterval(timer); document.querySelector('[data-testid="tune-cancel"]').click(); }
+		}, 1);
 		document.querySelector('[data-testid="tune-run"]').click();
-		setTimeout(() => document.querySelector('[data-testid="tune-cancel"]').click(), 100);
 		return true; })()`)); err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,7 @@ func serveTune(cat model.Catalog) {
 	abandon := make(chan struct{})
 	current := -1.0 // the id of the search under way
 	partials := make(chan []byte, 64)
+	turn := newEventTurn()
 	start := func(query string, id float64, shard, shards int, warm bool) {
 		cancel()
 		close(abandon)
@@ -73,10 +74,7 @@ func serveTune(cat model.Catalog) {
 				}
 				return
 			}
-			// Sleeping hands the worker's event loop its turn (a cancel
-			// message is read there): a timer of a few milliseconds, so
-			// the slices are long.
-			yield := func() { time.Sleep(time.Millisecond) }
+			yield := turn.yield
 			if warm {
 				for !search.Done() && ctx.Err() == nil {
 					search.Step(ctx, 64)
@@ -145,4 +143,30 @@ func serveTune(cat model.Catalog) {
 		return nil
 	}))
 	select {}
+}
+
+// eventTurn hands the worker's event loop its turn between two slices of
+// a search, so that a message the page sent meanwhile (a cancel) is read.
+// It waits for a message of its own through a MessageChannel: messages
+// are one task source, run in the order they were sent, so every message
+// the page sent before is read first. (A timer is no such promise: the
+// browser may run it before a waiting message, slice after slice.)
+type eventTurn struct {
+	port js.Value
+	back chan struct{}
+}
+
+func newEventTurn() *eventTurn {
+	ch := js.Global().Get("MessageChannel").New()
+	t := &eventTurn{port: ch.Get("port2"), back: make(chan struct{}, 1)}
+	ch.Get("port1").Set("onmessage", js.FuncOf(func(js.Value, []js.Value) any {
+		t.back <- struct{}{}
+		return nil
+	}))
+	return t
+}
+
+func (t *eventTurn) yield() {
+	t.port.Call("postMessage", nil)
+	<-t.back
 }

@@ -144,14 +144,21 @@ window.kvscope = {
     // The workers start once the page has drawn the search's start: on a
     // machine with no core to spare they would otherwise slow that
     // drawing down.
+    // A Cancel pressed before then is sent right after the search.
+    this._tunePosted = this._tuneCancelEarly = false;
     requestAnimationFrame(() => setTimeout(() => {
-      if (this._tuneId === id) ws.forEach((w, shard) => w.postMessage({query, id, shard, shards: ws.length}));
+      if (this._tuneId !== id) return;
+      ws.forEach((w, shard) => w.postMessage({query, id, shard, shards: ws.length}));
+      this._tunePosted = true;
+      if (this._tuneCancelEarly) this.tuneCancel();
     }, 0));
     return true;
   },
   // tuneCancel stops the workers' search between two candidates; the
   // result then ranks the candidates they evaluated.
   tuneCancel() {
+    this._tuneCancelEarly = this._tunePosted === false;
+    if (this._tuneCancelEarly) return;
     (this._tunes || []).forEach(w => w.postMessage({cancel: true}));
   },
   // tuneWarm starts the workers before the first search and has each run
