@@ -42,7 +42,8 @@ type Root struct {
 	// tuneWorker is the Tune view's search worker: "" (none: searches run
 	// on the page), "starting" (loading app.wasm and warming up) or "ready".
 	tuneWorker string
-	idleGC     bool // a collection is waiting for the browser to be idle
+	tuneWarm   string // the Tune chart's option before a search (tuneWarmup)
+	idleGC     bool   // a collection is waiting for the browser to be idle
 }
 
 // OnDismount stops listening for shortcuts.

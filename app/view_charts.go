@@ -150,6 +150,14 @@ type Chart struct {
 	// what was drawn with it (a chart of many points next to a new table:
 	// two shorter waits for input, not one long one).
 	Later bool
+	// Merge draws an option into the chart drawn before (ECharts keeps
+	// its title, axes, legend and tooltip and replaces the series' data)
+	// instead of drawing it afresh: for options of one shape.
+	Merge bool
+	// Offscreen draws it in the chart worker, on an OffscreenCanvas (see
+	// kvscope.chartOff), where the browser has one: the page's thread does
+	// not wait for the drawing. Later is then moot.
+	Offscreen bool
 }
 
 // OnMount draws the chart once its element exists.
@@ -159,11 +167,15 @@ func (c *Chart) OnMount(ctx app.Context) { ctx.Defer(func(app.Context) { c.draw(
 func (c *Chart) OnUpdate(ctx app.Context) { ctx.Defer(func(app.Context) { c.draw() }) }
 
 func (c *Chart) draw() {
-	if c.Later {
-		callJS("chartLater", c.ID, c.Option, c.Dark)
+	if c.Offscreen {
+		callJS("chartOff", c.ID, c.Option, c.Dark, c.Merge)
 		return
 	}
-	callJS("chart", c.ID, c.Option, c.Dark)
+	if c.Later {
+		callJS("chartLater", c.ID, c.Option, c.Dark, c.Merge)
+		return
+	}
+	callJS("chart", c.ID, c.Option, c.Dark, c.Merge)
 }
 
 // Render is the chart's container.

@@ -55,7 +55,7 @@ func (c *Root) startTune(ctx app.Context) {
 		progress := func(done, total int) {
 			if clock().Sub(lastDraw) > 100*time.Millisecond {
 				lastDraw = clock()
-				ctx.Dispatch(func(ctx app.Context) { st.done, st.total = done, total })
+				c.advanceTune(st, done, total)
 			}
 		}
 		yield := func() { time.Sleep(time.Millisecond) } // the browser's turn: input, drawing
@@ -84,7 +84,7 @@ func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
 		switch msg.Get("type").String() {
 		case "progress":
 			done, total := msg.Get("done").Int(), msg.Get("total").Int()
-			ctx.Dispatch(func(ctx app.Context) { st.done, st.total = done, total })
+			c.advanceTune(st, done, total)
 		case "result":
 			text := msg.Get("json").String()
 			fn.Release()
@@ -206,64 +206,100 @@ func (c *Root) renderTune() app.UI {
 		),
 		app.P().Class("muted").DataSet("testid", "tune-worker").DataSet("state", c.tuneWorker).Text(tuneWorkerText(c.tuneWorker)),
 	)
-	// The children keep their places in every state, so the chart's
-	// element (and the browser's chart on it) is made once, when the view
-	// shows, and a result only fills it.
-	progress, summary, table := app.UI(app.Div()), app.UI(app.Div()), app.UI(app.Div())
-	chart := &Chart{ID: "chart-tune", Option: tunePlaceholder, Dark: s.Dark, Later: true}
+	// The children keep their places in every state, and the chart and
+	// the markup elements are components mounted when the view shows: a
+	// result only fills them. (go-app redraws the whole page after it
+	// mounts a component: one redraw more, 40–80 ms of the page's thread in
+	// a Chromium trace, if they came with the result.)
+	var progress app.UI
+	if c.tuneWarm == "" {
+		c.tuneWarm = tuneWarmup()
+	}
+	chart := &Chart{ID: "chart-tune", Option: c.tuneWarm, Dark: s.Dark, Later: true, Merge: true, Offscreen: true}
+	var out *TuneOutcome
 	switch {
 	case st == nil:
 		// The bar is there before the first search, so that starting
 		// one only updates it.
-		progress = c.renderTuneProgress(&tuneState{}, false)
+		progress = tuneProgressOf(nil, false).render()
 	case st.err != "":
 		progress = app.Div().Class("banner error").DataSet("testid", "tune-error").Text(st.err)
 	default:
-		progress = c.renderTuneProgress(st, running)
+		progress = tuneProgressOf(st, running).render()
 		if st.out != nil && st.out.TableHTML != "" {
-			summary, table = c.renderTuneResult(st.out)
-			chart.Option = st.out.Chart
+			out = st.out
+			chart.Option = out.Chart
 		}
 	}
+	summary, table := c.renderTuneResult(out)
 	return app.Div().Class("tune-view").Body(form, progress, summary, chart, table)
 }
 
-// tunePlaceholder is the Pareto chart's option before a search: its axes
-// and an invisible large series, so the browser has compiled the chart's
-// drawing code before a result comes to be drawn.
-const tunePlaceholder = `{"animation":false,"title":{"text":"D KV tokens against descriptors per request","subtext":"search to draw the candidates"},` +
-	`"tooltip":{"show":true,"trigger":"item"},"legend":{"show":false},` +
-	`"xAxis":{"name":"descriptors per request","type":"value"},"yAxis":{"name":"D KV tokens","type":"value"},` +
-	`"series":[{"type":"scatter","symbolSize":7,"itemStyle":{"opacity":0},"data":[{"name":"","value":[0,0]},{"name":"","value":[1,1]}]}]}`
+// tuneProgress is a search's figures as its progress bar shows them.
+type tuneProgress struct {
+	done, total                      int
+	worker                           bool
+	state                            string // idle, running, canceled or done (tuneStateName)
+	millis, rankMillis, searchMillis float64
+}
 
-// renderTuneProgress is a search's progress bar and status line.
-func (c *Root) renderTuneProgress(st *tuneState, running bool) app.UI {
-	status := fmt.Sprintf("%s of %s candidates", commas(int64(st.done)), commas(int64(st.total)))
+// tuneProgressOf is the progress of search st (nil: none yet).
+func tuneProgressOf(st *tuneState, running bool) tuneProgress {
+	if st == nil {
+		return tuneProgress{state: "idle"}
+	}
+	p := tuneProgress{done: st.done, total: st.total, worker: st.worker, state: tuneStateName(st, running), millis: st.millis}
+	if st.out != nil {
+		p.rankMillis, p.searchMillis = st.out.RankMillis, st.out.SearchMillis
+	}
+	return p
+}
+
+// tuneBarID is the progress bar's element.
+const tuneBarID = "tune-bar"
+
+// render is the progress bar and its status line. They are markup the
+// page keeps as it is (go-app compares the text, no tree), so that a
+// search's progress redraws them alone, in place (advanceTune): a redraw
+// of the page around them takes 30–50 ms of the page's thread in
+// WebAssembly (measured in a Chromium trace), theirs a fraction of one.
+func (p tuneProgress) render() app.UI {
+	return app.Raw(`<div id="` + tuneBarID + `" class="tune-progress">` + p.markup() + `</div>`)
+}
+
+// markup is the bar's content.
+func (p tuneProgress) markup() string {
+	status := fmt.Sprintf("%s of %s candidates", commas(int64(p.done)), commas(int64(p.total)))
 	where := "on this page"
-	if st.worker {
+	if p.worker {
 		where = "in a worker of this page"
 	}
-	switch {
-	case running:
-		status += " · searching " + where + "…"
-	case st.out != nil && st.out.Canceled:
-		status += fmt.Sprintf(" · canceled after %.0f ms (the ranking covers those evaluated)", st.millis)
-	default:
-		status += fmt.Sprintf(" · %.0f ms %s", st.millis, where)
-	}
-	if st.started.IsZero() {
+	switch p.state {
+	case "idle":
 		status = "No search yet: set the ranges and press Search."
+	case "running":
+		status += " · searching " + where + "…"
+	case "canceled":
+		status += fmt.Sprintf(" · canceled after %.0f ms (the ranking covers those evaluated)", p.millis)
+	default:
+		status += fmt.Sprintf(" · %.0f ms %s", p.millis, where)
 	}
-	rankMillis, searchMillis := 0.0, 0.0
-	if st.out != nil {
-		rankMillis, searchMillis = st.out.RankMillis, st.out.SearchMillis
+	ms := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	return fmt.Sprintf(`<progress data-testid="tune-progress" max="%d" value="%d"></progress>`, max(p.total, 1), p.done) +
+		fmt.Sprintf(`<span data-testid="tune-status" data-done="%d" data-total="%d" data-ms="%s" data-rank-ms="%s" data-worker="%t" data-search-ms="%s" data-state="%s">%s</span>`,
+			p.done, p.total, ms(p.millis), ms(p.rankMillis), p.worker, ms(p.searchMillis), html.EscapeString(p.state), html.EscapeString(status))
+}
+
+// advanceTune records that done of total candidates of search st are
+// evaluated and redraws the progress bar in place, not the page.
+func (c *Root) advanceTune(st *tuneState, done, total int) {
+	st.done, st.total = done, total
+	if !app.IsClient || c.tune != st || st.cancel == nil {
+		return
 	}
-	return app.Div().Class("tune-progress").Body(
-		app.Progress().DataSet("testid", "tune-progress").Max(max(st.total, 1)).Value(st.done),
-		app.Span().DataSet("testid", "tune-status").DataSet("done", st.done).DataSet("total", st.total).
-			DataSet("ms", strconv.FormatFloat(st.millis, 'f', 1, 64)).DataSet("rank-ms", strconv.FormatFloat(rankMillis, 'f', 1, 64)).DataSet("worker", st.worker).
-			DataSet("search-ms", strconv.FormatFloat(searchMillis, 'f', 1, 64)).DataSet("state", tuneStateName(st, running)).Text(status),
-	)
+	if el := app.Window().GetElementByID(tuneBarID); el.Truthy() {
+		el.Set("innerHTML", tuneProgressOf(st, true).markup())
+	}
 }
 
 func tuneWorkerText(state string) string {
@@ -340,22 +376,28 @@ func autoOr(v int) string {
 // the browser parses itself (Markup), not hundreds of elements made one
 // call at a time from WebAssembly (a hundred milliseconds and more on a
 // slow machine, holding the page); one click handler around the table
-// finds the Open button pressed.
+// finds the Open button pressed. Without a result (out nil) the elements
+// are there, empty, the table's card hidden.
 func (c *Root) renderTuneResult(out *TuneOutcome) (summary, table app.UI) {
-	summary = &Markup{ID: "tune-summary", HTML: out.SummaryHTML}
-	table = app.Section().Class("card tune-table-card").Body(
+	var summaryHTML, tableHTML string
+	if out != nil {
+		summaryHTML, tableHTML = out.SummaryHTML, out.TableHTML
+	}
+	summary = &Markup{ID: "tune-summary", HTML: summaryHTML}
+	table = app.Section().Class("card tune-table-card").Hidden(out == nil).Body(
 		app.H2().Text("Best candidates"),
-		app.Div().Class("scroll").Body(&Markup{ID: "tune-table", HTML: out.TableHTML}).
+		app.Div().Class("scroll").Body(&Markup{ID: "tune-table", HTML: tableHTML}).
 			OnClick(func(ctx app.Context, e app.Event) {
 				btn := e.Get("target").Call("closest", `[data-testid="tune-open"]`)
-				if !btn.Truthy() {
+				if !btn.Truthy() || c.tune == nil || c.tune.out == nil {
 					return
 				}
+				open := c.tune.out.Open
 				i, err := strconv.Atoi(btn.Get("dataset").Get("row").String())
-				if err != nil || i < 0 || i >= len(out.Open) {
+				if err != nil || i < 0 || i >= len(open) {
 					return
 				}
-				c.openCandidate(ctx, out.Open[i])
+				c.openCandidate(ctx, open[i])
 			}),
 	)
 	return summary, table
@@ -365,8 +407,18 @@ func (c *Root) renderTuneResult(out *TuneOutcome) (summary, table app.UI) {
 func tuneTableHTML(res *tune.Result) string {
 	var b strings.Builder
 	b.WriteString(`<table class="tune-top" data-testid="tune-top"><thead><tr>`)
-	for _, h := range []string{"#", "TP P:D", "D block", "P block", "selector", "min layers", "mnbt", "dtype", "connector", "D KV tokens", "descriptors", "pages divide", "flags", ""} {
-		b.WriteString("<th>" + html.EscapeString(h) + "</th>")
+	// The widths (in characters, the flags' column takes the rest) let the
+	// table be laid out a row at a time (table-layout: fixed).
+	for _, h := range []struct {
+		name  string
+		width int
+	}{{"#", 4}, {"TP P:D", 8}, {"D block", 12}, {"P block", 9}, {"selector", 15}, {"min layers", 12}, {"mnbt", 8}, {"dtype", 8},
+		{"connector", 11}, {"D KV tokens", 14}, {"descriptors", 13}, {"pages divide", 14}, {"flags", 0}, {"", 8}} {
+		if h.width == 0 {
+			b.WriteString("<th>" + html.EscapeString(h.name) + "</th>")
+			continue
+		}
+		fmt.Fprintf(&b, `<th style="width:%dch">%s</th>`, h.width, html.EscapeString(h.name))
 	}
 	b.WriteString("</tr></thead><tbody>")
 	for i, x := range res.Top {
@@ -432,8 +484,17 @@ func (c *Root) openCandidate(ctx app.Context, x tune.Candidate) {
 // nearly) are drawn once, at the first one's exact values, and named by it
 // with their count: a search of thousands draws hundreds of points, and
 // the page draws them in tens of milliseconds, not hundreds. The front is
-// drawn whole.
+// drawn whole. The clouds are ECharts' large series (one shape for all
+// their points, each still named on hover): drawing ~500 points as one
+// element each held the page 130–265 ms in a Chromium trace, as large
+// series 45–115 ms.
 func tuneChart(res *tune.Result) string {
+	return tuneChartOption(res, "the Pareto front: more tokens, fewer descriptors", `,"itemStyle":{"opacity":1}`)
+}
+
+// tuneChartOption is tuneChart's option with the given subtitle and
+// extra properties for every series.
+func tuneChartOption(res *tune.Result, subtext, extra string) string {
 	label := func(x tune.Scored) string {
 		return fmt.Sprintf("TP %s · D block %s→%d · P block %d · %s · min %s · mnbt %s · %s · %s", x.TP, autoOr(x.DBlockSize), x.DBlock, x.PBlock,
 			orDefault(x.Selector), autoOr(x.MinGroupLayers), autoOr(x.MaxBatched), orDefault(x.KVCacheDType), x.Connector)
@@ -499,18 +560,16 @@ func tuneChart(res *tune.Result) string {
 		front, frontNames = append(front, point{x.Descs, x.DKVTokens, x.PagesDivide}), append(frontNames, label(x))
 	}
 	b := make([]byte, 0, 256+160*(len(order)+len(front)))
-	b = append(b, `{"title":{"text":"D KV tokens against descriptors per request","subtext":"the Pareto front: more tokens, fewer descriptors"},`+
-		`"animation":false,"tooltip":{"show":true,"trigger":"item","formatter":"{b}<br/>{c}"},"legend":{"show":true,"top":"40"},`+
+	b = append(b, `{"title":{"text":"D KV tokens against descriptors per request","subtext":`...)
+	b = appendJSONString(b, subtext)
+	b = append(b, `},"animation":false,"tooltip":{"show":true,"trigger":"item","formatter":"{b}<br/>{c}"},"legend":{"show":true,"top":"40"},`+
 		`"xAxis":{"name":"descriptors per request","type":"value","scale":true},"yAxis":{"name":"D KV tokens","type":"value","scale":true},"series":[`...)
-	// ECharts draws the points 100 to a frame (progressive), so that a
-	// few hundred of them do not hold the page in one long task. (Its
-	// large mode would draw them faster, but names none of them on hover.)
-	const many = `,"symbolSize":7,"progressive":100,"progressiveThreshold":100`
-	b = series(b, "pages divide", divide, divideNames, many)
+	const many = `,"symbolSize":7,"large":true,"largeThreshold":0`
+	b = series(b, "pages divide", divide, divideNames, many+extra)
 	b = append(b, ',')
-	b = series(b, "pages do not divide", split, splitNames, many)
+	b = series(b, "pages do not divide", split, splitNames, many+extra)
 	b = append(b, ',')
-	b = series(b, "Pareto front", front, frontNames, `,"symbolSize":13,"symbol":"diamond"`)
+	b = series(b, "Pareto front", front, frontNames, `,"symbolSize":13,"symbol":"diamond"`+extra)
 	return string(append(b, "]}"...))
 }
 
@@ -544,4 +603,23 @@ func (g chartGrid) y(kv int64) int  { return int((float64(kv) - g.minY) / g.step
 func appendJSONString(b []byte, s string) []byte {
 	q, _ := json.Marshal(s)
 	return append(b, q...)
+}
+
+// tuneWarmup is the Pareto chart's option before a search: the chart a
+// search of about the usual size draws, of the same shape, its points
+// invisible. The browser then runs (and compiles) the code that draws
+// hundreds of named points when the view shows, not when a result comes;
+// the result is drawn into this chart (Chart.Merge), which keeps its
+// axes, legend and tooltip. (In a Chromium trace, a result drawn on a
+// placeholder of two points took 90–120 ms, on this one 45–55 ms.)
+func tuneWarmup() string {
+	var res tune.Result
+	for i := 0; i < 512; i++ {
+		x := tune.Scored{Descs: 100 + i%32*7, DKVTokens: int64(1000 + i/32*97 + i%7), PagesDivide: i%2 == 0}
+		res.All = append(res.All, x)
+		if i < 12 {
+			res.Front = append(res.Front, x)
+		}
+	}
+	return tuneChartOption(&res, "search to draw the candidates", `,"itemStyle":{"opacity":0}`)
 }

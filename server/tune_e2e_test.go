@@ -159,6 +159,41 @@ func TestTuneView(t *testing.T) {
 	if canvases, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#chart-tune canvas').length`)); err != nil || canvases == 0 {
 		t.Errorf("the Pareto chart has no canvas (%v)", err)
 	}
+	// The chart worker says how many points its last draw put on the
+	// canvas (the result's, not the placeholder's invisible ones), and
+	// hovering them names their flags: the pointer sweeps the canvas until
+	// the hover line (what the worker's tooltip shows) names a candidate.
+	drawn, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.getElementById('chart-tune').dataset.drawn || '')`))
+	if n, _ := strconv.Atoi(drawn); err != nil || n < 100 {
+		t.Errorf("the Pareto chart drew %q points of the result (%v)", drawn, err)
+	}
+	box, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => { const cv = document.querySelector('#chart-tune canvas');
+		cv.scrollIntoView({block: 'center'}); const r = cv.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()`))
+	if err != nil || len(box) != 4 {
+		t.Fatalf("the Pareto chart has no canvas: %v", err)
+	}
+	var tip string
+	cloud := func() bool { return strings.HasPrefix(tip, "pages ") && strings.Contains(tip, "D block") } // a point of a large series
+	for y := 0.15; y < 0.9 && !cloud(); y += 0.025 {
+		for x := 0.1; x < 0.95 && !cloud(); x += 0.02 {
+			if err := chromedp.Do(ctx, chromedp.MouseEvent(chromedp.MouseMoved, box[0]+x*box[2], box[1]+y*box[3])); err != nil {
+				t.Fatal(err)
+			}
+			tip, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="chart-tune-hover"]').textContent`))
+		}
+	}
+	if !cloud() || !strings.Contains(tip, "TP ") {
+		t.Errorf("hovering the Pareto chart named no candidate of its cloud (last: %q)", tip)
+	} else {
+		t.Logf("hovering the chart: %s", tip)
+	}
+	// Exporting the view asks the chart worker for an image of its canvas:
+	// the SVG holds the chart as a PNG.
+	png, err := chromedp.Run(ctx, chromedp.Evaluate[int](`kvscope.chartImages().then(() => {
+		const m = kvscope.viewSVG().svg.match(/data:image\/png;base64,[A-Za-z0-9+\/=]+/); return m ? m[0].length : 0; })`, chromedp.EvalAwaitPromise))
+	if err != nil || png < 2000 {
+		t.Errorf("the exported Tune view holds a chart image of %d bytes (%v)", png, err)
+	}
 
 	// A second search, cancelled midway, stops and says so: Cancel is
 	// pressed as soon as the page says the search runs (a search of warm

@@ -2,7 +2,9 @@
 // downloads, link copying and view export. Nothing here loads anything from
 // another host.
 window.kvscope = {
-  chart(id, json, dark) {
+  // chart draws the ECharts option json on the element id, afresh or,
+  // with merge, into the chart there (see Chart.Merge in app/).
+  chart(id, json, dark, merge) {
     const el = document.getElementById(id);
     if (!el || !window.echarts) return;
     let c = echarts.getInstanceByDom(el);
@@ -10,7 +12,91 @@ window.kvscope = {
     if (!c) { c = echarts.init(el, dark ? 'dark' : null); c.__kvscopeDark = dark; }
     const opt = JSON.parse(json);
     if (dark) opt.backgroundColor = 'transparent';
-    c.setOption(opt, true);
+    c.setOption(opt, !merge);
+  },
+  // chartOff draws as chart does, but in the chart worker
+  // (kvscope-chart.js) on an OffscreenCanvas the element id holds, so that
+  // the page's thread never waits for the drawing; where the browser has
+  // no OffscreenCanvas it draws as chartLater. The worker draws the
+  // tooltip on the canvas; the point under the pointer is also written
+  // into the element's hover line (for screen readers, and tests), and
+  // the element's data-drawn says how many points the last draw put on
+  // the canvas.
+  chartOff(id, json, dark, merge) {
+    const el = document.getElementById(id);
+    if (!el) return;
+    if (!window.Worker || !window.OffscreenCanvas || !HTMLCanvasElement.prototype.transferControlToOffscreen) {
+      this.chartLater(id, json, dark, merge);
+      return;
+    }
+    const w = this._chartWorker();
+    let cv = el.querySelector('canvas[data-offscreen]');
+    if (!cv || cv.dataset.dark !== String(dark)) {
+      if (cv) cv.remove();
+      const width = el.clientWidth || 600, height = el.clientHeight || 400, dpr = window.devicePixelRatio || 1;
+      cv = document.createElement('canvas');
+      cv.dataset.offscreen = ''; cv.dataset.dark = String(dark);
+      cv.style.width = width + 'px'; cv.style.height = height + 'px';
+      cv.width = Math.round(width * dpr); cv.height = Math.round(height * dpr);
+      el.appendChild(cv);
+      let hover = el.querySelector('.chart-hover');
+      if (!hover) {
+        hover = document.createElement('div');
+        hover.className = 'chart-hover'; hover.dataset.testid = id + '-hover';
+        hover.setAttribute('aria-live', 'polite');
+        el.appendChild(hover);
+      }
+      // The pointer goes to the worker at most once a frame.
+      let at = null;
+      cv.addEventListener('pointermove', e => {
+        const send = !at;
+        at = [e.offsetX, e.offsetY];
+        if (send) requestAnimationFrame(() => { w.postMessage({id, move: at}); at = null; });
+      });
+      cv.addEventListener('pointerleave', () => w.postMessage({id, out: true}));
+      const off = cv.transferControlToOffscreen();
+      w.postMessage({id, canvas: off, width, height, dpr, dark}, [off]);
+    }
+    delete el.dataset.drawn;
+    w.postMessage({id, option: json, merge});
+  },
+  _chartWorker() {
+    if (this._charts) return this._charts;
+    this._chartImages = {};
+    const w = this._charts = new Worker('/web/kvscope-chart.js');
+    w.onmessage = e => {
+      const m = e.data, el = document.getElementById(m.id);
+      if (!el) return;
+      if (m.hover !== undefined) {
+        const h = el.querySelector('.chart-hover');
+        if (h) h.textContent = m.hover;
+      } else if (m.drawn !== undefined) {
+        el.dataset.drawn = m.drawn;
+      }
+    };
+    w.addEventListener('message', e => {
+      const m = e.data, wait = this._chartWaits[m.id];
+      if (m.image === undefined || !wait) return;
+      delete this._chartWaits[m.id];
+      if (!m.image) { wait(); return; }
+      const r = new FileReader();
+      r.onload = () => { this._chartImages[m.id] = r.result; wait(); };
+      r.onerror = () => wait();
+      r.readAsDataURL(m.image);
+    });
+    this._chartWaits = {};
+    return w;
+  },
+  // chartImages has the chart worker make a PNG of each of its canvases in
+  // the view (kept for viewSVG) and resolves once it has, or after 3 s.
+  chartImages() {
+    const ids = Array.from(document.querySelectorAll('#view canvas[data-offscreen]')).map(cv => cv.closest('.chart').id);
+    if (!ids.length || !this._charts) return Promise.resolve();
+    return Promise.all(ids.map(id => new Promise(done => {
+      const timer = setTimeout(done, 3000);
+      this._chartWaits[id] = () => { clearTimeout(timer); done(); };
+      this._charts.postMessage({id, image: true});
+    })));
   },
   // later runs fn in a task of its own after the browser has painted the
   // next frame (and answered input waiting for it); of the calls made for
@@ -26,15 +112,42 @@ window.kvscope = {
     }, 0));
   },
   // chartLater draws a chart later (see later).
-  chartLater(id, json, dark) {
-    this.later('chart:' + id, () => this.chart(id, json, dark));
+  chartLater(id, json, dark, merge) {
+    this.later('chart:' + id, () => this.chart(id, json, dark, merge));
   },
   // markupLater sets the element id's content to the markup html later
   // (see later).
+  //
+  // The browser's first layout of a table costs milliseconds a row (the
+  // Tune view's 20 rows held the page 60–105 ms in a Chromium trace), so
+  // a table body of more than rowsPerFrame rows comes in that many rows a
+  // frame, each after the browser has drawn (and answered input).
   markupLater(id, html) {
+    const gen = this._markupGen = (this._markupGen || 0) + 1;
+    const rowsPerFrame = 2;
     this.later('markup:' + id, () => {
       const el = document.getElementById(id);
-      if (el) el.innerHTML = html;
+      if (!el) return;
+      const t = document.createElement('template');
+      t.innerHTML = html;
+      const rest = [];
+      t.content.querySelectorAll('tbody').forEach(body => {
+        const rows = Array.from(body.rows).slice(rowsPerFrame);
+        rows.forEach(r => r.remove());
+        if (rows.length) rest.push({body, rows});
+      });
+      el.replaceChildren(t.content);
+      const more = () => {
+        if (this._markupGen !== gen) return; // newer markup came
+        let n = 0;
+        while (rest.length && n < rowsPerFrame) {
+          const {body, rows} = rest[0];
+          while (rows.length && n < rowsPerFrame) { body.appendChild(rows.shift()); n++; }
+          if (!rows.length) rest.shift();
+        }
+        if (rest.length) this.later('markup-rows:' + id, more);
+      };
+      if (rest.length) this.later('markup-rows:' + id, more);
     });
   },
   // morph makes the element id show the markup html, updating in place
@@ -226,9 +339,13 @@ window.kvscope = {
     const view = document.getElementById('view');
     const clone = view.cloneNode(true);
     clone.querySelectorAll('canvas').forEach(cv => {
-      const orig = view.querySelector('#' + cv.closest('.chart').id + ' canvas');
+      const id = cv.closest('.chart').id;
+      const orig = view.querySelector('#' + id + ' canvas');
       const img = document.createElement('img');
-      img.src = (orig || cv).toDataURL('image/png'); img.style.width = cv.style.width; img.style.height = cv.style.height;
+      // A canvas the chart worker draws on is read from the image the
+      // worker made of it (chartImages, before).
+      img.src = cv.dataset.offscreen !== undefined ? (this._chartImages || {})[id] || '' : (orig || cv).toDataURL('image/png');
+      img.style.width = cv.style.width; img.style.height = cv.style.height;
       cv.replaceWith(img);
     });
     const w = view.scrollWidth, h = view.scrollHeight;
@@ -245,6 +362,9 @@ window.kvscope = {
     return out;
   },
   exportView(kind, view) {
+    this.chartImages().then(() => this._exportView(kind, view));
+  },
+  _exportView(kind, view) {
     const {svg, w, h} = this.viewSVG();
     const name = 'kvscope-' + view;
     if (kind === 'svg') { this.download(name + '.svg', 'image/svg+xml', svg); return; }
