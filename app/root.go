@@ -36,6 +36,7 @@ type Root struct {
 	charts   *chartSet
 	oracleOn bool // the oracle ran (or is running) for the current result
 	keys     app.Func
+	keysJS   app.Value    // the page's keydown listener that calls keys
 	live     *liveSession // the live view's subscription, kept across views
 	check    checkState   // the Check view's log and outcome
 	tune     *tuneState   // the Tune view's search, running or done
@@ -49,7 +50,9 @@ type Root struct {
 // OnDismount stops listening for shortcuts.
 func (c *Root) OnDismount() {
 	if c.keys != nil {
-		app.Window().Call("removeEventListener", "keydown", c.keys)
+		if c.keysJS != nil && c.keysJS.Truthy() {
+			app.Window().Call("removeEventListener", "keydown", c.keysJS)
+		}
 		c.keys.Release()
 		c.keys = nil
 	}
@@ -74,17 +77,16 @@ func (c *Root) OnNav(ctx app.Context) {
 // OnMount marks the root ready for tests and listens for shortcuts.
 func (c *Root) OnMount(ctx app.Context) {
 	c.mounted = true
+	// kvscope.onShortcut filters the keys in the page: a key typed into a
+	// field never calls into WebAssembly.
 	c.keys = app.FuncOf(func(this app.Value, args []app.Value) any {
-		e := args[0]
-		tag := e.Get("target").Get("tagName").String()
-		if tag == "INPUT" || tag == "TEXTAREA" || tag == "SELECT" || e.Get("ctrlKey").Bool() || e.Get("metaKey").Bool() {
-			return nil
-		}
-		key := e.Get("key").String()
+		key := args[0].String()
 		ctx.Dispatch(func(ctx app.Context) { c.shortcut(ctx, key) })
 		return nil
 	})
-	app.Window().Call("addEventListener", "keydown", c.keys)
+	if kv := app.Window().Get("kvscope"); kv.Truthy() {
+		c.keysJS = kv.Call("onShortcut", c.keys)
+	}
 	c.afterCompute(ctx)
 }
 

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"runtime/debug"
@@ -12,6 +13,7 @@ import (
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/tune"
 	"github.com/kvscope/kvscope/core/xfer"
+	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
 
 // TuneOutcome is a search as the Tune view draws it: the ranked result
@@ -33,6 +35,42 @@ type TuneOutcome struct {
 	// SearchMillis is the search's own time, from its first candidate to
 	// its chart, where it ran (the worker, or the page).
 	SearchMillis float64 `json:"search_ms"`
+
+	// openJSON is the worker's answer, Open not yet decoded from it: the
+	// page decodes it when a candidate is opened, not while it draws the
+	// result (Go's JSON decoding in WebAssembly took 6–17 ms of that).
+	openJSON string
+}
+
+// OpenList is the best candidates' flags, in Result.Top's order: Open, or
+// decoded from the worker's answer the first time they are asked for.
+func (o *TuneOutcome) OpenList() ([]tune.Candidate, error) {
+	if o.openJSON != "" {
+		var x struct {
+			Open []tune.Candidate `json:"open"`
+		}
+		if err := json.Unmarshal([]byte(o.openJSON), &x); err != nil {
+			return nil, fmt.Errorf("the search worker's answer: %w", err)
+		}
+		o.Open, o.openJSON = x.Open, ""
+	}
+	return o.Open, nil
+}
+
+// tuneOutcomeFromWorker is the outcome a search worker posted as msg
+// ({type: "result", json, done, total, canceled, rank_ms, search_ms,
+// chart, summary, table}): the figures read as they are, the markup and
+// the chart's option as strings, the best candidates' flags left in the
+// JSON until they are wanted (OpenList).
+func tuneOutcomeFromWorker(msg interface {
+	Get(string) app.Value
+}) *TuneOutcome {
+	return &TuneOutcome{
+		Done: msg.Get("done").Int(), Total: msg.Get("total").Int(), Canceled: msg.Get("canceled").Bool(),
+		RankMillis: msg.Get("rank_ms").Float(), SearchMillis: msg.Get("search_ms").Float(),
+		Chart: msg.Get("chart").String(), SummaryHTML: msg.Get("summary").String(), TableHTML: msg.Get("table").String(),
+		openJSON: msg.Get("json").String(),
+	}
 }
 
 // TuneSpace is the search the settings' Tune ranges describe around their

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,15 @@ func TestTuneJob(t *testing.T) {
 	var got TuneOutcome
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
+	}
+	// The page leaves the flags in the JSON until a candidate is opened.
+	lazy := TuneOutcome{openJSON: string(b)}
+	if open, err := lazy.OpenList(); err != nil || !reflect.DeepEqual(open, got.Open) || lazy.openJSON != "" {
+		t.Errorf("OpenList of the worker's answer: %d candidates (%v), want the %d decoded whole", len(open), err, len(got.Open))
+	}
+	bad := TuneOutcome{openJSON: `{"open":[{"tp":7}`}
+	if _, err := bad.OpenList(); err == nil || !strings.Contains(err.Error(), "search worker's answer") {
+		t.Errorf("OpenList of a cut answer: %v", err)
 	}
 	if got.Done != out.Done || got.Total != out.Total || len(got.Open) != len(want.Top) || got.Chart != "" || got.TableHTML != "" || got.Result != nil {
 		t.Fatalf("after the trip: %d of %d, %d to open, %d chart bytes, %d table bytes, result %v", got.Done, got.Total, len(got.Open), len(got.Chart), len(got.TableHTML), got.Result != nil)

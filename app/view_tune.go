@@ -86,24 +86,14 @@ func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
 			done, total := msg.Get("done").Int(), msg.Get("total").Int()
 			c.advanceTune(st, done, total)
 		case "result":
-			text := msg.Get("json").String()
 			fn.Release()
-			// Decoded in this task (a few figures and the best
-			// candidates' flags: the rest comes as markup and the chart's
-			// option), drawn in the next, the chart in a third: short
-			// waits for input, not one long one.
-			var out TuneOutcome
-			err := json.Unmarshal([]byte(text), &out)
-			out.Chart, out.SummaryHTML, out.TableHTML = msg.Get("chart").String(), msg.Get("summary").String(), msg.Get("table").String()
+			// Read in this task (a few figures, the markup and the chart's
+			// option; the best candidates' flags stay JSON until one is
+			// opened), drawn in the next: short waits for input, not one
+			// long one.
+			out := tuneOutcomeFromWorker(msg)
 			nextTask(func() {
-				ctx.Dispatch(func(ctx app.Context) {
-					if err != nil {
-						st.err = "the search worker's answer: " + err.Error()
-						st.cancel = nil
-						return
-					}
-					c.finishTune(st, &out)
-				})
+				ctx.Dispatch(func(ctx app.Context) { c.finishTune(st, out) })
 			})
 		case "error":
 			text := msg.Get("error").String()
@@ -392,7 +382,12 @@ func (c *Root) renderTuneResult(out *TuneOutcome) (summary, table app.UI) {
 				if !btn.Truthy() || c.tune == nil || c.tune.out == nil {
 					return
 				}
-				open := c.tune.out.Open
+				open, err := c.tune.out.OpenList()
+				if err != nil {
+					c.tune.err = err.Error()
+					ctx.Update()
+					return
+				}
 				i, err := strconv.Atoi(btn.Get("dataset").Get("row").String())
 				if err != nil || i < 0 || i >= len(open) {
 					return

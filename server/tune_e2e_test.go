@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // tuneStatus reads the Tune view's status: candidates done, of how many,
@@ -32,14 +33,15 @@ func tuneStatus(t *testing.T, ctx context.Context) (done, total int, state strin
 // profile) in WebAssembly, along every dimension the search has: 5 TP
 // pairs x 128 D block sizes x 2 minimum group sizes x 2 selectors x 2
 // batched-token limits x 2 KV cache dtypes. The search runs in the view's
-// workers, one per core (started, and warmed up, when the view shows; the
-// stalls while they warm up are logged, not held to a budget: the first
-// drawing of the view's chart is among them); the progress bar moves
+// workers, one per core (started, and warmed up, when the view shows);
+// the Pareto chart draws in a worker of its own. The progress bar moves
 // while it runs; the page never stalls longer than 50 ms while it
 // searches (a timer sampling the event loop, as a keystroke would wait);
 // it finishes within 2 s from the click to the drawn result, whose drawing
-// (the summary and table as markup, then a chart of a few hundred
-// hoverable points, each a task of its own) holds the page at most 500 ms.
+// (the summary, then the table a few rows a frame, the chart off the
+// page's thread) holds the page at most 200 ms, and the workers' warm-up
+// at most 150 ms (the budgets here are over what this 2-core VM measures,
+// 43–75 ms and 16–67 ms, for its noise: the aim is 50 ms).
 // It names the D block size whose pages divide P's, as kvscope tune does,
 // draws the Pareto chart and lists candidates whose Open button sets the
 // engines and shows the P vs D view. A second search is cancelled midway;
@@ -67,6 +69,15 @@ func TestTuneView(t *testing.T) {
 			if (d > 40) window.__stalls.push(Math.round(d) + ' ms (' + phase + ') at ' + (el ? el.dataset.done : 0));
 			last = now; }, 5);
 		document.querySelector('[data-testid="tune-run"]').addEventListener('click', () => { window.__clicked = true; }, {capture: true});
+		// Keystrokes as the browser times them (Event Timing: from the key
+		// to the frame that shows it), by the phase they came in.
+		window.__keys = []; window.__keysSeen = 0;
+		document.addEventListener('keydown', () => { window.__keysSeen++; }, {capture: true});
+		new PerformanceObserver(list => list.getEntries().forEach(e => {
+			if (!e.name.startsWith('key') && e.name !== 'input' && e.name !== 'beforeinput') return;
+			const el = document.querySelector('[data-testid="tune-status"]');
+			window.__keys.push({phase: el && el.dataset.state === 'done' ? 'draw' : 'search', name: e.name, duration: e.duration, delay: e.processingStart - e.startTime});
+		})).observe({type: 'event', durationThreshold: 16, buffered: true});
 		return true; })()`)); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +93,29 @@ func TestTuneView(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-testid="tune-run"]`))); err != nil {
 		t.Fatal(err)
 	}
-	// The progress moves: several distinct counts while it runs.
+	// The progress moves: several distinct counts while it runs. Meanwhile
+	// the user types in a field of the form (a digit, then Backspace: the
+	// field keeps its value), and goes on while the result is drawn.
+	field := `[data-testid="tune-weights"]`
+	if err := chromedp.Do(ctx, chromedp.Focus(chromedp.CSS(field))); err != nil {
+		t.Fatal(err)
+	}
+	// A fast typist: ten keys a second.
+	typed, lastKey := 0, time.Time{}
+	typeOne := func() {
+		if time.Since(lastKey) < 100*time.Millisecond {
+			return
+		}
+		lastKey = time.Now()
+		key := "7"
+		if typed%2 == 1 {
+			key = kb.Backspace
+		}
+		if err := chromedp.Do(ctx, chromedp.KeyEvent(key)); err != nil {
+			t.Fatal(err)
+		}
+		typed++
+	}
 	seen := map[int]bool{}
 	deadline := time.Now().Add(60 * time.Second)
 	var done, total int
@@ -96,9 +129,14 @@ func TestTuneView(t *testing.T) {
 		if state == "done" {
 			break
 		}
+		typeOne()
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // the table and the chart draw after the status
+	// The table and the chart draw after the status.
+	for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end) || typed%2 == 1; {
+		typeOne()
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`[data-testid="tune-counts"]`))); err != nil {
 		t.Fatal(err)
 	}
@@ -126,8 +164,49 @@ func TestTuneView(t *testing.T) {
 	if budget := 50 * slack(); stall["search"] > budget {
 		t.Errorf("the page stalled %.1f ms during the search, budget %.0f ms", stall["search"], budget)
 	}
-	if budget := 500 * slack(); stall["draw"] > budget {
+	type keyTiming struct {
+		Phase, Name     string
+		Duration, Delay float64
+	}
+	keys, err := chromedp.Run(ctx, chromedp.Evaluate[[]keyTiming](`window.__keys`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keysSeen, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__keysSeen`))
+	worst := map[string]keyTiming{}
+	for _, k := range keys {
+		if k.Duration > worst[k.Phase].Duration {
+			worst[k.Phase] = k
+		}
+	}
+	waited := map[string]float64{}
+	for _, k := range keys {
+		waited[k.Phase] = max(waited[k.Phase], k.Delay)
+	}
+	t.Logf("typing: %d keystrokes sent, %d seen by the page, %d events over 16 ms; longest wait for the page while searching %.1f ms, while drawing %.1f ms; slowest to show while searching %.0f ms (%s), while drawing %.0f ms (%s)",
+		typed, keysSeen, len(keys), waited["search"], waited["draw"], worst["search"].Duration, worst["search"].Name, worst["draw"].Duration, worst["draw"].Name)
+	if keysSeen < typed {
+		t.Errorf("the page saw %d of the %d keystrokes typed", keysSeen, typed)
+	}
+	if v, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('`+field+`').value`)); v != "" {
+		t.Errorf("the field typed in holds %q after as many Backspaces as digits", v)
+	}
+	// A keystroke waits for the page's thread at most 50 ms (the issue's
+	// budget) while the search runs, and is on the screen within 100 ms
+	// (the browser's other threads share the cores with the workers).
+	for _, k := range keys {
+		if budget := 50 * slack(); k.Phase == "search" && k.Delay > budget {
+			t.Errorf("a keystroke (%s) waited %.0f ms for the page while it searched, budget %.0f ms", k.Name, k.Delay, budget)
+		}
+	}
+	if budget := 100 * slack(); worst["search"].Duration > budget {
+		t.Errorf("a keystroke while searching took %.0f ms to show (%s), budget %.0f ms", worst["search"].Duration, worst["search"].Name, budget)
+	}
+	if budget := 200 * slack(); stall["draw"] > budget {
 		t.Errorf("drawing the result stalled the page %.1f ms, budget %.0f ms", stall["draw"], budget)
+	}
+	if budget := 150 * slack(); stall["warm"] > budget {
+		t.Errorf("the search workers' warm-up stalled the page %.1f ms, budget %.0f ms", stall["warm"], budget)
 	}
 	// What kvscope tune names for the same deployment and ranges.
 	args := []string{"tune", "--model", "Qwen__Qwen3.6-35B-A3B", "--draft", "z-lab__Qwen3.6-35B-A3B-DFlash", "--vllm-version", "pr58207",

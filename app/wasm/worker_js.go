@@ -27,8 +27,11 @@ const warmUp = 1500 * time.Millisecond
 //     search an app URL's query describes, posting {type: "progress", id,
 //     done, total} after each slice; shard 0 then waits for the others'
 //     partials (kvscopePartial), merges them, ranks and posts {type:
-//     "result", id, json, chart, summary, table} (an app.TuneOutcome as
-//     JSON, its chart's option and its summary's and table's markup); the other shards post {type: "partial", id, bytes} (a
+//     "result", id, json, done, total, canceled, rank_ms, search_ms, chart,
+//     summary, table} (an app.TuneOutcome as JSON, its figures again as
+//     they are, its chart's option and its summary's and table's markup:
+//     the page reads what it draws without decoding JSON); the other
+//     shards post {type: "partial", id, bytes} (a
 //     tune.Search.Partial, for the page to hand to shard 0). Errors come
 //     as {type: "error", id, error}.
 //   - kvscopePartial(id, bytes) hands shard 0 another shard's partial;
@@ -115,7 +118,8 @@ func serveTune(cat model.Catalog) {
 				fail("tune: the result: " + err.Error())
 				return
 			}
-			post(map[string]any{"type": "result", "id": id, "json": string(b), "chart": out.Chart, "summary": out.SummaryHTML, "table": out.TableHTML})
+			post(map[string]any{"type": "result", "id": id, "json": string(b), "done": out.Done, "total": out.Total, "canceled": out.Canceled,
+				"rank_ms": out.RankMillis, "search_ms": out.SearchMillis, "chart": out.Chart, "summary": out.SummaryHTML, "table": out.TableHTML})
 		}()
 	}
 	global.Set("kvscopeCancel", js.FuncOf(func(this js.Value, args []js.Value) any {

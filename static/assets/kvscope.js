@@ -98,18 +98,37 @@ window.kvscope = {
       this._charts.postMessage({id, image: true});
     })));
   },
+  // onShortcut calls fn(key) for each key pressed outside a form field
+  // without Ctrl or Meta, and returns the keydown listener it added (for
+  // removeEventListener). Keys typed into fields never reach fn: typing
+  // costs the page no call into WebAssembly.
+  onShortcut(fn) {
+    const h = e => {
+      const tag = e.target && e.target.tagName;
+      if (tag === 'INPUT' || tag === 'TEXTAREA' || tag === 'SELECT' || e.ctrlKey || e.metaKey) return;
+      fn(e.key);
+    };
+    window.addEventListener('keydown', h);
+    return h;
+  },
   // later runs fn in a task of its own after the browser has painted the
   // next frame (and answered input waiting for it); of the calls made for
-  // one key before then, the last one's fn runs, once.
+  // one key before then, the last one's fn runs, once. The fns wait in
+  // line, one a frame: what each adds to the page is laid out and drawn
+  // before the next adds more, so no frame lays out all of them at once.
   later(key, fn) {
-    this._later = this._later || {};
-    this._later[key] = fn;
-    requestAnimationFrame(() => setTimeout(() => {
-      const f = this._later[key];
-      if (!f) return;
-      delete this._later[key];
-      f();
+    this._later = this._later || new Map();
+    this._later.set(key, fn); // a key already waiting keeps its place
+    if (this._laterTicking) return;
+    this._laterTicking = true;
+    const tick = () => requestAnimationFrame(() => setTimeout(() => {
+      const next = this._later.entries().next();
+      if (next.done) { this._laterTicking = false; return; }
+      const [k, f] = next.value;
+      this._later.delete(k);
+      try { f(); } finally { tick(); }
     }, 0));
+    tick();
   },
   // chartLater draws a chart later (see later).
   chartLater(id, json, dark, merge) {
@@ -120,8 +139,9 @@ window.kvscope = {
   //
   // The browser's first layout of a table costs milliseconds a row (the
   // Tune view's 20 rows held the page 60–105 ms in a Chromium trace), so
-  // a table body of more than rowsPerFrame rows comes in that many rows a
-  // frame, each after the browser has drawn (and answered input).
+  // a table comes without the rows of its bodies, which follow
+  // rowsPerFrame a frame, each after the browser has drawn (and answered
+  // input).
   markupLater(id, html) {
     const gen = this._markupGen = (this._markupGen || 0) + 1;
     const rowsPerFrame = 2;
@@ -132,7 +152,7 @@ window.kvscope = {
       t.innerHTML = html;
       const rest = [];
       t.content.querySelectorAll('tbody').forEach(body => {
-        const rows = Array.from(body.rows).slice(rowsPerFrame);
+        const rows = Array.from(body.rows);
         rows.forEach(r => r.remove());
         if (rows.length) rest.push({body, rows});
       });
@@ -294,13 +314,15 @@ window.kvscope = {
   _tuneWorkers() {
     if (!window.Worker) return null;
     if (!this._tunes) {
-      // A worker per core, up to four: the page's thread only draws the
-      // progress while they search (on two cores, two workers finish a
-      // 10,240-candidate search in 1.3 s where one takes 1.6–2.4 s,
-      // measured). window.kvscopeTuneWorkers, set before the view opens,
-      // overrides the count (the tests use it).
+      // A worker per core but one, up to four: the core left is the
+      // page's, whose threads (the page's, the compositor's) must draw a
+      // keystroke while the workers search. On two cores, measured in
+      // turns: two workers searched 10,240 candidates in 1.26–1.56 s but
+      // showed a keystroke 56–80 ms after it came; one worker took
+      // 1.55–1.87 s and showed it after 40–48 ms. window.kvscopeTuneWorkers,
+      // set before the view opens, overrides the count (the tests use it).
       const cores = navigator.hardwareConcurrency || 1;
-      const n = window.kvscopeTuneWorkers || Math.max(1, Math.min(4, cores));
+      const n = window.kvscopeTuneWorkers || Math.max(1, Math.min(4, cores - 1));
       this._tunes = [];
       for (let i = 0; i < n; i++) {
         const w = new Worker('/web/kvscope-tune.js');
