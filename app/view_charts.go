@@ -131,12 +131,14 @@ func (c *Root) renderCharts() app.UI {
 	if c.charts == nil {
 		return app.P().Class("muted").Text("computing the charts…")
 	}
+	// The charts draw in the chart worker: ECharts' first chart of a page
+	// holds a thread for half a second and more.
 	dark := c.settings.Dark
 	return app.Div().Class("charts-view").Body(
-		&Chart{ID: "chart-tokens", Option: c.charts.Tokens, Dark: dark},
-		&Chart{ID: "chart-groups", Option: c.charts.Groups, Dark: dark},
-		&Chart{ID: "chart-descs", Option: c.charts.Descs, Dark: dark},
-		app.P().Class("muted").Text("Options built with go-echarts in Go from core's numbers; drawn by ECharts served from this server."),
+		&Chart{ID: "chart-tokens", Option: c.charts.Tokens, Dark: dark, Offscreen: true},
+		&Chart{ID: "chart-groups", Option: c.charts.Groups, Dark: dark, Offscreen: true},
+		&Chart{ID: "chart-descs", Option: c.charts.Descs, Dark: dark, Offscreen: true},
+		app.P().Class("muted").Text("Options built with go-echarts in Go from core's numbers; drawn by ECharts served from this server, in a worker of the page."),
 	)
 }
 

@@ -214,10 +214,12 @@ func TestBrowserApp(t *testing.T) {
 	}
 
 	// Charts come from the ECharts bundle this server serves.
+	// They draw in the chart worker, which says what each drew.
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-view="charts"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#chart-tokens canvas`))); err != nil {
 		t.Fatalf("charts view: %v", err)
 	}
+	waitFor(t, ctx, "the three charts are drawn", `['chart-tokens', 'chart-groups', 'chart-descs'].every(id => +document.getElementById(id).dataset.drawn > 0)`, 10*time.Second)
 	shot, _ = chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	artifact(t, "charts", shot)
 
