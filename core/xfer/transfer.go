@@ -247,7 +247,9 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 		}
 		return t, nil
 	}
-	t.finish(opt.KeepPairs)
+	if err := t.finish(opt.Ctx, opt.KeepPairs); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -316,21 +318,33 @@ func registerAll(ctx context.Context, m *model.Model, p *plan.Plan, side Side, l
 }
 
 // finish totals the rank pairs and group pairs, merging contiguous runs as
-// NIXL's makeXferReq does.
-func (t *Transfer) finish(keep bool) {
+// NIXL's makeXferReq does. It walks every pair (millions for a long
+// prompt), so it stops, as the pairs' making does, once ctx is done.
+func (t *Transfer) finish(ctx context.Context, keep bool) error {
 	type gpKey struct{ p, d int }
 	gps := map[gpKey]*GroupPair{}
 	layers := map[gpKey]map[string]bool{}
 	var order []gpKey
 	for i := range t.RankPairs {
+		if err := canceled(ctx); err != nil {
+			return err
+		}
 		rp := &t.RankPairs[i]
 		rp.Descs = len(rp.Pairs)
 		rp.Merged = MergedCount(rp.Pairs)
+		if err := canceled(ctx); err != nil {
+			return err
+		}
 		rp.Bytes = 0
 		var last gpKey
 		var g *GroupPair
 		lastLayer := "\x00"
-		for _, p := range rp.Pairs {
+		for n, p := range rp.Pairs {
+			if n&(1<<16-1) == 0 && n > 0 {
+				if err := canceled(ctx); err != nil {
+					return err
+				}
+			}
 			rp.Bytes += p.Len
 			k := gpKey{p.PGroup, p.DGroup}
 			if g != nil && k == last {
@@ -378,6 +392,7 @@ func (t *Transfer) finish(keep bool) {
 		g.Layers = len(layers[k])
 		t.GroupPairs = append(t.GroupPairs, *g)
 	}
+	return nil
 }
 
 // MergedCount is the number of descriptors NIXL posts after merging runs of
