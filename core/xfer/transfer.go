@@ -184,7 +184,8 @@ type Transfer struct {
 	// DNeed is the token range D must receive, per D layer.
 	DNeed map[string]Span `json:"-"`
 	// PComputed is how many tokens P prefilled.
-	PComputed int `json:"-"`
+	PComputed int    `json:"-"`
+	tally     *tally // the pairs tallied so far (finish, foldPairs)
 
 	model *model.Model
 }
@@ -317,63 +318,121 @@ func registerAll(ctx context.Context, m *model.Model, p *plan.Plan, side Side, l
 	return out, nil
 }
 
-// finish totals the rank pairs and group pairs, merging contiguous runs as
-// NIXL's makeXferReq does. It walks every pair (millions for a long
-// prompt), so it stops, as the pairs' making does, once ctx is done.
+// tally totals a transfer's pairs as they come: per rank pair its
+// descriptors, bytes and the descriptors left after NIXL merges contiguous
+// runs, and per (P group, D group) the group pairs. Pairs can be tallied a
+// batch at a time (a long prompt's pairs need not all be held to be
+// counted: see foldPairs).
+type tally struct {
+	gps    map[[2]int]*GroupPair
+	layers map[[2]int]map[string]bool
+	order  [][2]int
+	ranks  map[[2]int]*rankTally
+}
+
+// rankTally is where one rank pair's tally stands: its totals and the
+// last pair tallied (a run and a group pair continue across batches).
+type rankTally struct {
+	descs, merged int
+	bytes         int64
+	prev          Pair
+	group         *GroupPair
+	last          [2]int
+	lastLayer     string
+}
+
+// add tallies pairs of rank pair rp, after those tallied before.
+func (t *Transfer) add(ctx context.Context, rp *RankPair, pairs []Pair) error {
+	a := t.tally
+	if a == nil {
+		a = &tally{gps: map[[2]int]*GroupPair{}, layers: map[[2]int]map[string]bool{}, ranks: map[[2]int]*rankTally{}}
+		t.tally = a
+	}
+	r := a.ranks[[2]int{rp.P, rp.D}]
+	if r == nil {
+		r = &rankTally{lastLayer: "\x00"}
+		a.ranks[[2]int{rp.P, rp.D}] = r
+	}
+	for n, p := range pairs {
+		if n&(1<<16-1) == 0 && n > 0 {
+			if err := canceled(ctx); err != nil {
+				return err
+			}
+		}
+		q := r.prev
+		if r.descs == 0 || !(q.Len == p.Len && q.Src.Region == p.Src.Region && q.Dst.Region == p.Dst.Region &&
+			q.Src.Offset+q.Len == p.Src.Offset && q.Dst.Offset+q.Len == p.Dst.Offset) {
+			r.merged++
+		}
+		r.prev = p
+		r.descs++
+		r.bytes += p.Len
+		k := [2]int{p.PGroup, p.DGroup}
+		if r.group != nil && k == r.last {
+			r.group.Descs++
+			r.group.Bytes += p.Len
+			if p.Layer != r.lastLayer && p.Layer != "" {
+				a.layers[k][p.Layer] = true
+				r.lastLayer = p.Layer
+			}
+			continue
+		}
+		r.last, r.lastLayer = k, p.Layer
+		g, ok := a.gps[k]
+		if !ok {
+			kind := ""
+			if reg, ok := t.DRegs[rp.D].Layer(p.Layer); ok {
+				kind = string(reg.Kind)
+			}
+			g = &GroupPair{PGroup: p.PGroup, DGroup: p.DGroup, Kind: kind}
+			a.gps[k] = g
+			a.layers[k] = map[string]bool{}
+			a.order = append(a.order, k)
+		}
+		r.group = g
+		g.Descs++
+		g.Bytes += p.Len
+		if p.Layer != "" {
+			a.layers[k][p.Layer] = true
+		}
+	}
+	return nil
+}
+
+// foldAt is how many pairs a rank pair holds, when the caller keeps none,
+// before they are tallied and let go (foldPairs).
+const foldAt = 1 << 16
+
+// foldPairs tallies rp's pairs and empties it, when the caller keeps no
+// pairs and rp holds foldAt or more: a 2^20-token prompt's millions of
+// pairs (hundreds of MB, which the collector would walk) never exist at
+// once.
+func (t *Transfer) foldPairs(opt Options, rp *RankPair) error {
+	if opt.KeepPairs || len(rp.Pairs) < foldAt {
+		return nil
+	}
+	if err := t.add(opt.Ctx, rp, rp.Pairs); err != nil {
+		return err
+	}
+	rp.Pairs = rp.Pairs[:0]
+	return nil
+}
+
+// finish tallies the pairs the rank pairs still hold and totals the
+// transfer: per rank pair, per group pair, in all. It walks every pair
+// (millions for a long prompt), so it stops, as the pairs' making does,
+// once ctx is done.
 func (t *Transfer) finish(ctx context.Context, keep bool) error {
-	type gpKey struct{ p, d int }
-	gps := map[gpKey]*GroupPair{}
-	layers := map[gpKey]map[string]bool{}
-	var order []gpKey
 	for i := range t.RankPairs {
 		if err := canceled(ctx); err != nil {
 			return err
 		}
 		rp := &t.RankPairs[i]
-		rp.Descs = len(rp.Pairs)
-		rp.Merged = MergedCount(rp.Pairs)
-		if err := canceled(ctx); err != nil {
+		if err := t.add(ctx, rp, rp.Pairs); err != nil {
 			return err
 		}
-		rp.Bytes = 0
-		var last gpKey
-		var g *GroupPair
-		lastLayer := "\x00"
-		for n, p := range rp.Pairs {
-			if n&(1<<16-1) == 0 && n > 0 {
-				if err := canceled(ctx); err != nil {
-					return err
-				}
-			}
-			rp.Bytes += p.Len
-			k := gpKey{p.PGroup, p.DGroup}
-			if g != nil && k == last {
-				g.Descs++
-				g.Bytes += p.Len
-				if p.Layer != lastLayer && p.Layer != "" {
-					layers[k][p.Layer] = true
-					lastLayer = p.Layer
-				}
-				continue
-			}
-			last, lastLayer = k, p.Layer
-			var ok bool
-			if g, ok = gps[k]; !ok {
-				kind := ""
-				if reg, ok := t.DRegs[rp.D].Layer(p.Layer); ok {
-					kind = string(reg.Kind)
-				}
-				g = &GroupPair{PGroup: p.PGroup, DGroup: p.DGroup, Kind: kind}
-				gps[k] = g
-				layers[k] = map[string]bool{}
-				order = append(order, k)
-			}
-			g.Descs++
-			g.Bytes += p.Len
-			if p.Layer != "" {
-				layers[k][p.Layer] = true
-			}
-		}
+		r := t.tally.ranks[[2]int{rp.P, rp.D}]
+		rp.Descs, rp.Merged, rp.Bytes = r.descs, r.merged, r.bytes
 		t.Bytes += rp.Bytes
 		t.Descs += rp.Descs
 		t.Merged += rp.Merged
@@ -381,17 +440,22 @@ func (t *Transfer) finish(ctx context.Context, keep bool) error {
 			rp.Pairs = nil
 		}
 	}
-	sort.Slice(order, func(i, j int) bool {
-		if order[i].p != order[j].p {
-			return order[i].p < order[j].p
+	if t.tally == nil {
+		return nil
+	}
+	a := t.tally
+	sort.Slice(a.order, func(i, j int) bool {
+		if a.order[i][0] != a.order[j][0] {
+			return a.order[i][0] < a.order[j][0]
 		}
-		return order[i].d < order[j].d
+		return a.order[i][1] < a.order[j][1]
 	})
-	for _, k := range order {
-		g := gps[k]
-		g.Layers = len(layers[k])
+	for _, k := range a.order {
+		g := a.gps[k]
+		g.Layers = len(a.layers[k])
 		t.GroupPairs = append(t.GroupPairs, *g)
 	}
+	t.tally = nil
 	return nil
 }
 

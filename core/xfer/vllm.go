@@ -172,16 +172,23 @@ func (t *Transfer) vllmPath(opt Options) error {
 				rp.Descs = count
 				continue
 			}
-			rp.Pairs = make([]Pair, 0, count)
+			if opt.KeepPairs {
+				rp.Pairs = make([]Pair, 0, count)
+			} else {
+				rp.Pairs = make([]Pair, 0, min(count, 2*foldAt)) // tallied as they come (foldPairs)
+			}
 			pReg := t.PRegs[src]
-			emitAttn := func(group int) {
+			emitAttn := func(group int) error {
 				slotA := slices.Index(amp.Ranks, src)
 				if slotA < 0 {
-					return
+					return nil
 				}
 				for vi, v := range dv {
-					if canceled(opt.Ctx) != nil {
-						return // the caller reports it
+					if err := canceled(opt.Ctx); err != nil {
+						return err
+					}
+					if err := t.foldPairs(opt, rp); err != nil {
+						return err
 					}
 					for pi, dBlock := range t.DPages[group].IDs {
 						pBlock := t.PPages[group].IDs[pi]
@@ -189,6 +196,7 @@ func (t *Transfer) vllmPath(opt Options) error {
 						rp.Pairs = append(rp.Pairs, t.attnPair(dReg, pReg, v, pv[vi], vi, group, dBlock, pBlock, page, amp, slotA))
 					}
 				}
+				return nil
 			}
 			emitState := func(group int) {
 				slotS := slices.Index(smp.Ranks, src)
@@ -212,6 +220,9 @@ func (t *Transfer) vllmPath(opt Options) error {
 					if err := canceled(opt.Ctx); err != nil {
 						return err
 					}
+					if err := t.foldPairs(opt, rp); err != nil {
+						return err
+					}
 					for g := range t.DPages {
 						for pi, dBlock := range t.DPages[g].IDs {
 							pBlock := t.PPages[g].IDs[pi]
@@ -225,8 +236,8 @@ func (t *Transfer) vllmPath(opt Options) error {
 			for g, grp := range dReg.plan.Groups {
 				if grp.Kind.IsState() {
 					emitState(g)
-				} else {
-					emitAttn(g)
+				} else if err := emitAttn(g); err != nil {
+					return err
 				}
 			}
 			if err := canceled(opt.Ctx); err != nil {
