@@ -359,9 +359,7 @@ func (t *Transfer) add(ctx context.Context, rp *RankPair, pairs []Pair) error {
 				return err
 			}
 		}
-		q := r.prev
-		if r.descs == 0 || !(q.Len == p.Len && q.Src.Region == p.Src.Region && q.Dst.Region == p.Dst.Region &&
-			q.Src.Offset+q.Len == p.Src.Offset && q.Dst.Offset+q.Len == p.Dst.Offset) {
+		if r.descs == 0 || !mergesWith(r.prev, p) {
 			r.merged++
 		}
 		r.prev = p
@@ -469,16 +467,18 @@ func (t *Transfer) finish(ctx context.Context, keep bool) error {
 func MergedCount(pairs []Pair) int {
 	n := 0
 	for i, p := range pairs {
-		if i > 0 {
-			q := pairs[i-1]
-			if q.Len == p.Len && q.Src.Region == p.Src.Region && q.Dst.Region == p.Dst.Region &&
-				q.Src.Offset+q.Len == p.Src.Offset && q.Dst.Offset+q.Len == p.Dst.Offset {
-				continue
-			}
+		if i == 0 || !mergesWith(pairs[i-1], p) {
+			n++
 		}
-		n++
 	}
 	return n
+}
+
+// mergesWith reports whether NIXL merges pair p into q, the pair before
+// it: same length, same regions, each side starting where q ended.
+func mergesWith(q, p Pair) bool {
+	return q.Len == p.Len && q.Src.Region == p.Src.Region && q.Dst.Region == p.Dst.Region &&
+		q.Src.Offset+q.Len == p.Src.Offset && q.Dst.Offset+q.Len == p.Dst.Offset
 }
 
 func (t *Transfer) reject(rule, side, detail, fix string) {
