@@ -62,9 +62,7 @@ func (o *TuneOutcome) OpenList() ([]tune.Candidate, error) {
 // chart, summary, table}): the figures read as they are, the markup and
 // the chart's option as strings, the best candidates' flags left in the
 // JSON until they are wanted (OpenList).
-func tuneOutcomeFromWorker(msg interface {
-	Get(string) app.Value
-}) *TuneOutcome {
+func tuneOutcomeFromWorker(msg app.Value) *TuneOutcome {
 	return &TuneOutcome{
 		Done: msg.Get("done").Int(), Total: msg.Get("total").Int(), Canceled: msg.Get("canceled").Bool(),
 		RankMillis: msg.Get("rank_ms").Float(), SearchMillis: msg.Get("search_ms").Float(),

@@ -176,14 +176,11 @@ func TestTuneView(t *testing.T) {
 		t.Fatal(err)
 	}
 	keysSeen, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__keysSeen`))
-	worst := map[string]keyTiming{}
+	worst, waited := map[string]keyTiming{}, map[string]float64{}
 	for _, k := range keys {
 		if k.Duration > worst[k.Phase].Duration {
 			worst[k.Phase] = k
 		}
-	}
-	waited := map[string]float64{}
-	for _, k := range keys {
 		waited[k.Phase] = max(waited[k.Phase], k.Delay)
 	}
 	t.Logf("typing: %d keystrokes sent, %d seen by the page, %d events over 16 ms; longest wait for the page while searching %.1f ms, while drawing %.1f ms; slowest to show while searching %.0f ms (%s), while drawing %.0f ms (%s)",

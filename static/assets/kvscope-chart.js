@@ -5,8 +5,7 @@
 //   {id, canvas, width, height, dpr, dark}  a chart's canvas, once;
 //   {id, option, merge}                     an option to draw (JSON);
 //   {id, move: [x, y]} / {id, out: true}    the pointer over the canvas;
-//   {id, image: true}                       a PNG of the canvas, wanted;
-//   {id, dispose: true}                     the chart's element is gone.
+//   {id, image: true}                       a PNG of the canvas, wanted.
 // It posts back {id, drawn: n} once a draw is on the canvas (n points),
 // {id, image} (a PNG Blob, null if it could not make one) when asked, and
 // {id, hover: text} when the pointer enters or leaves a point (text is ""
@@ -16,7 +15,15 @@ importScripts('/web/echarts.min.js');
 // ECharts measures text on a canvas of its own: in a worker, an offscreen one.
 echarts.setPlatformAPI({createCanvas: () => new OffscreenCanvas(1, 1)});
 
-const charts = new Map(); // id → {chart, canvas, dark, seq, posted}
+const charts = new Map(); // id → {chart, canvas, dark, seq, posted, points}
+
+// option is the chart's option from its JSON, on a transparent background
+// in the dark theme (the page's card shows through).
+const option = (c, json) => {
+  const o = JSON.parse(json);
+  if (c.dark) o.backgroundColor = 'transparent';
+  return o;
+};
 
 self.onmessage = e => {
   const m = e.data;
@@ -41,12 +48,8 @@ self.onmessage = e => {
     if (m.image) self.postMessage({id: m.id, image: null});
     return;
   }
-  if (m.dispose) {
-    c.chart.dispose();
-    charts.delete(m.id);
-  } else if (m.option !== undefined) {
-    const opt = JSON.parse(m.option);
-    if (c.dark) opt.backgroundColor = 'transparent';
+  if (m.option !== undefined) {
+    const opt = option(c, m.option);
     c.seq++;
     // The points drawn: those of series not hidden (a placeholder's are).
     c.points = (opt.series || []).reduce((a, s) => a + ((s.itemStyle && s.itemStyle.opacity === 0) ? 0 : (s.data || []).length), 0);
@@ -58,10 +61,7 @@ self.onmessage = e => {
     // cold, while the page drew the rest on the same two cores).
     if (m.merge && c.seq === 1) {
       setTimeout(() => {
-        if (c.seq !== 1 || charts.get(m.id) !== c) return;
-        const again = JSON.parse(m.option);
-        if (c.dark) again.backgroundColor = 'transparent';
-        c.chart.setOption(again);
+        if (c.seq === 1 && charts.get(m.id) === c) c.chart.setOption(option(c, m.option));
       }, 0);
     }
   } else if (m.image) {

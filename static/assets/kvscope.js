@@ -64,8 +64,21 @@ window.kvscope = {
     if (this._charts) return this._charts;
     this._chartImages = {};
     const w = this._charts = new Worker('/web/kvscope-chart.js');
+    this._chartWaits = {};
     w.onmessage = e => {
-      const m = e.data, el = document.getElementById(m.id);
+      const m = e.data;
+      if (m.image !== undefined) {
+        const wait = this._chartWaits[m.id];
+        if (!wait) return;
+        delete this._chartWaits[m.id];
+        if (!m.image) { wait(); return; }
+        const r = new FileReader();
+        r.onload = () => { this._chartImages[m.id] = r.result; wait(); };
+        r.onerror = () => wait();
+        r.readAsDataURL(m.image);
+        return;
+      }
+      const el = document.getElementById(m.id);
       if (!el) return;
       if (m.hover !== undefined) {
         const h = el.querySelector('.chart-hover');
@@ -74,17 +87,6 @@ window.kvscope = {
         el.dataset.drawn = m.drawn;
       }
     };
-    w.addEventListener('message', e => {
-      const m = e.data, wait = this._chartWaits[m.id];
-      if (m.image === undefined || !wait) return;
-      delete this._chartWaits[m.id];
-      if (!m.image) { wait(); return; }
-      const r = new FileReader();
-      r.onload = () => { this._chartImages[m.id] = r.result; wait(); };
-      r.onerror = () => wait();
-      r.readAsDataURL(m.image);
-    });
-    this._chartWaits = {};
     return w;
   },
   // chartImages has the chart worker make a PNG of each of its canvases in
@@ -143,7 +145,8 @@ window.kvscope = {
   // rowsPerFrame a frame, each after the browser has drawn (and answered
   // input).
   markupLater(id, html) {
-    const gen = this._markupGen = (this._markupGen || 0) + 1;
+    const gens = this._markupGens = this._markupGens || {};
+    const gen = gens[id] = (gens[id] || 0) + 1;
     const rowsPerFrame = 2;
     this.later('markup:' + id, () => {
       const el = document.getElementById(id);
@@ -158,7 +161,7 @@ window.kvscope = {
       });
       el.replaceChildren(t.content);
       const more = () => {
-        if (this._markupGen !== gen) return; // newer markup came
+        if (gens[id] !== gen) return; // newer markup came for this element
         let n = 0;
         while (rest.length && n < rowsPerFrame) {
           const {body, rows} = rest[0];
