@@ -11,6 +11,9 @@ type Markup struct {
 	app.Compo
 	ID   string
 	HTML string
+	// Held, when set, names markup the page holds (kvscope.hold), drawn
+	// instead of HTML.
+	Held string
 }
 
 // OnMount fills the element once it exists.
@@ -19,7 +22,10 @@ func (m *Markup) OnMount(ctx app.Context) { ctx.Defer(func(app.Context) { m.fill
 // OnUpdate refills it when its markup changes.
 func (m *Markup) OnUpdate(ctx app.Context) { ctx.Defer(func(app.Context) { m.fill() }) }
 
-func (m *Markup) fill() { callJS("markupLater", m.ID, m.HTML) }
+// fill asks the page for the markup; the page skips markup its element
+// was last asked to show, so that drawing it directly (Root.showTune) and
+// the render after cost one parse.
+func (m *Markup) fill() { callJS("markupLater", m.ID, m.HTML, m.Held) }
 
 // Render is the element, empty: its content is the browser's.
 func (m *Markup) Render() app.UI { return app.Div().ID(m.ID).DataSet("testid", m.ID) }

@@ -28,10 +28,17 @@ type TuneOutcome struct {
 	SummaryHTML string           `json:"-"`
 	TableHTML   string           `json:"-"`
 	Chart       string           `json:"-"` // the page passes it to ECharts as it is
-	Done        int              `json:"done"`
-	Total       int              `json:"total"`
-	Canceled    bool             `json:"canceled"`
-	RankMillis  float64          `json:"rank_ms"` // ranking and charting, at the end
+	// Held names the summary, the table and the chart where a search
+	// worker made them: the page holds them (kvscope.hold) under
+	// Held+"/summary", "/table" and "/chart", and the three fields above
+	// are empty. The app draws them by name: their hundreds of kilobytes
+	// are not copied into WebAssembly and out again while the page draws
+	// the result.
+	Held       string  `json:"-"`
+	Done       int     `json:"done"`
+	Total      int     `json:"total"`
+	Canceled   bool    `json:"canceled"`
+	RankMillis float64 `json:"rank_ms"` // ranking and charting, at the end
 	// SearchMillis is the search's own time, from its first candidate to
 	// its chart, where it ran (the worker, or the page).
 	SearchMillis float64 `json:"search_ms"`
@@ -57,18 +64,30 @@ func (o *TuneOutcome) OpenList() ([]tune.Candidate, error) {
 	return o.Open, nil
 }
 
-// tuneOutcomeFromWorker is the outcome a search worker posted as msg
-// ({type: "result", json, done, total, canceled, rank_ms, search_ms,
-// chart, summary, table}): the figures read as they are, the markup and
-// the chart's option as strings, the best candidates' flags left in the
-// JSON until they are wanted (OpenList).
+// tuneOutcomeFromWorker is the outcome a search worker posted, as the
+// page passes it on (kvscope.tuneStart): msg is {type: "result", json,
+// done, total, canceled, rank_ms, search_ms, held}, the figures read as
+// they are, the markup and the chart's option held by the page under held
+// (see TuneOutcome.Held), the best candidates' flags left in the JSON
+// until they are wanted (OpenList).
 func tuneOutcomeFromWorker(msg app.Value) *TuneOutcome {
 	return &TuneOutcome{
 		Done: msg.Get("done").Int(), Total: msg.Get("total").Int(), Canceled: msg.Get("canceled").Bool(),
 		RankMillis: msg.Get("rank_ms").Float(), SearchMillis: msg.Get("search_ms").Float(),
-		Chart: msg.Get("chart").String(), SummaryHTML: msg.Get("summary").String(), TableHTML: msg.Get("table").String(),
-		openJSON: msg.Get("json").String(),
+		Held: msg.Get("held").String(), openJSON: msg.Get("json").String(),
 	}
+}
+
+// shown reports whether the outcome has a result to draw.
+func (o *TuneOutcome) shown() bool { return o != nil && (o.Held != "" || o.TableHTML != "") }
+
+// held is the page's name for one of the outcome's drawings (summary,
+// table or chart), or "" where the app holds them itself.
+func (o *TuneOutcome) held(part string) string {
+	if o == nil || o.Held == "" {
+		return ""
+	}
+	return o.Held + "/" + part
 }
 
 // TuneSpace is the search the settings' Tune ranges describe around their

@@ -160,6 +160,9 @@ type Chart struct {
 	// kvscope.chartOff), where the browser has one: the page's thread does
 	// not wait for the drawing. Later is then moot.
 	Offscreen bool
+	// Held, when set, names an option the page holds (kvscope.hold), drawn
+	// instead of Option.
+	Held string
 }
 
 // OnMount draws the chart once its element exists.
@@ -168,16 +171,17 @@ func (c *Chart) OnMount(ctx app.Context) { ctx.Defer(func(app.Context) { c.draw(
 // OnUpdate redraws the chart when its option or theme changes.
 func (c *Chart) OnUpdate(ctx app.Context) { ctx.Defer(func(app.Context) { c.draw() }) }
 
+// draw asks the page to draw the chart; the page skips an option the
+// chart was last asked to draw (with the same theme and merging).
 func (c *Chart) draw() {
-	if c.Offscreen {
-		callJS("chartOff", c.ID, c.Option, c.Dark, c.Merge)
-		return
+	fn := "chart"
+	switch {
+	case c.Offscreen:
+		fn = "chartOff"
+	case c.Later:
+		fn = "chartLater"
 	}
-	if c.Later {
-		callJS("chartLater", c.ID, c.Option, c.Dark, c.Merge)
-		return
-	}
-	callJS("chart", c.ID, c.Option, c.Dark, c.Merge)
+	callJS(fn, c.ID, c.Option, c.Dark, c.Merge, c.Held)
 }
 
 // Render is the chart's container.

@@ -35,6 +35,7 @@ func (c *Root) startTune(ctx app.Context) {
 	}
 	st := &tuneState{started: clock()}
 	c.tune = st
+	defer c.showTune(st)
 	if c.startTuneWorker(ctx, st) {
 		return
 	}
@@ -87,14 +88,17 @@ func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
 			c.advanceTune(st, done, total)
 		case "result":
 			fn.Release()
-			// Read in this task (a few figures, the markup and the chart's
-			// option; the best candidates' flags stay JSON until one is
-			// opened), drawn in the next: short waits for input, not one
-			// long one.
-			out := tuneOutcomeFromWorker(msg)
-			nextTask(func() {
-				ctx.Dispatch(func(ctx app.Context) { c.finishTune(st, out) })
-			})
+			// A few figures are read (the markup and the chart stay on
+			// the page, the best candidates' flags JSON until one is
+			// opened) and the result is drawn in place, without a render
+			// of the page: go-app's render took 35–45 ms of this thread
+			// in a Chromium trace, the longest task of the result, and
+			// the first renders after a search have the browser compile
+			// their code with its optimizing tier (60–100 ms of the
+			// cores, in the same trace). The next render, when the user
+			// next acts, finds the page as showTune left it.
+			c.finishTune(st, tuneOutcomeFromWorker(msg))
+			c.showTune(st)
 		case "error":
 			text := msg.Get("error").String()
 			fn.Release()
@@ -111,16 +115,37 @@ func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
 	return true
 }
 
-// nextTask runs f in a task of the browser's own, after the input and
-// drawing waiting for this one.
-func nextTask(f func()) {
-	var fn app.Func
-	fn = app.FuncOf(func(this app.Value, args []app.Value) any {
-		fn.Release()
-		f()
-		return nil
-	})
-	app.Window().Call("setTimeout", fn, 0)
+// showTune draws search st as it stands into the page, without a render
+// of the page: the progress bar, the buttons, and the result's summary,
+// chart and table (which the page draws in frames of their own) or, while
+// it runs, their empty places. It is called as a search starts and ends,
+// so that the page is right whatever go-app's last render left: go-app
+// compares a render with the one before, not with the page, so a render
+// that finds the state of that one would leave a stale page (a search
+// started again before any render since the result). A render after it
+// finds the same and draws nothing again (Markup and Chart skip what
+// their element was last asked to show).
+func (c *Root) showTune(st *tuneState) {
+	if !app.IsClient || st.err != "" {
+		return
+	}
+	running := st.cancel != nil
+	if el := app.Window().GetElementByID(tuneBarID); el.Truthy() {
+		el.Set("innerHTML", tuneProgressOf(st, running).markup())
+	}
+	doc := app.Window().Get("document")
+	set := func(sel, prop string, v bool) {
+		if el := doc.Call("querySelector", sel); el.Truthy() {
+			el.Set(prop, v)
+		}
+	}
+	set(`[data-testid="tune-run"]`, "disabled", running)
+	set(`[data-testid="tune-cancel"]`, "disabled", !running)
+	set(".tune-table-card", "hidden", !st.out.shown())
+	summary, chart, table := c.tuneParts(st.out)
+	summary.fill()
+	chart.draw()
+	table.fill()
 }
 
 // warmTune starts the search workers the first time the Tune view shows:
@@ -202,10 +227,6 @@ func (c *Root) renderTune() app.UI {
 	// mounts a component: one redraw more, 40–80 ms of the page's thread in
 	// a Chromium trace, if they came with the result.)
 	var progress app.UI
-	if c.tuneWarm == "" {
-		c.tuneWarm = tuneWarmup()
-	}
-	chart := &Chart{ID: "chart-tune", Option: c.tuneWarm, Dark: s.Dark, Later: true, Merge: true, Offscreen: true}
 	var out *TuneOutcome
 	switch {
 	case st == nil:
@@ -216,13 +237,27 @@ func (c *Root) renderTune() app.UI {
 		progress = app.Div().Class("banner error").DataSet("testid", "tune-error").Text(st.err)
 	default:
 		progress = tuneProgressOf(st, running).render()
-		if st.out != nil && st.out.TableHTML != "" {
-			out = st.out
-			chart.Option = out.Chart
-		}
+		out = st.out
 	}
-	summary, table := c.renderTuneResult(out)
-	return app.Div().Class("tune-view").Body(form, progress, summary, chart, table)
+	summary, chart, table := c.tuneParts(out)
+	return app.Div().Class("tune-view").Body(form, progress, summary, chart, c.renderTuneTable(table, out.shown()))
+}
+
+// tuneParts is the Tune view's summary, Pareto chart and table of
+// candidates for outcome out: empty, the chart a placeholder of the
+// result's shape, before there is one.
+func (c *Root) tuneParts(out *TuneOutcome) (summary *Markup, chart *Chart, table *Markup) {
+	if c.tuneWarm == "" {
+		c.tuneWarm = tuneWarmup()
+	}
+	summary, table = &Markup{ID: "tune-summary"}, &Markup{ID: "tune-table"}
+	chart = &Chart{ID: "chart-tune", Option: c.tuneWarm, Dark: c.settings.Dark, Later: true, Merge: true, Offscreen: true}
+	if out.shown() {
+		summary.HTML, summary.Held = out.SummaryHTML, out.held("summary")
+		table.HTML, table.Held = out.TableHTML, out.held("table")
+		chart.Option, chart.Held = out.Chart, out.held("chart")
+	}
+	return summary, chart, table
 }
 
 // tuneProgress is a search's figures as its progress bar shows them.
@@ -361,22 +396,17 @@ func autoOr(v int) string {
 	return strconv.Itoa(v)
 }
 
-// renderTuneResult shows a search's summary and best candidates: markup
-// made with the result (in the search's worker, where it has one) that
-// the browser parses itself (Markup), not hundreds of elements made one
-// call at a time from WebAssembly (a hundred milliseconds and more on a
-// slow machine, holding the page); one click handler around the table
-// finds the Open button pressed. Without a result (out nil) the elements
-// are there, empty, the table's card hidden.
-func (c *Root) renderTuneResult(out *TuneOutcome) (summary, table app.UI) {
-	var summaryHTML, tableHTML string
-	if out != nil {
-		summaryHTML, tableHTML = out.SummaryHTML, out.TableHTML
-	}
-	summary = &Markup{ID: "tune-summary", HTML: summaryHTML}
-	table = app.Section().Class("card tune-table-card").Hidden(out == nil).Body(
+// renderTuneTable shows a search's best candidates: markup made with the
+// result (in the search's worker, where it has one) that the browser
+// parses itself (Markup), not hundreds of elements made one call at a
+// time from WebAssembly (a hundred milliseconds and more on a slow
+// machine, holding the page); one click handler around the table finds
+// the Open button pressed. Without a result the table is there, empty,
+// its card hidden.
+func (c *Root) renderTuneTable(table *Markup, shown bool) app.UI {
+	return app.Section().Class("card tune-table-card").Hidden(!shown).Body(
 		app.H2().Text("Best candidates"),
-		app.Div().Class("scroll").Body(&Markup{ID: "tune-table", HTML: tableHTML}).
+		app.Div().Class("scroll").Body(table).
 			OnClick(func(ctx app.Context, e app.Event) {
 				btn := e.Get("target").Call("closest", `[data-testid="tune-open"]`)
 				if !btn.Truthy() || c.tune == nil || c.tune.out == nil {
@@ -395,7 +425,6 @@ func (c *Root) renderTuneResult(out *TuneOutcome) (summary, table app.UI) {
 				c.openCandidate(ctx, open[i])
 			}),
 	)
-	return summary, table
 }
 
 // tuneTableHTML is the best candidates' table as markup.

@@ -2,11 +2,43 @@
 // downloads, link copying and view export. Nothing here loads anything from
 // another host.
 window.kvscope = {
-  // chart draws the ECharts option json on the element id, afresh or,
-  // with merge, into the chart there (see Chart.Merge in app/).
-  chart(id, json, dark, merge) {
+  // hold keeps strings too big to copy into WebAssembly and out again (a
+  // Tune search's markup and chart option, hundreds of kilobytes) on the
+  // page, for the app to draw by name: values is {part: string}, each
+  // held as prefix + '/' + part, and the prefix is returned. A group's
+  // values replace those it held before.
+  hold(group, values) {
+    const held = this._held = this._held || new Map();
+    for (const k of Array.from(held.keys())) if (k.startsWith(group + '#')) held.delete(k);
+    const prefix = group + '#' + (this._holdSeq = (this._holdSeq || 0) + 1);
+    for (const [part, v] of Object.entries(values)) held.set(prefix + '/' + part, v);
+    return prefix;
+  },
+  // _text is the held string named held where there is a name, else text.
+  _text(text, held) {
+    return held ? ((this._held && this._held.get(held)) || '') : text;
+  },
+  // _fresh reports whether el was last asked to show something other than
+  // text (or the held string named held) with the options opts, and
+  // records that it is asked now. The app may ask twice for one drawing
+  // (once directly, once when it renders the page after); the second
+  // costs nothing.
+  _fresh(el, text, held, opts) {
+    const src = (held ? '\u0000' + held : text) + '\u0000' + opts;
+    if (el.__kvscopeSrc === src) return false;
+    el.__kvscopeSrc = src;
+    return true;
+  },
+  // chart draws the ECharts option json (or the held option named held)
+  // on the element id, afresh or, with merge, into the chart there (see
+  // Chart.Merge in app/).
+  chart(id, json, dark, merge, held) {
     const el = document.getElementById(id);
-    if (!el || !window.echarts) return;
+    if (!el || !this._fresh(el, json, held, [dark, merge])) return;
+    this._chartNow(el, this._text(json, held), dark, merge);
+  },
+  _chartNow(el, json, dark, merge) {
+    if (!window.echarts || !el.isConnected) return;
     let c = echarts.getInstanceByDom(el);
     if (c && c.__kvscopeDark !== dark) { c.dispose(); c = null; }
     if (!c) { c = echarts.init(el, dark ? 'dark' : null); c.__kvscopeDark = dark; }
@@ -22,11 +54,11 @@ window.kvscope = {
   // into the element's hover line (for screen readers, and tests), and
   // the element's data-drawn says how many points the last draw put on
   // the canvas.
-  chartOff(id, json, dark, merge) {
+  chartOff(id, json, dark, merge, held) {
     const el = document.getElementById(id);
     if (!el) return;
     if (!window.Worker || !window.OffscreenCanvas || !HTMLCanvasElement.prototype.transferControlToOffscreen) {
-      this.chartLater(id, json, dark, merge);
+      this.chartLater(id, json, dark, merge, held);
       return;
     }
     const w = this._chartWorker();
@@ -57,8 +89,9 @@ window.kvscope = {
       const off = cv.transferControlToOffscreen();
       w.postMessage({id, canvas: off, width, height, dpr, dark}, [off]);
     }
+    if (!this._fresh(cv, json, held, merge)) return;
     delete el.dataset.drawn;
-    w.postMessage({id, option: json, merge});
+    w.postMessage({id, option: this._text(json, held), merge});
   },
   _chartWorker() {
     if (this._charts) return this._charts;
@@ -133,18 +166,24 @@ window.kvscope = {
     tick();
   },
   // chartLater draws a chart later (see later).
-  chartLater(id, json, dark, merge) {
-    this.later('chart:' + id, () => this.chart(id, json, dark, merge));
+  chartLater(id, json, dark, merge, held) {
+    const el = document.getElementById(id);
+    if (!el || !this._fresh(el, json, held, [dark, merge])) return;
+    this.later('chart:' + id, () => this._chartNow(el, this._text(json, held), dark, merge));
   },
-  // markupLater sets the element id's content to the markup html later
-  // (see later).
+  // markupLater sets the element id's content to the markup html (or the
+  // held markup named held) later (see later); markup the element was last
+  // asked to show is not drawn again.
   //
   // The browser's first layout of a table costs milliseconds a row (the
   // Tune view's 20 rows held the page 60–105 ms in a Chromium trace), so
   // a table comes without the rows of its bodies, which follow
   // rowsPerFrame a frame, each after the browser has drawn (and answered
   // input).
-  markupLater(id, html) {
+  markupLater(id, html, held) {
+    const target = document.getElementById(id);
+    if (target && !this._fresh(target, html, held, '')) return;
+    html = this._text(html, held);
     const gens = this._markupGens = this._markupGens || {};
     const gen = gens[id] = (gens[id] || 0) + 1;
     const rowsPerFrame = 2;
@@ -243,9 +282,10 @@ window.kvscope = {
   // searching a shard of the space; the page's thread only draws their
   // progress. query is the app's settings as its URL holds them;
   // onMessage gets {type: "progress", done, total} (all shards'), then
-  // {type: "result", json, chart} or {type: "error", error}. It returns
-  // false where the browser has no workers (the app then searches in the
-  // page).
+  // {type: "result", json, done, total, canceled, rank_ms, search_ms,
+  // held} (the summary, table and chart held under held: see hold) or
+  // {type: "error", error}. It returns false where the browser has no
+  // workers (the app then searches in the page).
   tuneStart(query, onMessage) {
     const ws = this._tuneWorkers();
     if (!ws) return false;
@@ -271,10 +311,14 @@ window.kvscope = {
         break;
       case 'error':
         this.tuneCancel();
-        // falls through: an error ends the search
-      case 'result':
         this._tuneOn = null;
         onMessage(m);
+        break;
+      case 'result':
+        this._tuneOn = null;
+        // The markup and the chart stay here; the app draws them by name.
+        onMessage({type: m.type, json: m.json, done: m.done, total: m.total, canceled: m.canceled, rank_ms: m.rank_ms, search_ms: m.search_ms,
+          held: this.hold('tune', {summary: m.summary, table: m.table, chart: m.chart})});
       }
     };
     // The workers start once the page has drawn the search's start: on a
