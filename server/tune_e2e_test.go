@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 )
@@ -26,6 +27,73 @@ func tuneStatus(t *testing.T, ctx context.Context) (done, total int, state strin
 	total, _ = strconv.Atoi(vals["total"])
 	ms, _ = strconv.ParseFloat(vals["ms"], 64)
 	return done, total, vals["state"], ms
+}
+
+// tuneMatchesCLI checks that the Tune view's result names the D block
+// size whose pages divide P's, and counts the accepted candidates, as
+// kvscope tune does for the seed deployment (as TestTuneView's URL sets
+// it) and the same ranges; it returns the page's counts and that block.
+func tuneMatchesCLI(t *testing.T, ctx context.Context, ranges [][2]string) (counts, block string) {
+	t.Helper()
+	args := []string{"tune", "--model", "Qwen__Qwen3.6-35B-A3B", "--draft", "z-lab__Qwen3.6-35B-A3B-DFlash", "--vllm-version", "pr58207",
+		"--p-tensor-parallel-size", "2", "--d-tensor-parallel-size", "4", "--num-speculative-tokens", "7", "--max-model-len", "262144", "--prompt-tokens", "1024", "--json"}
+	for _, r := range ranges {
+		args = append(args, "--"+r[0], r[1])
+	}
+	code, out, errs := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("kvscope tune: %s", errs)
+	}
+	var cli struct {
+		Feasible int `json:"feasible"`
+		Dividing struct {
+			DBlock int `json:"d_block_size_planned"`
+		} `json:"best_pages_divide"`
+	}
+	if err := json.Unmarshal([]byte(out), &cli); err != nil {
+		t.Fatal(err)
+	}
+	block = attr(t, ctx, `[data-testid="tune-dividing"]`, "data-block")
+	if block != strconv.Itoa(cli.Dividing.DBlock) || cli.Dividing.DBlock == 0 {
+		t.Errorf("the page names D block %q, kvscope tune %d", block, cli.Dividing.DBlock)
+	}
+	counts, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="tune-counts"]').textContent`))
+	if !strings.Contains(counts, commasInt(cli.Feasible)+" accepted") {
+		t.Errorf("the page counts %q; kvscope tune accepts %d", counts, cli.Feasible)
+	}
+	return counts, block
+}
+
+// TestTuneViewWithoutWorkers: in a browser without Web Workers the Tune
+// view searches on the page itself, in slices, and draws the Pareto chart
+// there too (no chart worker): the result names what kvscope tune names,
+// its table lists candidates, and the page draws the chart on a canvas of
+// its own.
+func TestTuneViewWithoutWorkers(t *testing.T) {
+	ctx, ts, _ := browser(t)
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `window.Worker = undefined;`}); err != nil {
+		t.Fatal(err)
+	}
+	ranges := [][2]string{{"tp-pairs", "2:4,4:4"}, {"block-sizes", "16:1024:16"}, {"min-group-layers", "2,3"}}
+	q := "view=tune"
+	for _, r := range ranges {
+		q += "&tune-" + r[0] + "=" + r[1]
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?"+q), chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] [data-testid="tune-run"]`)),
+		chromedp.Click(chromedp.CSS(`[data-testid="tune-run"]`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the search on the page to end", `(el => !!el && el.dataset.state === 'done')(document.querySelector('[data-testid="tune-status"]'))`, 60*time.Second)
+	done, total, _, ms := tuneStatus(t, ctx)
+	if worker := attr(t, ctx, `[data-testid="tune-status"]`, "data-worker"); worker != "false" || done != 256 || total != 256 {
+		t.Errorf("without workers: %d of %d candidates, in a worker: %s", done, total, worker)
+	}
+	waitFor(t, ctx, "the result's summary, table and chart", `!!document.querySelector('[data-testid="tune-counts"]') && document.querySelectorAll('[data-testid="tune-row"]').length > 0 && !!document.querySelector('#chart-tune canvas')`, 10*time.Second)
+	counts, block := tuneMatchesCLI(t, ctx, ranges)
+	if offscreen, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#chart-tune canvas[data-offscreen]').length`)); offscreen != 0 {
+		t.Errorf("the chart was handed to a worker in a browser without workers")
+	}
+	t.Logf("on the page: %d candidates in %.0f ms; %s; D block %s", done, ms, counts, block)
 }
 
 // TestTuneView: in Chromium, the Tune view searches 10,240 candidates of
@@ -211,32 +279,7 @@ func TestTuneView(t *testing.T) {
 		t.Errorf("the search workers' warm-up stalled the page %.1f ms, budget %.0f ms", stall["warm"], budget)
 	}
 	// What kvscope tune names for the same deployment and ranges.
-	args := []string{"tune", "--model", "Qwen__Qwen3.6-35B-A3B", "--draft", "z-lab__Qwen3.6-35B-A3B-DFlash", "--vllm-version", "pr58207",
-		"--p-tensor-parallel-size", "2", "--d-tensor-parallel-size", "4", "--num-speculative-tokens", "7", "--max-model-len", "262144", "--prompt-tokens", "1024", "--json"}
-	for _, r := range ranges {
-		args = append(args, "--"+r[0], r[1])
-	}
-	code, out, errs := runCLI(t, args...)
-	if code != 0 {
-		t.Fatalf("kvscope tune: %s", errs)
-	}
-	var cli struct {
-		Feasible int `json:"feasible"`
-		Dividing struct {
-			DBlock int `json:"d_block_size_planned"`
-		} `json:"best_pages_divide"`
-	}
-	if err := json.Unmarshal([]byte(out), &cli); err != nil {
-		t.Fatal(err)
-	}
-	block := attr(t, ctx, `[data-testid="tune-dividing"]`, "data-block")
-	if block != strconv.Itoa(cli.Dividing.DBlock) || cli.Dividing.DBlock == 0 {
-		t.Errorf("the page names D block %q, kvscope tune %d", block, cli.Dividing.DBlock)
-	}
-	counts, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="tune-counts"]').textContent`))
-	if !strings.Contains(counts, commasInt(cli.Feasible)+" accepted") {
-		t.Errorf("the page counts %q; kvscope tune accepts %d", counts, cli.Feasible)
-	}
+	counts, block := tuneMatchesCLI(t, ctx, ranges)
 	if canvases, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#chart-tune canvas').length`)); err != nil || canvases == 0 {
 		t.Errorf("the Pareto chart has no canvas (%v)", err)
 	}
