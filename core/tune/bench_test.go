@@ -62,3 +62,29 @@ func BenchmarkTune(b *testing.B) {
 		b.ReportMetric(float64(total*b.N)/b.Elapsed().Seconds(), "candidates/s")
 	})
 }
+
+// BenchmarkTuneBrowserGrid runs the search the browser test times
+// (server's TestTuneView): Qwen3.6-35B-A3B + DFlash, P TP2 -> D TP4,
+// 10,240 candidates over 5 TP pairs x 128 D block sizes x 2 minimum group
+// sizes x 2 selectors x 2 batched-token limits x 2 KV cache dtypes, so
+// that its WebAssembly figure has a native one to be read against.
+func BenchmarkTuneBrowserGrid(b *testing.B) {
+	m := modeltest.Seed(b)
+	p := plan.Engine{VLLMVersion: "pr58207", NumSpeculativeTokens: 7, MaxModelLen: 262144, TensorParallelSize: 2}
+	de := p
+	de.TensorParallelSize = 4
+	sp := Space{Model: m, P: p, D: de, Request: xfer.Request{PromptTokens: 1024},
+		Ranges: Ranges{TPPairs: "2:2,2:4,2:8,4:4,4:8", BlockSizes: "16:2048:16", MinGroupLayers: "2,3", Selectors: "default,padding-bytes",
+			MaxBatched: "4096,8192", KVCacheDTypes: "auto,fp8"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := Run(context.Background(), sp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Evaluated != 10240 {
+			b.Fatalf("evaluated %d candidates, want 10,240", res.Evaluated)
+		}
+	}
+	b.ReportMetric(float64(10240*b.N)/b.Elapsed().Seconds(), "candidates/s")
+}
