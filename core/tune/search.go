@@ -309,6 +309,9 @@ func NewSearch(s Space) (*Search, error) {
 	}
 	srch.all = srch.candidates
 	srch.candidates = srch.shardOf(srch.all)
+	// Most candidates are usually accepted: room for them up front (a
+	// bounded guess), not a slice grown and copied a dozen times.
+	srch.feasible = make([]Scored, 0, min(len(srch.candidates), 1<<14))
 	return srch, nil
 }
 
