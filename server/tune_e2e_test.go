@@ -113,7 +113,7 @@ func TestTuneViewWithoutWorkers(t *testing.T) {
 // two rows a frame, the chart off the page's thread) holds the page at
 // most 150 ms, and the workers' warm-up at most 150 ms. (The last two are
 // regression guards over what this 2-core VM measures while it also
-// types, 21–109 ms and 20–61 ms.)
+// types, 17–109 ms and 16–87 ms.)
 // It names the D block size whose pages divide P's, as kvscope tune does,
 // draws the Pareto chart and lists candidates whose Open button sets the
 // engines and shows the P vs D view. A second search is cancelled midway;
