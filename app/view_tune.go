@@ -130,9 +130,7 @@ func (c *Root) showTune(st *tuneState) {
 		return
 	}
 	running := st.cancel != nil
-	if el := app.Window().GetElementByID(tuneBarID); el.Truthy() {
-		el.Set("innerHTML", tuneProgressOf(st, running).markup())
-	}
+	drawTuneBar(st, running)
 	doc := app.Window().Get("document")
 	set := func(sel, prop string, v bool) {
 		if el := doc.Call("querySelector", sel); el.Truthy() {
@@ -322,8 +320,13 @@ func (c *Root) advanceTune(st *tuneState, done, total int) {
 	if !app.IsClient || c.tune != st || st.cancel == nil {
 		return
 	}
+	drawTuneBar(st, true)
+}
+
+// drawTuneBar redraws the progress bar of search st in place.
+func drawTuneBar(st *tuneState, running bool) {
 	if el := app.Window().GetElementByID(tuneBarID); el.Truthy() {
-		el.Set("innerHTML", tuneProgressOf(st, true).markup())
+		el.Set("innerHTML", tuneProgressOf(st, running).markup())
 	}
 }
 

@@ -29,6 +29,16 @@ func tuneStatus(t *testing.T, ctx context.Context) (done, total int, state strin
 	return done, total, vals["state"], ms
 }
 
+// tuneQuery is the app's query that opens the Tune view with the ranges
+// (flag names without "--", and their values).
+func tuneQuery(ranges [][2]string) string {
+	q := "view=tune"
+	for _, r := range ranges {
+		q += "&tune-" + r[0] + "=" + r[1]
+	}
+	return q
+}
+
 // tuneMatchesCLI checks that the Tune view's result names the D block
 // size whose pages divide P's, and counts the accepted candidates, as
 // kvscope tune does for the seed deployment (as TestTuneView's URL sets
@@ -75,10 +85,7 @@ func TestTuneViewWithoutWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ranges := [][2]string{{"tp-pairs", "2:4,4:4"}, {"block-sizes", "16:1024:16"}, {"min-group-layers", "2,3"}}
-	q := "view=tune"
-	for _, r := range ranges {
-		q += "&tune-" + r[0] + "=" + r[1]
-	}
+	q := tuneQuery(ranges)
 	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?"+q), chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] [data-testid="tune-run"]`)),
 		chromedp.Click(chromedp.CSS(`[data-testid="tune-run"]`))); err != nil {
 		t.Fatal(err)
@@ -122,10 +129,7 @@ func TestTuneView(t *testing.T) {
 	ctx, ts, _ := browser(t)
 	ranges := [][2]string{{"tp-pairs", "2:2,2:4,2:8,4:4,4:8"}, {"block-sizes", "16:2048:16"}, {"min-group-layers", "2,3"},
 		{"selectors", "default,padding-bytes"}, {"mnbt", "4096,8192"}, {"kv-cache-dtypes", "auto,fp8"}}
-	q := "view=tune"
-	for _, r := range ranges {
-		q += "&tune-" + r[0] + "=" + r[1]
-	}
+	q := tuneQuery(ranges)
 	loaded := time.Now()
 	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?"+q), chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] [data-testid="tune-run"]`))); err != nil {
 		t.Fatal(err)
