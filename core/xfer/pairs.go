@@ -190,23 +190,37 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 		}
 		return nil
 	}
-	// Pass 2: one slice for every pair; each rank pair a window of it.
-	total := 0
+	// Pass 2: one slice for every pair, each rank pair a window of it (or,
+	// when the caller keeps no pairs, one job's worth reused), tallied as
+	// they are written: no pass over the pairs afterwards.
+	total, most := 0, 0
 	for _, c := range counts {
 		total += c
 	}
-	all := make([]Pair, total)
+	for _, jb := range jobs {
+		most = max(most, jb.count)
+	}
+	var all []Pair
+	if opt.KeepPairs {
+		all = make([]Pair, total)
+	} else {
+		all = make([]Pair, most)
+	}
 	next := make([]int, pTP*dTP) // where each rank pair's next pair goes
 	t.RankPairs = make([]RankPair, 0, len(order))
 	at := 0
 	for _, k := range order {
 		rp := t.rankPair(k[0], k[1])
 		c := counts[k[0]*dTP+k[1]]
-		rp.Pairs = all[at : at+c : at+c]
-		next[k[0]*dTP+k[1]] = at
+		if opt.KeepPairs {
+			rp.Pairs = all[at : at+c : at+c]
+			next[k[0]*dTP+k[1]] = at
+		}
 		at += c
 		t.RankPairs = append(t.RankPairs, rp)
 	}
+	chains := make([]chain, pTP*dTP)
+	groups := newGroupTally(len(t.PRegs[0].plan.Groups), len(t.DRegs[0].plan.Groups), nItems)
 	for ji, jb := range jobs {
 		if ji > 0 && jb.item != jobs[ji-1].item {
 			if err := canceled(opt.Ctx); err != nil {
@@ -219,15 +233,96 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 		ps, ds := &pl.Segments[jb.seg], &dl.Segments[jb.seg]
 		pr, dr := &pReg.Regions[ps.Region], &dReg.Regions[ds.Region]
 		k := jb.run.Rank*dTP + jb.d
-		out := all[next[k] : next[k]+jb.count]
-		next[k] += jb.count
+		var out []Pair
+		if opt.KeepPairs {
+			out = all[next[k] : next[k]+jb.count]
+			next[k] += jb.count
+		} else {
+			out = all[:jb.count]
+		}
+		c := &chains[k]
+		before := c.bytes
 		if ds.IsAttention() {
-			attnPairs(out, it, ps, ds, pr, dr, jb.run, sets[tokens[jb.item]].runs)
+			attnPairs(out, it, ps, ds, pr, dr, jb.run, sets[tokens[jb.item]].runs, c)
 		} else {
 			out[0] = t.stateRun(it.name, ps, ds, pr, dr, jb.run, it.pg, it.dg)
+			c.push(out[0].Src, out[0].Dst, out[0].Len)
+		}
+		if jb.count > 0 {
+			groups.add(it, jb.item, string(dl.Kind), jb.count, c.bytes-before)
 		}
 	}
+	for i := range t.RankPairs {
+		rp := &t.RankPairs[i]
+		c := chains[rp.P*dTP+rp.D]
+		rp.Descs, rp.Merged, rp.Bytes = c.descs, c.merged, c.bytes
+	}
+	t.GroupPairs = groups.pairs()
+	t.tallied = true
 	return nil
+}
+
+// chain tallies one rank pair's pairs in the order they are posted: its
+// descriptors, bytes, and descriptors left once NIXL merges contiguous
+// runs (mergesWith), from the last pair's addresses alone.
+type chain struct {
+	descs, merged int
+	bytes         int64
+	src, dst      Loc   // the last pair's
+	len           int64 // the last pair's
+}
+
+// push tallies the next pair.
+func (c *chain) push(src, dst Loc, n int64) {
+	if c.descs == 0 || c.len != n || c.src.Region != src.Region || c.dst.Region != dst.Region ||
+		c.src.Offset+n != src.Offset || c.dst.Offset+n != dst.Offset {
+		c.merged++
+	}
+	c.src, c.dst, c.len = src, dst, n
+	c.descs++
+	c.bytes += n
+}
+
+// groupTally totals the group pairs as jobs are written: per (P group, D
+// group) its descriptors, bytes and layers, and its kind (that of its
+// first D layer: a group's layers share one).
+type groupTally struct {
+	nD    int
+	gps   []GroupPair
+	used  []bool
+	layer []bool // per item: its layer counted
+}
+
+func newGroupTally(nP, nD, items int) *groupTally {
+	return &groupTally{nD: nD, gps: make([]GroupPair, nP*nD), used: make([]bool, nP*nD), layer: make([]bool, items)}
+}
+
+// add tallies one job's n pairs, of bytes bytes in all, of item it (index
+// item, D layer kind kind).
+func (g *groupTally) add(it gpItem, item int, kind string, n int, bytes int64) {
+	k := it.pg*g.nD + it.dg
+	gp := &g.gps[k]
+	if !g.used[k] {
+		g.used[k] = true
+		*gp = GroupPair{PGroup: it.pg, DGroup: it.dg, Kind: kind}
+	}
+	gp.Descs += n
+	gp.Bytes += bytes
+	if !g.layer[item] {
+		g.layer[item] = true
+		gp.Layers++
+	}
+}
+
+// pairs are the group pairs used, ordered by P group, then D group.
+func (g *groupTally) pairs() []GroupPair {
+	out := []GroupPair{}
+	for k, gp := range g.gps {
+		if g.used[k] {
+			out = append(out, gp)
+		}
+	}
+	return out
 }
 
 // pagesOf is the first page and page count covering a token span; a state
@@ -246,7 +341,7 @@ func pagesOf(s Span, blockSize int, state bool) (int, int) {
 // tokenRuns splits D's span of one layer into runs that end where a P
 // page (bsP tokens) or a D page (bsD tokens) ends, with their blocks.
 func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg int) tokenRuns {
-	var out tokenRuns
+	out := tokenRuns{runs: make([]tokenRun, 0, span.Len()/bsP+span.Len()/bsD+2)}
 	for tok := span.Lo; tok < span.Hi; {
 		pPage, dPage := tok/bsP, tok/bsD
 		end := min(span.Hi, (pPage+1)*bsP, (dPage+1)*bsD)
@@ -270,15 +365,17 @@ func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg int) tokenRuns {
 // token run where both pages are whole and equal, else one per head (HND
 // keeps a head's tokens contiguous only inside a page). out has exactly
 // their number.
-func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run indexRun, runs []tokenRun) {
+func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run indexRun, runs []tokenRun, c *chain) {
 	pIdx, dIdx := pr.Index, dr.Index
 	pLen, dLen := pr.BlockLen, dr.BlockLen
 	pHeads := ps.Offset + int64(run.Lo-ps.Lo)*ps.IndexBytes // the run's first head in a block
 	dHeads := ds.Offset + int64(run.Lo-ds.Lo)*ds.IndexBytes
 	pRowB, dRowB := ps.RowBytes, ds.RowBytes
 	pIdxB, dIdxB := ps.IndexBytes, ds.IndexBytes
+	name, seg, pg, dg := it.name, ds.Name, it.pg, it.dg
+	ch := *c // tallied in a local, stored once at the end
 	k := 0
-	if ds.Name == SegLatent {
+	if seg == SegLatent {
 		for _, r := range runs {
 			q := &out[k]
 			k++
@@ -286,11 +383,13 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 			q.Dst = Loc{dIdx, r.dBlock*dLen + ds.Offset + r.dRow*dRowB}
 			q.Len = r.rows * dRowB
 			q.SrcID, q.DstID = -1, -1
-			q.Layer, q.Seg = it.name, ds.Name
+			q.Layer, q.Seg = name, seg
 			q.Lo, q.Hi = run.Lo, run.Hi
 			q.Tokens = Span{r.lo, r.hi}
-			q.PGroup, q.DGroup = it.pg, it.dg
+			q.PGroup, q.DGroup = pg, dg
+			ch.push(q.Src, q.Dst, q.Len)
 		}
+		*c = ch
 		return
 	}
 	heads := int64(run.Hi - run.Lo)
@@ -303,15 +402,30 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 			q.Dst = Loc{dIdx, dAt}
 			q.Len = heads * dIdxB
 			q.SrcID, q.DstID = -1, -1
-			q.Layer, q.Seg = it.name, ds.Name
+			q.Layer, q.Seg = name, seg
 			q.Lo, q.Hi = run.Lo, run.Hi
 			q.Tokens = Span{r.lo, r.hi}
-			q.PGroup, q.DGroup = it.pg, it.dg
+			q.PGroup, q.DGroup = pg, dg
+			ch.push(q.Src, q.Dst, q.Len)
 			continue
 		}
 		pAt += r.pRow * pRowB
 		dAt += r.dRow * dRowB
 		length := r.rows * dRowB
+		// The first head's pair may continue the pair before it; each
+		// later one, of the same length and regions, continues its
+		// predecessor exactly when a head's stride is that length on both
+		// sides.
+		ch.push(Loc{pIdx, pAt}, Loc{dIdx, dAt}, length)
+		if more := heads - 1; more > 0 {
+			ch.descs += int(more)
+			ch.bytes += more * length
+			if pIdxB != length || dIdxB != length {
+				ch.merged += int(more)
+			}
+			ch.src, ch.dst = Loc{pIdx, pAt + more*pIdxB}, Loc{dIdx, dAt + more*dIdxB}
+		}
+		tokens := Span{r.lo, r.hi}
 		for h := run.Lo; h < run.Hi; h++ {
 			q := &out[k]
 			k++
@@ -319,14 +433,15 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 			q.Dst = Loc{dIdx, dAt}
 			q.Len = length
 			q.SrcID, q.DstID = -1, -1
-			q.Layer, q.Seg = it.name, ds.Name
+			q.Layer, q.Seg = name, seg
 			q.Lo, q.Hi = h, h+1
-			q.Tokens = Span{r.lo, r.hi}
-			q.PGroup, q.DGroup = it.pg, it.dg
+			q.Tokens = tokens
+			q.PGroup, q.DGroup = pg, dg
 			pAt += pIdxB
 			dAt += dIdxB
 		}
 	}
+	*c = ch
 }
 
 // stateRun is the descriptor of one state segment's run of channels (or

@@ -65,6 +65,10 @@ type PD struct {
 	Note          string          `json:"note,omitempty"`
 
 	setup Setup
+	// What every request's transfer shares, made once by Prepare: both
+	// sides' registrations of the used plans and their handshake.
+	pRegs, dRegs []*Registration
+	handshake    *Handshake
 }
 
 // Setup is the setup the deployment was prepared from.
@@ -131,8 +135,20 @@ func Prepare(s Setup) (*PD, error) {
 		pe.BlockSize, de.BlockSize = inv.BlockSize, inv.BlockSize
 	}
 	r.Advice = BlockSizeAdvice(s.Model, pe, de, pp, dp)
-	if _, ok := s.Connector.Transport(); !ok {
+	if kind, ok := s.Connector.Transport(); !ok {
 		r.Note = fmt.Sprintf("%s keeps KV inside each engine: nothing moves from P to D", s.Connector)
+	} else {
+		if r.pRegs, err = registerAll(s.Ctx, s.Model, pp, P, s.Layout, nil, nil); err != nil {
+			return nil, err
+		}
+		if r.dRegs, err = registerAll(s.Ctx, s.Model, dp, D, s.Layout, nil, nil); err != nil {
+			return nil, err
+		}
+		mode := Pull
+		if kind == NixlPush {
+			mode = Push
+		}
+		r.handshake = newHandshake(s.Model, r.pRegs, r.dRegs, s.Connector, mode, false)
 	}
 	if len(notes) > 0 {
 		r.Note = strings.TrimSpace(r.Note + " " + strings.Join(notes, " "))
@@ -184,7 +200,8 @@ func connectorVersion(s *Setup) ([]string, error) {
 func (r *PD) Compute(req Request, keepPairs bool) (*Transfer, error) {
 	s := r.setup
 	pp, dp := r.UsedPlans()
-	t, err := Compute(s.Model, pp, dp, req, Options{Connector: s.Connector, PLayout: s.Layout, DLayout: s.Layout, KeepPairs: keepPairs, Ctx: s.Ctx})
+	t, err := Compute(s.Model, pp, dp, req, Options{Connector: s.Connector, PLayout: s.Layout, DLayout: s.Layout, KeepPairs: keepPairs, Ctx: s.Ctx,
+		PRegs: r.pRegs, DRegs: r.dRegs, Handshake: r.handshake})
 	if err != nil {
 		return nil, err
 	}

@@ -144,6 +144,10 @@ type Options struct {
 	// that pairs one P plan with many D plans registers P once. Compute
 	// only reads them.
 	PRegs, DRegs []*Registration
+	// Handshake, when set with PRegs and DRegs, is their handshake made
+	// already (newHandshake, for this connector, not brief): a deployment
+	// serving many requests (PD) shakes hands once. Compute only reads it.
+	Handshake *Handshake
 	// Ctx stops the computation once done (nil: never).
 	Ctx context.Context
 }
@@ -186,6 +190,9 @@ type Transfer struct {
 	// PComputed is how many tokens P prefilled.
 	PComputed int    `json:"-"`
 	tally     *tally // the pairs tallied so far (finish, foldPairs)
+	// tallied says the path totalled its rank pairs and group pairs as it
+	// wrote the pairs (the group-pair path): finish only sums them.
+	tallied bool
 
 	model *model.Model
 }
@@ -221,7 +228,9 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 			return nil, err
 		}
 	}
-	t.Handshake = newHandshake(m, t.PRegs, t.DRegs, opt.Connector, t.Mode, opt.CountOnly)
+	if t.Handshake = opt.Handshake; t.Handshake == nil || opt.PRegs == nil || opt.DRegs == nil || opt.CountOnly {
+		t.Handshake = newHandshake(m, t.PRegs, t.DRegs, opt.Connector, t.Mode, opt.CountOnly)
+	}
 	if t.Handshake.Rejection != nil {
 		t.Rejection = t.Handshake.Rejection
 		return t, nil
@@ -426,11 +435,13 @@ func (t *Transfer) finish(ctx context.Context, keep bool) error {
 			return err
 		}
 		rp := &t.RankPairs[i]
-		if err := t.add(ctx, rp, rp.Pairs); err != nil {
-			return err
+		if !t.tallied {
+			if err := t.add(ctx, rp, rp.Pairs); err != nil {
+				return err
+			}
+			r := t.tally.ranks[[2]int{rp.P, rp.D}]
+			rp.Descs, rp.Merged, rp.Bytes = r.descs, r.merged, r.bytes
 		}
-		r := t.tally.ranks[[2]int{rp.P, rp.D}]
-		rp.Descs, rp.Merged, rp.Bytes = r.descs, r.merged, r.bytes
 		t.Bytes += rp.Bytes
 		t.Descs += rp.Descs
 		t.Merged += rp.Merged
