@@ -139,7 +139,12 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 	}
 
 	// Pass 1: the runs and their counts, per rank pair in first-use order.
-	var jobs []gpJob
+	// At most one job per P rank for every D rank's layer segment.
+	most := 0
+	for i := range items {
+		most += len(dLayers[i].Segments)
+	}
+	jobs := make([]gpJob, 0, most*dTP*pTP)
 	counts := make([]int, pTP*dTP)
 	var order [][2]int
 	seen := make([]bool, pTP)
@@ -193,7 +198,8 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 	// Pass 2: one slice for every pair, each rank pair a window of it (or,
 	// when the caller keeps no pairs, one job's worth reused), tallied as
 	// they are written: no pass over the pairs afterwards.
-	total, most := 0, 0
+	total := 0
+	most = 0
 	for _, c := range counts {
 		total += c
 	}
@@ -274,8 +280,11 @@ type chain struct {
 
 // push tallies the next pair.
 func (c *chain) push(src, dst Loc, n int64) {
-	if c.descs == 0 || c.len != n || c.src.Region != src.Region || c.dst.Region != dst.Region ||
-		c.src.Offset+n != src.Offset || c.dst.Offset+n != dst.Offset {
+	// Zero exactly when the pair continues the last one (mergesWith):
+	// one test, not six.
+	apart := (c.len ^ n) | int64(c.src.Region^src.Region) | int64(c.dst.Region^dst.Region) |
+		(c.src.Offset + n ^ src.Offset) | (c.dst.Offset + n ^ dst.Offset)
+	if apart != 0 || c.descs == 0 {
 		c.merged++
 	}
 	c.src, c.dst, c.len = src, dst, n
@@ -393,6 +402,30 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 		return
 	}
 	heads := int64(run.Hi - run.Lo)
+	if heads == 1 {
+		// One head a run (a rank holds one KV head, as at D TP ≥ the KV
+		// heads): one pair per token run, whole or not, and no loop over
+		// heads.
+		for i := range runs {
+			r := &runs[i]
+			src := Loc{pIdx, r.pBlock*pLen + pHeads + r.pRow*pRowB}
+			dst := Loc{dIdx, r.dBlock*dLen + dHeads + r.dRow*dRowB}
+			length := r.rows * dRowB
+			if r.whole {
+				length = dIdxB
+			}
+			q := &out[i]
+			q.Src, q.Dst, q.Len = src, dst, length
+			q.SrcID, q.DstID = -1, -1
+			q.Layer, q.Seg = name, seg
+			q.Lo, q.Hi = run.Lo, run.Hi
+			q.Tokens = Span{r.lo, r.hi}
+			q.PGroup, q.DGroup = pg, dg
+			ch.push(src, dst, length)
+		}
+		*c = ch
+		return
+	}
 	for _, r := range runs {
 		pAt, dAt := r.pBlock*pLen+pHeads, r.dBlock*dLen+dHeads
 		if r.whole {
