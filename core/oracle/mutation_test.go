@@ -2,7 +2,9 @@ package oracle
 
 import (
 	"github.com/kvscope/kvscope/core/model/modeltest"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -107,8 +109,10 @@ func TestRejectedIsAVerdict(t *testing.T) {
 // The rows' headers catch a row moved whole; the rest of a row is cut from
 // the pattern's stream at a place its coordinates pick, so a range that
 // cuts rows is caught too: these tests shift a descriptor by 8 bytes and
-// copy the rest of a row (all but its header) from the next head, the next
-// token or the next state index, and expect "wrong" at the row it spoils.
+// split one into its first row's header, the rest of that row copied from
+// the next head, the next token or the next state index, and the rows
+// after (no D byte written twice: the bytes alone must show it), and
+// expect "wrong" at the row it spoils.
 func TestRowPartMutationsAreCaught(t *testing.T) {
 	cases := pathCases(t)
 	for _, c := range cases {
@@ -134,11 +138,18 @@ func TestRowPartMutationsAreCaught(t *testing.T) {
 					seg = s
 				}
 			}
-			// rest copies the rest of the pair's first row from src bytes on.
-			rest := func(src int64) xfer.Pair {
-				q := orig
-				q.Src.Offset, q.Dst.Offset, q.Len = orig.Src.Offset+src+8, orig.Dst.Offset+8, seg.RowBytes-8
-				return q
+			// rest replaces the pair by its first row's header, the rest of
+			// that row copied from src bytes on, and the rows after it.
+			rest := func(pairs []xfer.Pair, src int64) []xfer.Pair {
+				head, row, tail := orig, orig, orig
+				head.Len = 8
+				row.Src.Offset, row.Dst.Offset, row.Len = orig.Src.Offset+src+8, orig.Dst.Offset+8, seg.RowBytes-8
+				tail.Src.Offset, tail.Dst.Offset, tail.Len = orig.Src.Offset+seg.RowBytes, orig.Dst.Offset+seg.RowBytes, orig.Len-seg.RowBytes
+				split := []xfer.Pair{head, row}
+				if tail.Len > 0 {
+					split = append(split, tail)
+				}
+				return slices.Replace(pairs, tg.pi, tg.pi+1, split...)
 			}
 			mutations := []struct {
 				name  string
@@ -146,12 +157,8 @@ func TestRowPartMutationsAreCaught(t *testing.T) {
 				apply func(pairs []xfer.Pair) []xfer.Pair
 			}{
 				{"shifted by 8 bytes", true, func(pairs []xfer.Pair) []xfer.Pair { pairs[tg.pi].Src.Offset += 8; return pairs }},
-				{"the rest of a row from the next index", true, func(pairs []xfer.Pair) []xfer.Pair {
-					return slices.Insert(pairs, tg.pi+1, rest(seg.IndexBytes))
-				}},
-				{"the rest of a row from the next token", false, func(pairs []xfer.Pair) []xfer.Pair {
-					return slices.Insert(pairs, tg.pi+1, rest(seg.RowBytes))
-				}},
+				{"the rest of a row from the next index", true, func(pairs []xfer.Pair) []xfer.Pair { return rest(pairs, seg.IndexBytes) }},
+				{"the rest of a row from the next token", false, func(pairs []xfer.Pair) []xfer.Pair { return rest(pairs, seg.RowBytes) }},
 			}
 			for _, mu := range mutations {
 				if kind == "state" && !mu.state {
@@ -171,8 +178,75 @@ func TestRowPartMutationsAreCaught(t *testing.T) {
 					if mm := res.Mismatch; mm.DRank != rp.D || mm.Layer != orig.Layer || mm.Segment != string(orig.Seg) || mm.Index != orig.Lo || mm.Token != tg.token {
 						t.Errorf("mismatch at %s, want D rank %d layer %s %s index %d token %d", mm, rp.D, orig.Layer, orig.Seg, orig.Lo, tg.token)
 					}
+					if strings.Contains(res.Mismatch.What, "written twice") {
+						t.Errorf("caught as a byte written twice, not by the bytes: %s", res.Mismatch)
+					}
 				})
 			}
+		}
+	}
+}
+
+// TestOverlapsAreCaught: a descriptor listed twice, or one that runs a
+// row past its end into bytes another descriptor writes, is wrong even
+// where the bytes it writes would read back right (the same bytes twice;
+// the next row of the same layout): the verdict names the descriptor that
+// starts inside another's bytes. The agent's Prover reaches the same
+// verdict as Check.
+func TestOverlapsAreCaught(t *testing.T) {
+	for _, c := range pathCases(t) {
+		x := transfer(t, c.m, c.p, c.d, c.req, "nixl")
+		rpi, pi := pickAttentionPair(t, x)
+		rp := x.RankPairs[rpi]
+		orig := rp.Pairs[pi]
+		// next is the pair that starts where orig ends in D, if any.
+		next := -1
+		for j, q := range rp.Pairs {
+			if q.Dst.Region == orig.Dst.Region && q.Dst.Offset == orig.Dst.Offset+orig.Len {
+				next = j
+			}
+		}
+		mutations := []struct {
+			name  string
+			apply func(pairs []xfer.Pair) []xfer.Pair
+			want  xfer.Pair // the descriptor the verdict names
+		}{
+			{"listed twice", func(pairs []xfer.Pair) []xfer.Pair { return slices.Insert(pairs, pi+1, orig) }, orig},
+		}
+		if next >= 0 {
+			mutations = append(mutations, struct {
+				name  string
+				apply func(pairs []xfer.Pair) []xfer.Pair
+				want  xfer.Pair
+			}{"8 bytes long, into the next descriptor's", func(pairs []xfer.Pair) []xfer.Pair { pairs[pi].Len += 8; return pairs }, rp.Pairs[next]})
+		}
+		for _, mu := range mutations {
+			t.Run(c.name+", "+mu.name, func(t *testing.T) {
+				y := *x
+				y.RankPairs = append([]xfer.RankPair(nil), x.RankPairs...)
+				y.RankPairs[rpi].Pairs = mu.apply(append([]xfer.Pair(nil), rp.Pairs...))
+				res, err := Check(c.m, &y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mm := res.Mismatch
+				if res.Verdict != Wrong || !strings.Contains(mm.What, "written twice") {
+					t.Fatalf("verdict %s (%v), want wrong: written twice", res.Verdict, mm)
+				}
+				if mm.DRank != rp.D || mm.Layer != mu.want.Layer || mm.Segment != string(mu.want.Seg) || mm.Index != mu.want.Lo || mm.Token != mu.want.Tokens.Lo {
+					t.Errorf("names %s, want D rank %d layer %s %s index %d token %d", mm, rp.D, mu.want.Layer, mu.want.Seg, mu.want.Lo, mu.want.Tokens.Lo)
+				}
+				mem := &hostMemory{x: &y, blocks: map[[4]int][]byte{}}
+				prover, err := NewProver(c.m, &y, mem, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mem.copyPairs()
+				if got := prover.Verify(); !reflect.DeepEqual(got, res) {
+					t.Errorf("Prover: %+v %v; Check: %+v %v", got, got.Mismatch, res, mm)
+				}
+				t.Log(mm)
+			})
 		}
 	}
 }

@@ -66,8 +66,12 @@ type Mismatch struct {
 }
 
 func (m *Mismatch) String() string {
-	return fmt.Sprintf("D rank %d, layer %s %s, index %d, token %d (region %d block %d): %s; expected %s, found %s",
-		m.DRank, m.Layer, m.Segment, m.Index, m.Token, m.Region, m.Block, m.What, m.Expected, m.Found)
+	s := fmt.Sprintf("D rank %d, layer %s %s, index %d, token %d (region %d block %d): %s",
+		m.DRank, m.Layer, m.Segment, m.Index, m.Token, m.Region, m.Block, m.What)
+	if m.Expected == "" && m.Found == "" {
+		return s // a fault of the descriptors, not of bytes read back
+	}
+	return s + fmt.Sprintf("; expected %s, found %s", m.Expected, m.Found)
 }
 
 // Result is the oracle's verdict on one transfer.
@@ -177,6 +181,9 @@ func FillP(m *model.Model, x *xfer.Transfer, mem Memory) error {
 
 // Verify checks every D block of the transfer after the agent's copies.
 func (p *Prover) Verify() *Result {
+	if twice := overlapVerdict(p.o.x); twice != nil {
+		return twice
+	}
 	res := &Result{Verdict: Exact}
 	for _, rp := range p.o.x.RankPairs {
 		res.Pairs += len(rp.Pairs)

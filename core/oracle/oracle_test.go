@@ -55,6 +55,15 @@ func TestExactCases(t *testing.T) {
 		{"seed P TP2 to D TP4 independent", seed, plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 8192}, plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 8192}, xfer.Request{PromptTokens: 1500}, xfer.GroupPairPath},
 		{"Nemotron TP1 to TP2", modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2"), plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, xfer.Request{PromptTokens: 900}, ""},
 		{"DeepSeek-V2-Lite TP2 to TP1", modeltest.Load(t, "deepseek-ai__DeepSeek-V2-Lite"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, xfer.Request{PromptTokens: 200}, xfer.VLLMPath},
+		// Same block sizes, different groups: whole pages on both sides,
+		// one KV head a rank (one pair per page, no loop over heads), and
+		// eight heads a rank.
+		{"Qwen3.6 TP2 to TP2 grouped by 3 (one head a rank)", modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B-FP8"), plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2},
+			plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, GroupSize: 3}, xfer.Request{PromptTokens: 2000}, xfer.GroupPairPath},
+		{"gpt-oss-20b TP8 to TP8 grouped by 3 (one head a rank)", modeltest.Load(t, "openai__gpt-oss-20b"), plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 8},
+			plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 8, GroupSize: 3}, xfer.Request{PromptTokens: 700}, xfer.GroupPairPath},
+		{"gpt-oss-20b TP1 to TP1 grouped by 3 (eight heads a rank)", modeltest.Load(t, "openai__gpt-oss-20b"), plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 1},
+			plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 1, GroupSize: 3}, xfer.Request{PromptTokens: 700}, xfer.GroupPairPath},
 		{"Llama-4 chunked TP2 to TP4", modeltest.Load(t, "meta-llama__Llama-4-Scout-17B-16E"), plan.Engine{TensorParallelSize: 2, MaxModelLen: 32768}, plan.Engine{TensorParallelSize: 4, MaxModelLen: 32768}, xfer.Request{PromptTokens: 9000}, xfer.GroupPairPath},
 	}
 	for _, tt := range tests {

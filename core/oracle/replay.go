@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -103,6 +104,16 @@ func (o *run) check() (*Result, error) {
 		next[d]++
 	}
 	sc.start, sc.byPage, sc.next = start, byPage, next
+	// No D byte written twice (overlap.go): pieces end at page edges, so
+	// each page is looked at alone, in one pass where its pieces come in
+	// order; the verdict, rare, is the transfer-wide walk's.
+	for d := range dPages {
+		if writesTwice(flat, byPage[start[d]:start[d+1]]) {
+			if twice := overlapVerdict(x); twice != nil {
+				return twice, nil
+			}
+		}
+	}
 
 	// Each D page: the sentinel, its pieces in order, then read back.
 	replay := func(j int, k pageKey) []byte {
@@ -182,4 +193,24 @@ func (o *run) pieces(out []piece, pRank, dRank int, p *xfer.Pair) []piece {
 		src, dst, left = src+n, dst+n, left-n
 	}
 	return out
+}
+
+// writesTwice reports whether two of one D page's pieces (flat[i] for i
+// in in) write a byte in common.
+func writesTwice(flat []piece, in []int32) bool {
+	end := int64(0)
+	for _, i := range in {
+		if flat[i].dstOff < end {
+			by := slices.Clone(in)
+			slices.SortFunc(by, func(a, b int32) int { return cmp.Compare(flat[a].dstOff, flat[b].dstOff) })
+			for k := 1; k < len(by); k++ {
+				if p := &flat[by[k-1]]; flat[by[k]].dstOff < p.dstOff+p.n {
+					return true
+				}
+			}
+			return false
+		}
+		end = flat[i].dstOff + flat[i].n
+	}
+	return false
 }

@@ -70,6 +70,7 @@ func TestCheckAgreesWithCopies(t *testing.T) {
 			{"shifted by 8 bytes", func(p *xfer.Pair) { p.Src.Offset += 8 }},
 			{"written 8 bytes late", func(p *xfer.Pair) { p.Dst.Offset += 8 }},
 			{"1 byte short", func(p *xfer.Pair) { p.Len-- }},
+			{"8 bytes long", func(p *xfer.Pair) { p.Len += 8 }},
 			{"onto the next D block", func(p *xfer.Pair) { p.Dst.Offset += x.DRegs[x.RankPairs[rpi].D].Regions[p.Dst.Region].BlockLen }},
 		}
 		for _, mu := range mutations {
