@@ -406,23 +406,43 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 		// One head a run (a rank holds one KV head, as at D TP ≥ the KV
 		// heads): one pair per token run, whole or not, and no loop over
 		// heads.
+		if len(runs) == 0 {
+			return
+		}
+		// The chain's tally, kept in locals: every pair here has the
+		// same regions, so one continues the last when its offsets are
+		// where the last ended and its length is the last's.
+		out = out[:len(runs)]
+		merged, bytes := 0, int64(0)
+		lastSrc, lastDst, lastLen := int64(-1), int64(-1), int64(-1)
+		if ch.descs > 0 && ch.src.Region == pIdx && ch.dst.Region == dIdx {
+			lastSrc, lastDst, lastLen = ch.src.Offset, ch.dst.Offset, ch.len
+		}
 		for i := range runs {
 			r := &runs[i]
-			src := Loc{pIdx, r.pBlock*pLen + pHeads + r.pRow*pRowB}
-			dst := Loc{dIdx, r.dBlock*dLen + dHeads + r.dRow*dRowB}
+			src := r.pBlock*pLen + pHeads + r.pRow*pRowB
+			dst := r.dBlock*dLen + dHeads + r.dRow*dRowB
 			length := r.rows * dRowB
 			if r.whole {
 				length = dIdxB
 			}
+			if length != lastLen || src != lastSrc+lastLen || dst != lastDst+lastLen {
+				merged++
+			}
+			lastSrc, lastDst, lastLen = src, dst, length
+			bytes += length
 			q := &out[i]
-			q.Src, q.Dst, q.Len = src, dst, length
+			q.Src, q.Dst, q.Len = Loc{pIdx, src}, Loc{dIdx, dst}, length
 			q.SrcID, q.DstID = -1, -1
 			q.Layer, q.Seg = name, seg
 			q.Lo, q.Hi = run.Lo, run.Hi
 			q.Tokens = Span{r.lo, r.hi}
 			q.PGroup, q.DGroup = pg, dg
-			ch.push(src, dst, length)
 		}
+		ch.descs += len(runs)
+		ch.merged += merged
+		ch.bytes += bytes
+		ch.src, ch.dst, ch.len = Loc{pIdx, lastSrc}, Loc{dIdx, lastDst}, lastLen
 		*c = ch
 		return
 	}

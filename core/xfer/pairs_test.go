@@ -51,3 +51,85 @@ func TestPairsAreCountedFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestAttnPairsTally: the tally attnPairs keeps as it writes (descriptors,
+// bytes, descriptors left after NIXL's merging) equals a plain recount of
+// the pairs it wrote (MergedCount), across consecutive jobs of one rank
+// pair: one head or several a run, whole pages or not, latent rows, and a
+// job in another region (both sides', or P's alone) whose first pair
+// starts at the offset where the last job's ended (it must not merge).
+func TestAttnPairsTally(t *testing.T) {
+	// One head's block is 4 rows of 64 B; two pages of 4 rows on each side.
+	whole := []tokenRun{
+		{lo: 0, hi: 4, pBlock: 1, dBlock: 1, rows: 4, whole: true},
+		{lo: 4, hi: 8, pBlock: 2, dBlock: 2, rows: 4, whole: true},
+	}
+	// P pages of 4 rows, D pages of 2: runs of 2 rows.
+	split := []tokenRun{
+		{lo: 0, hi: 2, pBlock: 1, dBlock: 1, pRow: 0, dRow: 0, rows: 2},
+		{lo: 2, hi: 4, pBlock: 1, dBlock: 2, pRow: 2, dRow: 0, rows: 2},
+		{lo: 4, hi: 6, pBlock: 2, dBlock: 3, pRow: 0, dRow: 0, rows: 2},
+	}
+	seg := func(name SegName, region, heads int) Segment {
+		return Segment{Name: name, Region: region, Lo: 0, Hi: heads, IndexBytes: 256, Rows: 4, RowBytes: 64}
+	}
+	type job struct {
+		name     string
+		ps, ds   Segment
+		pr, dr   Region
+		run      indexRun
+		runs     []tokenRun
+		expected int // pairs
+	}
+	// A region whose block is one head's: whole pages of consecutive
+	// blocks are contiguous, and so are heads in a page.
+	one := Region{Index: 0, BlockLen: 256, NumBlocks: 8}
+	other := Region{Index: 1, BlockLen: 256, NumBlocks: 8}
+	two := Region{Index: 0, BlockLen: 512, NumBlocks: 8}
+	for _, tc := range []struct {
+		name string
+		jobs []job
+	}{
+		{"one head, whole pages, then the next region at the same offset", []job{
+			{"a", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, whole, 2},
+			{"b", seg(SegK, 1, 1), seg(SegK, 1, 1), other, other, indexRun{0, 0, 1}, []tokenRun{{lo: 0, hi: 4, pBlock: 3, dBlock: 3, rows: 4, whole: true}}, 1},
+		}},
+		{"one head, whole pages, then the same region where the last ended", []job{
+			{"a", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, whole, 2},
+			{"b", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, []tokenRun{{lo: 8, hi: 12, pBlock: 3, dBlock: 3, rows: 4, whole: true}}, 1},
+		}},
+		{"one head, pages split", []job{
+			{"a", seg(SegV, 0, 1), seg(SegV, 0, 1), one, one, indexRun{0, 0, 1}, split, 3},
+		}},
+		{"two heads, pages split, then whole", []job{
+			{"a", seg(SegK, 0, 2), seg(SegK, 0, 2), two, two, indexRun{0, 0, 2}, split, 6},
+			{"b", seg(SegK, 0, 2), seg(SegK, 0, 2), two, two, indexRun{0, 0, 2}, whole, 2},
+		}},
+		{"latent, then from another P region where the last ended", []job{
+			{"a", seg(SegLatent, 0, 1), seg(SegLatent, 0, 1), one, one, indexRun{0, 0, 1}, whole[:1], 1},
+			{"b", seg(SegLatent, 1, 1), seg(SegLatent, 0, 1), other, one, indexRun{0, 0, 1}, whole[1:], 1},
+		}},
+		{"latent", []job{
+			{"a", seg(SegLatent, 0, 1), seg(SegLatent, 0, 1), one, one, indexRun{0, 0, 1}, split, 3},
+			{"b", seg(SegLatent, 0, 1), seg(SegLatent, 0, 1), one, one, indexRun{0, 0, 1}, whole, 2},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c chain
+			var all []Pair
+			for _, j := range tc.jobs {
+				out := make([]Pair, j.expected)
+				attnPairs(out, gpItem{name: j.name}, &j.ps, &j.ds, &j.pr, &j.dr, j.run, j.runs, &c)
+				all = append(all, out...)
+			}
+			var bytes int64
+			for _, p := range all {
+				bytes += p.Len
+			}
+			if c.descs != len(all) || c.merged != MergedCount(all) || c.bytes != bytes {
+				t.Errorf("tally %d descriptors, %d merged, %d B; the pairs: %d, %d, %d", c.descs, c.merged, c.bytes, len(all), MergedCount(all), bytes)
+			}
+			t.Logf("%d pairs, %d after merging", len(all), MergedCount(all))
+		})
+	}
+}
