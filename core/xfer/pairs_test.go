@@ -57,7 +57,8 @@ func TestPairsAreCountedFirst(t *testing.T) {
 // the pairs it wrote (MergedCount), across consecutive jobs of one rank
 // pair: one head or several a run, whole pages or not, latent rows, and a
 // job in another region (both sides', or P's alone) whose first pair
-// starts at the offset where the last job's ended (it must not merge).
+// starts at the offset where the last job's ended (it must not merge), and
+// jobs over the same runs under different geometries.
 func TestAttnPairsTally(t *testing.T) {
 	// One head's block is 4 rows of 64 B; two pages of 4 rows on each side.
 	whole := []tokenRun{
@@ -98,6 +99,19 @@ func TestAttnPairsTally(t *testing.T) {
 			{"a", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, whole, 2},
 			{"b", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, []tokenRun{{lo: 8, hi: 12, pBlock: 3, dBlock: 3, rows: 4, whole: true}}, 1},
 		}},
+		{"one head, then from another P region where the last ended", []job{
+			{"a", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, whole[:1], 1},
+			{"b", seg(SegK, 1, 1), seg(SegK, 0, 1), other, one, indexRun{0, 0, 1}, whole[1:], 1},
+		}},
+		{"one head, P continuing but not D", []job{
+			{"a", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, whole[:1], 1},
+			{"b", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, []tokenRun{{lo: 4, hi: 8, pBlock: 2, dBlock: 3, rows: 4, whole: true}}, 1},
+		}},
+		{"one head, the same runs under two geometries", []job{
+			{"a", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, split, 3},
+			{"b", seg(SegK, 0, 1), seg(SegK, 0, 1), two, two, indexRun{0, 0, 1}, split, 3},
+			{"c", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, split, 3},
+		}},
 		{"one head, pages split", []job{
 			{"a", seg(SegV, 0, 1), seg(SegV, 0, 1), one, one, indexRun{0, 0, 1}, split, 3},
 		}},
@@ -121,6 +135,14 @@ func TestAttnPairsTally(t *testing.T) {
 				out := make([]Pair, j.expected)
 				attnPairs(out, gpItem{name: j.name}, &j.ps, &j.ds, &j.pr, &j.dr, j.run, j.runs, &c)
 				all = append(all, out...)
+				// Each pair where the geometry puts it, whatever the set holds.
+				for k, p := range out {
+					r := j.runs[k%len(j.runs)]
+					if j.run.Hi-j.run.Lo == 1 && j.ds.Name != SegLatent && (p.Src.Offset != r.pBlock*j.pr.BlockLen+r.pRow*j.ps.RowBytes || p.Dst.Offset != r.dBlock*j.dr.BlockLen+r.dRow*j.ds.RowBytes) {
+						t.Errorf("job %s pair %d at P %d, D %d; its run puts it at P %d, D %d", j.name, k, p.Src.Offset, p.Dst.Offset,
+							r.pBlock*j.pr.BlockLen+r.pRow*j.ps.RowBytes, r.dBlock*j.dr.BlockLen+r.dRow*j.ds.RowBytes)
+					}
+				}
 			}
 			var bytes int64
 			for _, p := range all {
