@@ -99,6 +99,54 @@ type tokenRun struct {
 type tokenRuns struct {
 	runs  []tokenRun
 	whole int
+	one   *oneHead // the one-head pairs' offsets, for the last geometry asked
+}
+
+// oneHead is what a one-head job (a rank pair's run of one head) needs of
+// a set's token runs under one geometry: each run's pair as offsets from
+// the head's place in a block on each side, and how the runs chain. The
+// jobs of a set's layers' K and V share one geometry, as a rule, and so
+// this.
+type oneHead struct {
+	geo    [5]int64 // P's block and row bytes, D's block, row and head bytes
+	offs   []runOff
+	breaks int   // runs after the first that do not continue the run before
+	bytes  int64 // all runs' bytes
+}
+
+// runOff is one token run's pair under a geometry: its offsets from the
+// head's place in a block on each side, its length and its tokens.
+type runOff struct {
+	src, dst, len int64
+	lo, hi        int
+}
+
+// oneHead is the set's one-head offsets under geometry geo, worked out
+// on first use.
+func (s *tokenRuns) oneHead(geo [5]int64) *oneHead {
+	if s.one != nil && s.one.geo == geo {
+		return s.one
+	}
+	pLen, pRowB, dLen, dRowB, dIdxB := geo[0], geo[1], geo[2], geo[3], geo[4]
+	h := &oneHead{geo: geo, offs: make([]runOff, len(s.runs))}
+	for i := range s.runs {
+		r := &s.runs[i]
+		o := runOff{src: r.pBlock*pLen + r.pRow*pRowB, dst: r.dBlock*dLen + r.dRow*dRowB, len: r.rows * dRowB, lo: r.lo, hi: r.hi}
+		if r.whole {
+			o.len = dIdxB
+		}
+		// Whether a run continues the one before does not depend on the
+		// head's place: both sides shift by it alike.
+		if i > 0 {
+			if last := &h.offs[i-1]; o.len != last.len || o.src != last.src+last.len || o.dst != last.dst+last.len {
+				h.breaks++
+			}
+		}
+		h.offs[i] = o
+		h.bytes += o.len
+	}
+	s.one = h
+	return h
 }
 
 // groupPairs writes every descriptor pair in two passes: the first splits
@@ -249,7 +297,7 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 		c := &chains[k]
 		before := c.bytes
 		if ds.IsAttention() {
-			attnPairs(out, it, ps, ds, pr, dr, jb.run, sets[tokens[jb.item]].runs, c)
+			attnPairs(out, it, ps, ds, pr, dr, jb.run, &sets[tokens[jb.item]], c)
 		} else {
 			out[0] = t.stateRun(it.name, ps, ds, pr, dr, jb.run, it.pg, it.dg)
 			c.push(out[0].Src, out[0].Dst, out[0].Len)
@@ -351,19 +399,31 @@ func pagesOf(s Span, blockSize int, state bool) (int, int) {
 // page (bsP tokens) or a D page (bsD tokens) ends, with their blocks.
 func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg int) tokenRuns {
 	out := tokenRuns{runs: make([]tokenRun, 0, span.Len()/bsP+span.Len()/bsD+2)}
+	if span.Len() <= 0 {
+		return out
+	}
+	// The pages the run starts in and where they end, stepped forward
+	// (no division a run).
+	pPage, dPage := span.Lo/bsP, span.Lo/bsD
+	pEnd, dEnd := (pPage+1)*bsP, (dPage+1)*bsD
 	for tok := span.Lo; tok < span.Hi; {
-		pPage, dPage := tok/bsP, tok/bsD
-		end := min(span.Hi, (pPage+1)*bsP, (dPage+1)*bsD)
+		end := min(span.Hi, pEnd, dEnd)
 		pBlock, _ := t.PPages[pg].Block(pPage)
 		dBlock, _ := t.DPages[dg].Block(dPage)
 		rows := end - tok
 		r := tokenRun{lo: tok, hi: end, pBlock: int64(pBlock), dBlock: int64(dBlock),
-			pRow: int64(tok - pPage*bsP), dRow: int64(tok - dPage*bsD), rows: int64(rows), whole: rows == bsP && rows == bsD}
+			pRow: int64(tok - (pEnd - bsP)), dRow: int64(tok - (dEnd - bsD)), rows: int64(rows), whole: rows == bsP && rows == bsD}
 		if r.whole {
 			out.whole++
 		}
 		out.runs = append(out.runs, r)
 		tok = end
+		if tok == pEnd {
+			pPage, pEnd = pPage+1, pEnd+bsP
+		}
+		if tok == dEnd {
+			dPage, dEnd = dPage+1, dEnd+bsD
+		}
 	}
 	return out
 }
@@ -374,7 +434,8 @@ func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg int) tokenRuns {
 // token run where both pages are whole and equal, else one per head (HND
 // keeps a head's tokens contiguous only inside a page). out has exactly
 // their number.
-func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run indexRun, runs []tokenRun, c *chain) {
+func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run indexRun, set *tokenRuns, c *chain) {
+	runs := set.runs
 	pIdx, dIdx := pr.Index, dr.Index
 	pLen, dLen := pr.BlockLen, dr.BlockLen
 	pHeads := ps.Offset + int64(run.Lo-ps.Lo)*ps.IndexBytes // the run's first head in a block
@@ -404,61 +465,46 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 	heads := int64(run.Hi - run.Lo)
 	if heads == 1 {
 		// One head a run (a rank holds one KV head, as at D TP ≥ the KV
-		// heads): one pair per token run, whole or not, and no loop over
-		// heads.
-		if len(runs) == 0 {
+		// heads): one pair per token run, whole or not, at offsets the set
+		// works out once, and chained as the set says but for the first.
+		h := set.oneHead([5]int64{pLen, pRowB, dLen, dRowB, dIdxB})
+		offs := h.offs
+		if len(offs) == 0 {
 			return
 		}
-		// The chain's tally, kept in locals: every pair here has the
-		// same regions, so one continues the last when its offsets are
-		// where the last ended and its length is the last's.
-		out = out[:len(runs)]
-		merged, bytes := 0, int64(0)
-		lastSrc, lastDst, lastLen := int64(-1), int64(-1), int64(-1)
-		if ch.descs > 0 && ch.src.Region == pIdx && ch.dst.Region == dIdx {
-			lastSrc, lastDst, lastLen = ch.src.Offset, ch.dst.Offset, ch.len
+		first, last := &offs[0], &offs[len(offs)-1]
+		if ch.descs == 0 || ch.src.Region != pIdx || ch.dst.Region != dIdx || ch.len != first.len ||
+			ch.src.Offset+ch.len != pHeads+first.src || ch.dst.Offset+ch.len != dHeads+first.dst {
+			ch.merged++
 		}
-		for i := range runs {
-			r := &runs[i]
-			src := r.pBlock*pLen + pHeads + r.pRow*pRowB
-			dst := r.dBlock*dLen + dHeads + r.dRow*dRowB
-			length := r.rows * dRowB
-			if r.whole {
-				length = dIdxB
-			}
-			if length != lastLen || src != lastSrc+lastLen || dst != lastDst+lastLen {
-				merged++
-			}
-			lastSrc, lastDst, lastLen = src, dst, length
-			bytes += length
-			q := &out[i]
-			q.Src, q.Dst, q.Len = Loc{pIdx, src}, Loc{dIdx, dst}, length
-			q.SrcID, q.DstID = -1, -1
-			q.Layer, q.Seg = name, seg
-			q.Lo, q.Hi = run.Lo, run.Hi
-			q.Tokens = Span{r.lo, r.hi}
-			q.PGroup, q.DGroup = pg, dg
-		}
-		ch.descs += len(runs)
-		ch.merged += merged
-		ch.bytes += bytes
-		ch.src, ch.dst, ch.len = Loc{pIdx, lastSrc}, Loc{dIdx, lastDst}, lastLen
+		ch.merged += h.breaks
+		ch.descs += len(offs)
+		ch.bytes += h.bytes
+		ch.src, ch.dst, ch.len = Loc{pIdx, pHeads + last.src}, Loc{dIdx, dHeads + last.dst}, last.len
 		*c = ch
+		// Each pair is the job's constant fields, then its own.
+		tmpl := Pair{Src: Loc{Region: pIdx}, Dst: Loc{Region: dIdx}, SrcID: -1, DstID: -1, Layer: name, Seg: seg, Lo: run.Lo, Hi: run.Hi, PGroup: pg, DGroup: dg}
+		out = out[:len(offs)]
+		for i := range offs {
+			o := &offs[i]
+			q := &out[i]
+			*q = tmpl
+			q.Src.Offset, q.Dst.Offset, q.Len = pHeads+o.src, dHeads+o.dst, o.len
+			q.Tokens = Span{o.lo, o.hi}
+		}
 		return
 	}
+	// Each pair is the job's constant fields, then its own.
+	tmpl := Pair{Src: Loc{Region: pIdx}, Dst: Loc{Region: dIdx}, SrcID: -1, DstID: -1, Layer: name, Seg: seg, Lo: run.Lo, Hi: run.Hi, PGroup: pg, DGroup: dg}
 	for _, r := range runs {
 		pAt, dAt := r.pBlock*pLen+pHeads, r.dBlock*dLen+dHeads
+		tokens := Span{r.lo, r.hi}
 		if r.whole {
 			q := &out[k]
 			k++
-			q.Src = Loc{pIdx, pAt}
-			q.Dst = Loc{dIdx, dAt}
-			q.Len = heads * dIdxB
-			q.SrcID, q.DstID = -1, -1
-			q.Layer, q.Seg = name, seg
-			q.Lo, q.Hi = run.Lo, run.Hi
-			q.Tokens = Span{r.lo, r.hi}
-			q.PGroup, q.DGroup = pg, dg
+			*q = tmpl
+			q.Src.Offset, q.Dst.Offset, q.Len = pAt, dAt, heads*dIdxB
+			q.Tokens = tokens
 			ch.push(q.Src, q.Dst, q.Len)
 			continue
 		}
@@ -478,18 +524,13 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 			}
 			ch.src, ch.dst = Loc{pIdx, pAt + more*pIdxB}, Loc{dIdx, dAt + more*dIdxB}
 		}
-		tokens := Span{r.lo, r.hi}
 		for h := run.Lo; h < run.Hi; h++ {
 			q := &out[k]
 			k++
-			q.Src = Loc{pIdx, pAt}
-			q.Dst = Loc{dIdx, dAt}
-			q.Len = length
-			q.SrcID, q.DstID = -1, -1
-			q.Layer, q.Seg = name, seg
+			*q = tmpl
+			q.Src.Offset, q.Dst.Offset, q.Len = pAt, dAt, length
 			q.Lo, q.Hi = h, h+1
 			q.Tokens = tokens
-			q.PGroup, q.DGroup = pg, dg
 			pAt += pIdxB
 			dAt += dIdxB
 		}

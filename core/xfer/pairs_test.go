@@ -58,7 +58,7 @@ func TestPairsAreCountedFirst(t *testing.T) {
 // pair: one head or several a run, whole pages or not, latent rows, and a
 // job in another region (both sides', or P's alone) whose first pair
 // starts at the offset where the last job's ended (it must not merge), and
-// jobs over the same runs under different geometries.
+// jobs that share a set's runs under different geometries.
 func TestAttnPairsTally(t *testing.T) {
 	// One head's block is 4 rows of 64 B; two pages of 4 rows on each side.
 	whole := []tokenRun{
@@ -131,9 +131,15 @@ func TestAttnPairsTally(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var c chain
 			var all []Pair
+			sets := map[*tokenRun]*tokenRuns{} // jobs over the same runs share their set, as a layer's K and V do
 			for _, j := range tc.jobs {
+				set := sets[&j.runs[0]]
+				if set == nil {
+					set = &tokenRuns{runs: j.runs}
+					sets[&j.runs[0]] = set
+				}
 				out := make([]Pair, j.expected)
-				attnPairs(out, gpItem{name: j.name}, &j.ps, &j.ds, &j.pr, &j.dr, j.run, j.runs, &c)
+				attnPairs(out, gpItem{name: j.name}, &j.ps, &j.ds, &j.pr, &j.dr, j.run, set, &c)
 				all = append(all, out...)
 				// Each pair where the geometry puts it, whatever the set holds.
 				for k, p := range out {
