@@ -187,12 +187,13 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 	}
 
 	// Pass 1: the runs and their counts, per rank pair in first-use order.
-	// At most one job per P rank for every D rank's layer segment.
+	// A job per P rank that supplies a D rank's layer segment: one where
+	// D's TP is a multiple of P's, P/D where P's is of D's (others grow).
 	most := 0
 	for i := range items {
 		most += len(dLayers[i].Segments)
 	}
-	jobs := make([]gpJob, 0, most*dTP*pTP)
+	jobs := make([]gpJob, 0, most*dTP*max(1, pTP/dTP))
 	counts := make([]int, pTP*dTP)
 	var order [][2]int
 	seen := make([]bool, pTP)
