@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -260,6 +261,50 @@ func TestPreparedSharesRegistrations(t *testing.T) {
 				t.Errorf("a later request changed an earlier transfer (or has as many descriptors: %d, %d)", second.Descs, first.Descs)
 			}
 			t.Logf("%s: %s, %d descriptors", tc.name, first.Path, first.Descs)
+		})
+	}
+}
+
+// TestWorkersWriteWhatOneWrites: a long transfer's rank pairs written by
+// several workers (one per core, up to one per rank pair) are the pairs,
+// totals and group pairs one worker writes, kept or not, pull and push.
+func TestWorkersWriteWhatOneWrites(t *testing.T) {
+	m := seedModel(t)
+	for _, tc := range []struct {
+		name      string
+		p, d      plan.Engine
+		connector string
+		plans     PlanChoice
+	}{
+		{"own plans TP2->4", plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 262144}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 262144}, "nixl", IndependentPlans},
+		{"invariant plans TP4->2, push", plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 262144}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 262144}, "nixl-push", InvariantPlans},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := ParseConnector(tc.connector)
+			r, err := Prepare(Setup{Model: m, P: tc.p, D: tc.d, Connector: c, Plans: tc.plans})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := Request{PromptTokens: 200_000}
+			compute := func(procs int, keep bool) []byte {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				x, err := r.Compute(req, keep)
+				if err != nil || x.Rejection != nil {
+					t.Fatal(err, x.Rejection)
+				}
+				if x.Descs < parallelPairs || len(x.RankPairs) < 2 {
+					t.Fatalf("%d descriptors in %d rank pairs: too few for several workers", x.Descs, len(x.RankPairs))
+				}
+				out, _ := json.Marshal(x)
+				t.Logf("GOMAXPROCS %d, pairs kept %v: %d descriptors in %d rank pairs", procs, keep, x.Descs, len(x.RankPairs))
+				return out
+			}
+			for _, keep := range []bool{true, false} {
+				one, many := compute(1, keep), compute(4, keep)
+				if string(one) != string(many) {
+					t.Errorf("kept %v: four workers wrote %d bytes of JSON, one %d, not the same", keep, len(many), len(one))
+				}
+			}
 		})
 	}
 }

@@ -2,7 +2,10 @@ package xfer
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
 	"sort"
+	"sync"
 )
 
 // This file is kvscope's group-pair path: every D layer takes its tokens
@@ -244,61 +247,154 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 		}
 		return nil
 	}
-	// Pass 2: one slice for every pair, each rank pair a window of it (or,
-	// when the caller keeps no pairs, one job's worth reused), tallied as
-	// they are written: no pass over the pairs afterwards.
-	total := 0
-	most = 0
-	for _, c := range counts {
-		total += c
-	}
-	for _, jb := range jobs {
-		most = max(most, jb.count)
-	}
-	var all []Pair
-	if opt.KeepPairs {
-		all = make([]Pair, total)
-	} else {
-		all = make([]Pair, most)
-	}
-	next := make([]int, pTP*dTP) // where each rank pair's next pair goes
+	// Pass 2: each rank pair's pairs in a slice of exactly their number
+	// (or, when the caller keeps none, one job's worth reused), tallied as
+	// they are written: no pass over them afterwards.
 	t.RankPairs = make([]RankPair, 0, len(order))
-	at := 0
+	total := 0
 	for _, k := range order {
-		rp := t.rankPair(k[0], k[1])
-		c := counts[k[0]*dTP+k[1]]
-		if opt.KeepPairs {
-			rp.Pairs = all[at : at+c : at+c]
-			next[k[0]*dTP+k[1]] = at
-		}
-		at += c
-		t.RankPairs = append(t.RankPairs, rp)
+		t.RankPairs = append(t.RankPairs, t.rankPair(k[0], k[1]))
+		total += counts[k[0]*dTP+k[1]]
 	}
-	chains := make([]chain, pTP*dTP)
-	groups := newGroupTally(len(t.PRegs[0].plan.Groups), len(t.DRegs[0].plan.Groups), nItems)
-	for ji, jb := range jobs {
-		if ji > 0 && jb.item != jobs[ji-1].item {
-			if err := canceled(opt.Ctx); err != nil {
-				return err
-			}
+	w := &pairWriter{t: t, opt: opt, items: items, jobs: jobs, sets: sets, tokens: tokens,
+		pLayers: pLayers, dLayers: dLayers, dTP: dTP, counts: counts,
+		pairs: make([][]Pair, pTP*dTP), next: make([]int, pTP*dTP), chains: make([]chain, pTP*dTP)}
+	groups, err := w.writeAll(total)
+	if err != nil {
+		return err
+	}
+	for i := range t.RankPairs {
+		rp := &t.RankPairs[i]
+		k := rp.P*dTP + rp.D
+		c := w.chains[k]
+		rp.Descs, rp.Merged, rp.Bytes = c.descs, c.merged, c.bytes
+		if opt.KeepPairs {
+			rp.Pairs = w.pairs[k]
 		}
-		it := items[jb.item]
+	}
+	t.GroupPairs = groups.pairs()
+	t.tallied = true
+	return nil
+}
+
+// parallelPairs is how many pairs a transfer must have before its rank
+// pairs are written by more than one worker.
+const parallelPairs = 1 << 14
+
+// pairWriter writes the group-pair path's jobs. A rank pair (one NIXL
+// transfer) is written by one worker, in its jobs' order, so its pairs
+// and its chain come out the same whoever writes them; a long transfer's
+// rank pairs are shared among as many workers as there are cores (one in
+// the browser), each making and filling its own rank pairs' slices.
+type pairWriter struct {
+	t       *Transfer
+	opt     Options
+	items   []gpItem
+	jobs    []gpJob
+	sets    []tokenRuns
+	tokens  []int
+	pLayers []*LayerReg
+	dLayers []*LayerReg
+	dTP     int
+	counts  []int // per rank pair (P rank * dTP + D rank)
+
+	// Per rank pair, each written by the rank pair's worker alone.
+	pairs  [][]Pair
+	next   []int
+	chains []chain
+}
+
+// writeAll writes every job, on one worker or several, and returns the
+// group pairs' totals.
+func (w *pairWriter) writeAll(total int) (*groupTally, error) {
+	n := 1
+	if total >= parallelPairs {
+		n = min(runtime.GOMAXPROCS(0), len(w.t.RankPairs))
+	}
+	// Rank pairs to workers, the largest first to the least loaded.
+	owner := make([]int, len(w.counts))
+	if n > 1 {
+		byCount := make([]int, len(w.t.RankPairs))
+		for i, rp := range w.t.RankPairs {
+			byCount[i] = rp.P*w.dTP + rp.D
+		}
+		sort.SliceStable(byCount, func(a, b int) bool { return w.counts[byCount[a]] > w.counts[byCount[b]] })
+		load := make([]int, n)
+		for _, k := range byCount {
+			least := 0
+			for i := range load {
+				if load[i] < load[least] {
+					least = i
+				}
+			}
+			owner[k] = least
+			load[least] += w.counts[k]
+		}
+	}
+	tallies := make([]*groupTally, n)
+	errs := make([]error, n)
+	// The other workers on their own goroutines, the first on this one.
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tallies[i], errs[i] = w.write(i, owner)
+		}()
+	}
+	tallies[0], errs[0] = w.write(0, owner)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, g := range tallies[1:] {
+		tallies[0].merge(g)
+	}
+	return tallies[0], nil
+}
+
+// write writes the jobs of the rank pairs worker me owns.
+func (w *pairWriter) write(me int, owner []int) (*groupTally, error) {
+	t, nItems, dTP := w.t, len(w.items), w.dTP
+	sets := slices.Clone(w.sets) // the one-head offsets it works out are its own
+	groups := newGroupTally(len(t.PRegs[0].plan.Groups), len(t.DRegs[0].plan.Groups), nItems)
+	var scratch []Pair // one job's pairs, when the caller keeps none
+	last := -1
+	for _, jb := range w.jobs {
+		k := jb.run.Rank*dTP + jb.d
+		if owner[k] != me {
+			continue
+		}
+		if jb.item != last {
+			if err := canceled(w.opt.Ctx); err != nil {
+				return nil, err
+			}
+			last = jb.item
+		}
+		it := w.items[jb.item]
 		pReg, dReg := t.PRegs[jb.run.Rank], t.DRegs[jb.d]
-		pl, dl := pLayers[jb.run.Rank*nItems+jb.item], dLayers[jb.d*nItems+jb.item]
+		pl, dl := w.pLayers[jb.run.Rank*nItems+jb.item], w.dLayers[jb.d*nItems+jb.item]
 		ps, ds := &pl.Segments[jb.seg], &dl.Segments[jb.seg]
 		pr, dr := &pReg.Regions[ps.Region], &dReg.Regions[ds.Region]
-		k := jb.run.Rank*dTP + jb.d
 		var out []Pair
-		if opt.KeepPairs {
-			out = all[next[k] : next[k]+jb.count]
-			next[k] += jb.count
+		if w.opt.KeepPairs {
+			if w.pairs[k] == nil {
+				w.pairs[k] = make([]Pair, w.counts[k])
+			}
+			out = w.pairs[k][w.next[k] : w.next[k]+jb.count]
+			w.next[k] += jb.count
 		} else {
-			out = all[:jb.count]
+			if cap(scratch) < jb.count {
+				scratch = make([]Pair, jb.count)
+			}
+			out = scratch[:jb.count]
 		}
-		c := &chains[k]
+		c := &w.chains[k]
 		before := c.bytes
 		if ds.IsAttention() {
-			attnPairs(out, it, ps, ds, pr, dr, jb.run, &sets[tokens[jb.item]], c)
+			attnPairs(out, it, ps, ds, pr, dr, jb.run, &sets[w.tokens[jb.item]], c)
 		} else {
 			out[0] = t.stateRun(it.name, ps, ds, pr, dr, jb.run, it.pg, it.dg)
 			c.push(out[0].Src, out[0].Dst, out[0].Len)
@@ -307,14 +403,7 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 			groups.add(it, jb.item, string(dl.Kind), jb.count, c.bytes-before)
 		}
 	}
-	for i := range t.RankPairs {
-		rp := &t.RankPairs[i]
-		c := chains[rp.P*dTP+rp.D]
-		rp.Descs, rp.Merged, rp.Bytes = c.descs, c.merged, c.bytes
-	}
-	t.GroupPairs = groups.pairs()
-	t.tallied = true
-	return nil
+	return groups, nil
 }
 
 // chain tallies one rank pair's pairs in the order they are posted: its
@@ -349,10 +438,11 @@ type groupTally struct {
 	gps   []GroupPair
 	used  []bool
 	layer []bool // per item: its layer counted
+	keyOf []int  // per counted item: its group pair
 }
 
 func newGroupTally(nP, nD, items int) *groupTally {
-	return &groupTally{nD: nD, gps: make([]GroupPair, nP*nD), used: make([]bool, nP*nD), layer: make([]bool, items)}
+	return &groupTally{nD: nD, gps: make([]GroupPair, nP*nD), used: make([]bool, nP*nD), layer: make([]bool, items), keyOf: make([]int, items)}
 }
 
 // add tallies one job's n pairs, of bytes bytes in all, of item it (index
@@ -368,7 +458,29 @@ func (g *groupTally) add(it gpItem, item int, kind string, n int, bytes int64) {
 	gp.Bytes += bytes
 	if !g.layer[item] {
 		g.layer[item] = true
+		g.keyOf[item] = k
 		gp.Layers++
+	}
+}
+
+// merge adds o's totals (another worker's, over other rank pairs) to g's.
+func (g *groupTally) merge(o *groupTally) {
+	for k := range o.gps {
+		if !o.used[k] {
+			continue
+		}
+		if !g.used[k] {
+			g.used[k] = true
+			g.gps[k] = GroupPair{PGroup: o.gps[k].PGroup, DGroup: o.gps[k].DGroup, Kind: o.gps[k].Kind}
+		}
+		g.gps[k].Descs += o.gps[k].Descs
+		g.gps[k].Bytes += o.gps[k].Bytes
+	}
+	for item, counted := range o.layer {
+		if counted && !g.layer[item] {
+			g.layer[item], g.keyOf[item] = true, o.keyOf[item]
+			g.gps[o.keyOf[item]].Layers++
+		}
 	}
 }
 

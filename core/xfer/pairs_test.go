@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model/modeltest"
@@ -159,5 +160,23 @@ func TestAttnPairsTally(t *testing.T) {
 			}
 			t.Logf("%d pairs, %d after merging", len(all), MergedCount(all))
 		})
+	}
+}
+
+// TestGroupTallyMerge: two workers' group-pair totals add up, and a layer
+// either counted is counted once.
+func TestGroupTallyMerge(t *testing.T) {
+	a, b := newGroupTally(2, 2, 3), newGroupTally(2, 2, 3)
+	x, y := gpItem{name: "x", pg: 0, dg: 1}, gpItem{name: "y", pg: 1, dg: 0}
+	z := gpItem{name: "z", pg: 0, dg: 1}
+	a.add(x, 0, "full", 3, 300)
+	b.add(x, 0, "full", 2, 200) // the same layer, another rank pair
+	b.add(y, 1, "sliding", 5, 50)
+	b.add(z, 2, "full", 1, 10) // a layer only b saw
+	a.merge(b)
+	got := a.pairs()
+	want := []GroupPair{{PGroup: 0, DGroup: 1, Kind: "full", Layers: 2, Descs: 6, Bytes: 510}, {PGroup: 1, DGroup: 0, Kind: "sliding", Layers: 1, Descs: 5, Bytes: 50}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("merged %v, want %v", got, want)
 	}
 }
