@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/vllm"
@@ -269,31 +270,34 @@ func TestPreparedSharesRegistrations(t *testing.T) {
 // several workers (one per core, up to one per rank pair) are the pairs,
 // totals and group pairs one worker writes, kept or not, pull and push.
 func TestWorkersWriteWhatOneWrites(t *testing.T) {
-	m := seedModel(t)
+	seed := seedModel(t)
+	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
 	for _, tc := range []struct {
 		name      string
+		m         *model.Model
 		p, d      plan.Engine
 		connector string
 		plans     PlanChoice
+		prompt    int
 	}{
-		{"own plans TP2->4", plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 262144}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 262144}, "nixl", IndependentPlans},
-		{"invariant plans TP4->2, push", plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 262144}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 262144}, "nixl-push", InvariantPlans},
+		{"Qwen3.6 + DFlash own plans TP2->4", seed, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 262144}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 262144}, "nixl", IndependentPlans, 200_000},
+		{"gpt-oss TP4->2 block 32, push", gpt, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, MaxModelLen: 1 << 17}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, BlockSize: 32, MaxModelLen: 1 << 17}, "nixl-push", IndependentPlans, 30_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _ := ParseConnector(tc.connector)
-			r, err := Prepare(Setup{Model: m, P: tc.p, D: tc.d, Connector: c, Plans: tc.plans})
+			r, err := Prepare(Setup{Model: tc.m, P: tc.p, D: tc.d, Connector: c, Plans: tc.plans})
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := Request{PromptTokens: 200_000}
+			req := Request{PromptTokens: tc.prompt}
 			compute := func(procs int, keep bool) []byte {
 				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 				x, err := r.Compute(req, keep)
 				if err != nil || x.Rejection != nil {
 					t.Fatal(err, x.Rejection)
 				}
-				if x.Descs < parallelPairs || len(x.RankPairs) < 2 {
-					t.Fatalf("%d descriptors in %d rank pairs: too few for several workers", x.Descs, len(x.RankPairs))
+				if x.Descs < parallelPairs || len(x.RankPairs) < 2 || x.Path != GroupPairPath {
+					t.Fatalf("%d descriptors in %d rank pairs on %s: too few for several workers, or not the group-pair path", x.Descs, len(x.RankPairs), x.Path)
 				}
 				out, _ := json.Marshal(x)
 				t.Logf("GOMAXPROCS %d, pairs kept %v: %d descriptors in %d rank pairs", procs, keep, x.Descs, len(x.RankPairs))

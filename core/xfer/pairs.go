@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // This file is kvscope's group-pair path: every D layer takes its tokens
@@ -258,7 +259,7 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 	}
 	w := &pairWriter{t: t, opt: opt, items: items, jobs: jobs, sets: sets, tokens: tokens,
 		pLayers: pLayers, dLayers: dLayers, dTP: dTP, counts: counts,
-		pairs: make([][]Pair, pTP*dTP), next: make([]int, pTP*dTP), chains: make([]chain, pTP*dTP)}
+		pairs: make([][]Pair, pTP*dTP), chains: make([]chain, pTP*dTP)}
 	groups, err := w.writeAll(total)
 	if err != nil {
 		return err
@@ -278,14 +279,18 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 }
 
 // parallelPairs is how many pairs a transfer must have before its rank
-// pairs are written by more than one worker.
-const parallelPairs = 1 << 14
+// pairs are written by more than one worker: below it, waking a second
+// thread costs more than it saves (on this project's 2-core VM a 39,872-
+// pair transfer took 0.61 ms on two workers, 0.32 ms on one).
+const parallelPairs = 1 << 16
 
 // pairWriter writes the group-pair path's jobs. A rank pair (one NIXL
 // transfer) is written by one worker, in its jobs' order, so its pairs
 // and its chain come out the same whoever writes them; a long transfer's
-// rank pairs are shared among as many workers as there are cores (one in
-// the browser), each making and filling its own rank pairs' slices.
+// rank pairs are taken, the largest first, by as many workers as there
+// are cores (one in the browser), each making and filling its rank pairs'
+// slices. The calling goroutine is the first worker, so a helper that
+// starts late only takes what is left.
 type pairWriter struct {
 	t       *Transfer
 	opt     Options
@@ -298,10 +303,13 @@ type pairWriter struct {
 	dTP     int
 	counts  []int // per rank pair (P rank * dTP + D rank)
 
-	// Per rank pair, each written by the rank pair's worker alone.
+	// Per rank pair, each written by the worker that took it alone.
 	pairs  [][]Pair
-	next   []int
 	chains []chain
+
+	order []int        // rank pairs, the largest first
+	jobOf [][]int32    // per rank pair, its jobs in order
+	taken atomic.Int32 // how many of order the workers have taken
 }
 
 // writeAll writes every job, on one worker or several, and returns the
@@ -311,38 +319,27 @@ func (w *pairWriter) writeAll(total int) (*groupTally, error) {
 	if total >= parallelPairs {
 		n = min(runtime.GOMAXPROCS(0), len(w.t.RankPairs))
 	}
-	// Rank pairs to workers, the largest first to the least loaded.
-	owner := make([]int, len(w.counts))
-	if n > 1 {
-		byCount := make([]int, len(w.t.RankPairs))
-		for i, rp := range w.t.RankPairs {
-			byCount[i] = rp.P*w.dTP + rp.D
-		}
-		sort.SliceStable(byCount, func(a, b int) bool { return w.counts[byCount[a]] > w.counts[byCount[b]] })
-		load := make([]int, n)
-		for _, k := range byCount {
-			least := 0
-			for i := range load {
-				if load[i] < load[least] {
-					least = i
-				}
-			}
-			owner[k] = least
-			load[least] += w.counts[k]
-		}
+	w.order = make([]int, len(w.t.RankPairs))
+	for i, rp := range w.t.RankPairs {
+		w.order[i] = rp.P*w.dTP + rp.D
+	}
+	sort.SliceStable(w.order, func(a, b int) bool { return w.counts[w.order[a]] > w.counts[w.order[b]] })
+	w.jobOf = make([][]int32, len(w.counts))
+	for ji, jb := range w.jobs {
+		k := jb.run.Rank*w.dTP + jb.d
+		w.jobOf[k] = append(w.jobOf[k], int32(ji))
 	}
 	tallies := make([]*groupTally, n)
 	errs := make([]error, n)
-	// The other workers on their own goroutines, the first on this one.
 	var wg sync.WaitGroup
 	for i := 1; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tallies[i], errs[i] = w.write(i, owner)
+			tallies[i], errs[i] = w.write()
 		}()
 	}
-	tallies[0], errs[0] = w.write(0, owner)
+	tallies[0], errs[0] = w.write()
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
@@ -355,55 +352,60 @@ func (w *pairWriter) writeAll(total int) (*groupTally, error) {
 	return tallies[0], nil
 }
 
-// write writes the jobs of the rank pairs worker me owns.
-func (w *pairWriter) write(me int, owner []int) (*groupTally, error) {
-	t, nItems, dTP := w.t, len(w.items), w.dTP
+// write takes rank pairs until none is left and writes their jobs.
+func (w *pairWriter) write() (*groupTally, error) {
+	t, nItems := w.t, len(w.items)
 	sets := slices.Clone(w.sets) // the one-head offsets it works out are its own
 	groups := newGroupTally(len(t.PRegs[0].plan.Groups), len(t.DRegs[0].plan.Groups), nItems)
 	var scratch []Pair // one job's pairs, when the caller keeps none
-	last := -1
-	for _, jb := range w.jobs {
-		k := jb.run.Rank*dTP + jb.d
-		if owner[k] != me {
-			continue
+	for {
+		i := int(w.taken.Add(1)) - 1
+		if i >= len(w.order) {
+			return groups, nil
 		}
-		if jb.item != last {
-			if err := canceled(w.opt.Ctx); err != nil {
-				return nil, err
-			}
-			last = jb.item
-		}
-		it := w.items[jb.item]
-		pReg, dReg := t.PRegs[jb.run.Rank], t.DRegs[jb.d]
-		pl, dl := w.pLayers[jb.run.Rank*nItems+jb.item], w.dLayers[jb.d*nItems+jb.item]
-		ps, ds := &pl.Segments[jb.seg], &dl.Segments[jb.seg]
-		pr, dr := &pReg.Regions[ps.Region], &dReg.Regions[ds.Region]
-		var out []Pair
+		k := w.order[i]
+		var all []Pair
 		if w.opt.KeepPairs {
-			if w.pairs[k] == nil {
-				w.pairs[k] = make([]Pair, w.counts[k])
-			}
-			out = w.pairs[k][w.next[k] : w.next[k]+jb.count]
-			w.next[k] += jb.count
-		} else {
-			if cap(scratch) < jb.count {
-				scratch = make([]Pair, jb.count)
-			}
-			out = scratch[:jb.count]
+			all = make([]Pair, w.counts[k])
+			w.pairs[k] = all
 		}
+		at, last := 0, -1
 		c := &w.chains[k]
-		before := c.bytes
-		if ds.IsAttention() {
-			attnPairs(out, it, ps, ds, pr, dr, jb.run, &sets[w.tokens[jb.item]], c)
-		} else {
-			out[0] = t.stateRun(it.name, ps, ds, pr, dr, jb.run, it.pg, it.dg)
-			c.push(out[0].Src, out[0].Dst, out[0].Len)
-		}
-		if jb.count > 0 {
-			groups.add(it, jb.item, string(dl.Kind), jb.count, c.bytes-before)
+		for _, ji := range w.jobOf[k] {
+			jb := &w.jobs[ji]
+			if jb.item != last {
+				if err := canceled(w.opt.Ctx); err != nil {
+					return nil, err
+				}
+				last = jb.item
+			}
+			it := w.items[jb.item]
+			pReg, dReg := t.PRegs[jb.run.Rank], t.DRegs[jb.d]
+			pl, dl := w.pLayers[jb.run.Rank*nItems+jb.item], w.dLayers[jb.d*nItems+jb.item]
+			ps, ds := &pl.Segments[jb.seg], &dl.Segments[jb.seg]
+			pr, dr := &pReg.Regions[ps.Region], &dReg.Regions[ds.Region]
+			var out []Pair
+			if w.opt.KeepPairs {
+				out = all[at : at+jb.count]
+				at += jb.count
+			} else {
+				if cap(scratch) < jb.count {
+					scratch = make([]Pair, jb.count)
+				}
+				out = scratch[:jb.count]
+			}
+			before := c.bytes
+			if ds.IsAttention() {
+				attnPairs(out, it, ps, ds, pr, dr, jb.run, &sets[w.tokens[jb.item]], c)
+			} else {
+				out[0] = t.stateRun(it.name, ps, ds, pr, dr, jb.run, it.pg, it.dg)
+				c.push(out[0].Src, out[0].Dst, out[0].Len)
+			}
+			if jb.count > 0 {
+				groups.add(it, jb.item, string(dl.Kind), jb.count, c.bytes-before)
+			}
 		}
 	}
-	return groups, nil
 }
 
 // chain tallies one rank pair's pairs in the order they are posted: its
