@@ -80,21 +80,17 @@ func BenchmarkPairs(b *testing.B) {
 						// A block of runs of one side, the first a warm-up:
 						// it meets the memory the other side left.
 						for run := range blockRuns {
-							b.StopTimer()
 							runtime.GC()
 							if held {
 								debug.SetGCPercent(-1)
 							}
-							b.StartTimer()
 							at := time.Now()
 							side()
 							if took := time.Since(at); run > 0 {
 								*times = append(*times, float64(took.Nanoseconds()))
 							}
 							if held {
-								b.StopTimer()
 								debug.SetGCPercent(percent)
-								b.StartTimer()
 							}
 						}
 					}

@@ -279,10 +279,11 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 }
 
 // parallelPairs is how many pairs a transfer must have before its rank
-// pairs are written by more than one worker: below it, waking a second
-// thread costs more than it saves (on this project's 2-core VM a 39,872-
-// pair transfer took 0.61 ms on two workers, 0.32 ms on one).
-const parallelPairs = 1 << 16
+// pairs are written by more than one worker: below it, a second worker's
+// wake-up (40–80 µs on this project's 2-core VM) is most of what it would
+// save. (There, alternating runs: 39,872 pairs took 0.38 ms on two
+// workers and 0.39 ms on one; 108,512 took 0.92 ms and 1.16 ms.)
+const parallelPairs = 1 << 14
 
 // pairWriter writes the group-pair path's jobs. A rank pair (one NIXL
 // transfer) is written by one worker, in its jobs' order, so its pairs
