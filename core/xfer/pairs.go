@@ -155,8 +155,9 @@ func (s *tokenRuns) oneHead(geo [5]int64) *oneHead {
 
 // groupPairs writes every descriptor pair in two passes: the first splits
 // each D rank's layers and segments into runs of P ranks and counts their
-// pairs; the second writes the pairs into one slice of exactly that size,
-// shared by the rank pairs. Nothing grows and nothing is copied.
+// pairs; the second writes each rank pair's pairs into a slice of exactly
+// their number (pairWriter), totalling them as it goes. Nothing grows and
+// nothing is copied.
 func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 	pTP, dTP := len(t.PRegs), len(t.DRegs)
 	nItems := len(items)
@@ -190,14 +191,18 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 		sets = append(sets, t.tokenRuns(t.DNeed[it.name], pl.BlockSize, dl.BlockSize, it.pg, it.dg))
 	}
 
-	// Pass 1: the runs and their counts, per rank pair in first-use order.
-	// A job per P rank that supplies a D rank's layer segment: one where
-	// D's TP is a multiple of P's, P/D where P's is of D's (others grow).
-	most := 0
-	for i := range items {
-		most += len(dLayers[i].Segments)
+	// Pass 1: the runs and their counts, per rank pair in first-use order,
+	// and the jobs pass 2 writes (none when only counting): one per P rank
+	// that supplies a D rank's layer segment, so one each where D's TP is
+	// a multiple of P's, P/D where P's is of D's (others grow).
+	var jobs []gpJob
+	if !opt.CountOnly {
+		segs := 0
+		for i := range items {
+			segs += len(dLayers[i].Segments)
+		}
+		jobs = make([]gpJob, 0, segs*dTP*max(1, pTP/dTP))
 	}
-	jobs := make([]gpJob, 0, most*dTP*max(1, pTP/dTP))
 	counts := make([]int, pTP*dTP)
 	var order [][2]int
 	seen := make([]bool, pTP)
