@@ -342,6 +342,13 @@ func (w *pairWriter) writeAll(total int) (*groupTally, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A fault in a helper comes back as an error: a server recovers
+			// a handler's own panics, not its helpers'.
+			defer func() {
+				if r := recover(); r != nil {
+					errs[i] = fmt.Errorf("xfer: writing pairs: %v", r)
+				}
+			}()
 			tallies[i], errs[i] = w.write()
 		}()
 	}
