@@ -207,7 +207,8 @@ func recountGroupPairs(x *Transfer) []GroupPair {
 }
 
 // TestPreparedSharesRegistrations: a prepared deployment registers both
-// sides and shakes hands once and every request's transfer reads them; each
+// sides, shakes hands and lays out the group pairs once, and every
+// request's transfer reads them; each
 // transfer is what Compute makes afresh for the same plans and request
 // (registrations, handshake, pairs, totals), on vLLM's path and on the
 // group-pair path, pull and push, and a later request leaves an earlier
@@ -256,6 +257,9 @@ func TestPreparedSharesRegistrations(t *testing.T) {
 			}
 			if first.PRegs[0] != second.PRegs[0] || first.DRegs[0] != second.DRegs[0] || first.Handshake != second.Handshake {
 				t.Error("the two requests' transfers do not share the deployment's registrations and handshake")
+			}
+			if (r.pairing != nil) != (first.Path == GroupPairPath) {
+				t.Errorf("a %s transfer; the deployment's group-pair layout made: %v", first.Path, r.pairing != nil)
 			}
 			after, _ := json.Marshal(first)
 			if string(after) != string(before) || second.Descs >= first.Descs {

@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"slices"
@@ -44,21 +45,15 @@ func (t *Transfer) groupPairPath(opt Options) error {
 		t.DPages = append(t.DPages, Pages{BlockSize: g.BlockSize, First: first, IDs: pick(opt, D, gi, da.take(count))})
 	}
 
-	// Order D's layers by (P group, D group), then by D's layer order.
-	items := make([]gpItem, 0, len(t.DRegs[0].Layers))
-	for _, dl := range t.DRegs[0].Layers {
-		pl, _ := t.PRegs[0].Layer(dl.Name)
-		items = append(items, gpItem{dl.Name, pl.Group, dl.Group})
-	}
-	sort.SliceStable(items, func(a, b int) bool {
-		if items[a].pg != items[b].pg {
-			return items[a].pg < items[b].pg
+	pr := opt.pairing
+	if pr == nil {
+		var err error
+		if pr, err = newPairing(t.PRegs, t.DRegs, !opt.CountOnly); err != nil {
+			return err
 		}
-		return items[a].dg < items[b].dg
-	})
-	for _, it := range items {
-		dl, _ := t.DRegs[0].Layer(it.name)
-		pl, _ := t.PRegs[0].Layer(it.name)
+	}
+	for i, it := range pr.items {
+		dl, pl := pr.dLayers[i], pr.pLayers[i]
 		if !dl.Kind.IsState() {
 			t.DNeed[it.name] = dNeed[it.dg]
 			if !pKept[it.pg].Contains(dNeed[it.dg]) {
@@ -69,8 +64,108 @@ func (t *Transfer) groupPairPath(opt Options) error {
 			}
 		}
 	}
+	if err := canceled(opt.Ctx); err != nil {
+		return err
+	}
+	return t.groupPairs(opt, pr, dNeed)
+}
 
-	return t.groupPairs(opt, items)
+// pairing is what the group-pair path needs of two sides' registrations
+// whatever the request: D's layers in the order their pairs are written
+// (by P group, D group, then D's order), every rank's registration of
+// each, which layers share token runs (one set per P group, D group and
+// block sizes), and the jobs: each D rank's layer segments split into runs
+// of the P ranks that supply them, with the rank pairs in first use. A
+// prepared deployment makes it once for all its requests; it is read only.
+type pairing struct {
+	items            []gpItem
+	pLayers, dLayers []*LayerReg // [rank*len(items) + item]
+	setOf            []int       // per item: its set of token runs, -1 for a state layer
+	setItem          []int       // per set: its first item
+	jobs             []gpJob     // nil when made for counting only
+	order            [][2]int    // (P rank, D rank) in first use, with the jobs
+}
+
+// newPairing makes the pairing of two sides' registrations; withJobs says
+// whether to list the jobs (counting alone walks them instead: eachRun).
+func newPairing(pRegs, dRegs []*Registration, withJobs bool) (*pairing, error) {
+	p := &pairing{items: make([]gpItem, 0, len(dRegs[0].Layers))}
+	for _, dl := range dRegs[0].Layers {
+		pl, _ := pRegs[0].Layer(dl.Name)
+		p.items = append(p.items, gpItem{dl.Name, pl.Group, dl.Group})
+	}
+	slices.SortStableFunc(p.items, func(a, b gpItem) int { return cmp.Or(cmp.Compare(a.pg, b.pg), cmp.Compare(a.dg, b.dg)) })
+	nItems, pTP, dTP := len(p.items), len(pRegs), len(dRegs)
+	p.pLayers = make([]*LayerReg, pTP*nItems)
+	p.dLayers = make([]*LayerReg, dTP*nItems)
+	for i, it := range p.items {
+		for r, reg := range pRegs {
+			p.pLayers[r*nItems+i], _ = reg.Layer(it.name)
+		}
+		for j, reg := range dRegs {
+			p.dLayers[j*nItems+i], _ = reg.Layer(it.name)
+		}
+	}
+	// Consecutive attention layers of one (P group, D group) and block
+	// sizes share their token runs: the same pages and D's span.
+	p.setOf = make([]int, nItems)
+	for i, it := range p.items {
+		p.setOf[i] = -1
+		pl, dl := p.pLayers[i], p.dLayers[i]
+		if dl.Kind.IsState() {
+			continue
+		}
+		if n := len(p.setItem); n > 0 && i > 0 && p.setOf[i-1] == n-1 && p.items[i-1].pg == it.pg && p.items[i-1].dg == it.dg &&
+			p.pLayers[i-1].BlockSize == pl.BlockSize && p.dLayers[i-1].BlockSize == dl.BlockSize {
+			p.setOf[i] = n - 1
+			continue
+		}
+		p.setOf[i] = len(p.setItem)
+		p.setItem = append(p.setItem, i)
+	}
+	if !withJobs {
+		return p, nil
+	}
+	// A job per P rank that supplies a D rank's layer segment: one each
+	// where D's TP is a multiple of P's, P/D where P's is of D's (others
+	// grow).
+	segs := 0
+	for i := range p.items {
+		segs += len(p.dLayers[i].Segments)
+	}
+	p.jobs = make([]gpJob, 0, segs*dTP*max(1, pTP/dTP))
+	err := p.eachRun(pTP, dTP, func(j, i, si int, _ *Segment, run indexRun) {
+		if !slices.Contains(p.order, [2]int{run.Rank, j}) {
+			p.order = append(p.order, [2]int{run.Rank, j})
+		}
+		p.jobs = append(p.jobs, gpJob{d: j, item: i, seg: si, run: run})
+	})
+	return p, err
+}
+
+// eachRun calls fn with every D rank's layer segment's runs of the P ranks
+// that supply them, in the order pairs are written: by D rank, then layer
+// (items), segment and run.
+func (p *pairing) eachRun(pTP, dTP int, fn func(j, i, si int, ds *Segment, run indexRun)) error {
+	nItems := len(p.items)
+	var runs []indexRun
+	for j := range dTP {
+		for i := range p.items {
+			dl := p.dLayers[j*nItems+i]
+			for si := range dl.Segments {
+				ds := &dl.Segments[si]
+				pSeg := func(r int) Segment { return p.pLayers[r*nItems+i].Segments[si] }
+				var err error
+				if runs, err = appendIndexRuns(runs[:0], *ds, pSeg, pTP, dTP, j); err != nil {
+					return fmt.Errorf("xfer: layer %s %s on D rank %d: %w", p.items[i].name, ds.Name, j, err)
+				}
+				for _, run := range runs {
+					fn(j, i, si, ds, run)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // gpItem is one D layer on the group-pair path: its name and the P and D
@@ -85,7 +180,6 @@ type gpItem struct {
 type gpJob struct {
 	d, item, seg int
 	run          indexRun
-	count        int // its descriptor pairs
 }
 
 // tokenRun is one run of tokens inside one P page and one D page, with
@@ -153,106 +247,57 @@ func (s *tokenRuns) oneHead(geo [5]int64) *oneHead {
 	return h
 }
 
-// groupPairs writes every descriptor pair in two passes: the first splits
-// each D rank's layers and segments into runs of P ranks and counts their
-// pairs; the second writes each rank pair's pairs into a slice of exactly
-// their number (pairWriter), totalling them as it goes. Nothing grows and
+// groupPairs writes every descriptor pair in two passes: the first counts
+// each job's pairs (a D rank's layer segment's run of P ranks: pairing);
+// the second writes each rank pair's pairs into a slice of exactly their
+// number (pairWriter), totalling them as it goes. Nothing grows and
 // nothing is copied.
-func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
+func (t *Transfer) groupPairs(opt Options, pr *pairing, dNeed []Span) error {
 	pTP, dTP := len(t.PRegs), len(t.DRegs)
-	nItems := len(items)
-	// Every rank's registration of every layer, looked up once.
-	pLayers := make([]*LayerReg, pTP*nItems)
-	dLayers := make([]*LayerReg, dTP*nItems)
-	for i, it := range items {
-		for r, reg := range t.PRegs {
-			pLayers[r*nItems+i], _ = reg.Layer(it.name)
-		}
-		for j, reg := range t.DRegs {
-			dLayers[j*nItems+i], _ = reg.Layer(it.name)
-		}
+	// Each set's token runs over its layers' span.
+	sets := make([]tokenRuns, len(pr.setItem))
+	for s, i := range pr.setItem {
+		it := pr.items[i]
+		sets[s] = t.tokenRuns(dNeed[it.dg], pr.pLayers[i].BlockSize, pr.dLayers[i].BlockSize, it.pg, it.dg)
 	}
-	// Token runs per attention layer: one list per (P group, D group),
-	// whose layers share block sizes, pages and D's span.
-	tokens := make([]int, nItems) // index into sets, -1 for state layers
-	var sets []tokenRuns
-	for i, it := range items {
-		tokens[i] = -1
-		pl, dl := pLayers[i], dLayers[i]
-		if dl.Kind.IsState() {
-			continue
+	// pairsOf is how many pairs a job writes.
+	pairsOf := func(item int, ds *Segment, run indexRun) int {
+		if !ds.IsAttention() {
+			return 1
 		}
-		if n := len(sets); n > 0 && i > 0 && tokens[i-1] == n-1 && items[i-1].pg == it.pg && items[i-1].dg == it.dg &&
-			pLayers[i-1].BlockSize == pl.BlockSize && dLayers[i-1].BlockSize == dl.BlockSize {
-			tokens[i] = n - 1
-			continue
+		set := &sets[pr.setOf[item]]
+		if ds.Name == SegLatent {
+			return len(set.runs)
 		}
-		tokens[i] = len(sets)
-		sets = append(sets, t.tokenRuns(t.DNeed[it.name], pl.BlockSize, dl.BlockSize, it.pg, it.dg))
-	}
-
-	// Pass 1: the runs and their counts, per rank pair in first-use order,
-	// and the jobs pass 2 writes (none when only counting): one per P rank
-	// that supplies a D rank's layer segment, so one each where D's TP is
-	// a multiple of P's, P/D where P's is of D's (others grow).
-	var jobs []gpJob
-	if !opt.CountOnly {
-		segs := 0
-		for i := range items {
-			segs += len(dLayers[i].Segments)
-		}
-		jobs = make([]gpJob, 0, segs*dTP*max(1, pTP/dTP))
+		return set.whole + (len(set.runs)-set.whole)*(run.Hi-run.Lo)
 	}
 	counts := make([]int, pTP*dTP)
-	var order [][2]int
-	seen := make([]bool, pTP)
-	var runs []indexRun
-	for j := range t.DRegs {
-		clear(seen)
-		for i := range items {
-			if err := canceled(opt.Ctx); err != nil {
-				return err
+	if pr.jobs == nil { // counting only, the jobs not listed
+		var order [][2]int
+		err := pr.eachRun(pTP, dTP, func(j, i, _ int, ds *Segment, run indexRun) {
+			if !slices.Contains(order, [2]int{run.Rank, j}) {
+				order = append(order, [2]int{run.Rank, j})
 			}
-			dl := dLayers[j*nItems+i]
-			for si, ds := range dl.Segments {
-				pSeg := func(r int) Segment { return pLayers[r*nItems+i].Segments[si] }
-				var err error
-				if runs, err = appendIndexRuns(runs[:0], ds, pSeg, pTP, dTP, j); err != nil {
-					return fmt.Errorf("xfer: layer %s %s on D rank %d: %w", items[i].name, ds.Name, j, err)
-				}
-				for _, run := range runs {
-					if !seen[run.Rank] {
-						seen[run.Rank] = true
-						order = append(order, [2]int{run.Rank, j})
-					}
-					n := 1
-					if ds.IsAttention() {
-						set := sets[tokens[i]]
-						switch {
-						case ds.Name == SegLatent:
-							n = len(set.runs)
-						default:
-							n = set.whole + (len(set.runs)-set.whole)*(run.Hi-run.Lo)
-						}
-					}
-					counts[run.Rank*dTP+j] += n
-					if !opt.CountOnly {
-						jobs = append(jobs, gpJob{d: j, item: i, seg: si, run: run, count: n})
-					}
-				}
-			}
+			counts[run.Rank*dTP+j] += pairsOf(i, ds, run)
+		})
+		if err != nil {
+			return err
 		}
-	}
-
-	if opt.CountOnly {
-		t.RankPairs = make([]RankPair, 0, len(order))
-		for _, k := range order {
-			rp := t.rankPair(k[0], k[1])
-			rp.Descs = counts[k[0]*dTP+k[1]]
-			t.RankPairs = append(t.RankPairs, rp)
-		}
+		t.countedRankPairs(order, counts)
 		return nil
 	}
+	nItems := len(pr.items)
+	jobPairs := make([]int, len(pr.jobs))
+	for ji, jb := range pr.jobs {
+		n := pairsOf(jb.item, &pr.dLayers[jb.d*nItems+jb.item].Segments[jb.seg], jb.run)
+		jobPairs[ji] = n
+		counts[jb.run.Rank*dTP+jb.d] += n
+	}
+	if opt.CountOnly {
+		t.countedRankPairs(pr.order, counts)
+		return nil
+	}
+	order := pr.order
 	// Pass 2: each rank pair's pairs in a slice of exactly their number
 	// (or, when the caller keeps none, one job's worth reused), tallied as
 	// they are written: no pass over them afterwards.
@@ -262,8 +307,8 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 		t.RankPairs = append(t.RankPairs, t.rankPair(k[0], k[1]))
 		total += counts[k[0]*dTP+k[1]]
 	}
-	w := &pairWriter{t: t, opt: opt, items: items, jobs: jobs, sets: sets, tokens: tokens,
-		pLayers: pLayers, dLayers: dLayers, dTP: dTP, counts: counts,
+	w := &pairWriter{t: t, opt: opt, items: pr.items, jobs: pr.jobs, jobPairs: jobPairs, sets: sets, tokens: pr.setOf,
+		pLayers: pr.pLayers, dLayers: pr.dLayers, dTP: dTP, counts: counts,
 		pairs: make([][]Pair, pTP*dTP), chains: make([]chain, pTP*dTP)}
 	groups, err := w.writeAll(total)
 	if err != nil {
@@ -283,6 +328,18 @@ func (t *Transfer) groupPairs(opt Options, items []gpItem) error {
 	return nil
 }
 
+// countedRankPairs sets the transfer's rank pairs, in order, with their
+// counts alone (counting only).
+func (t *Transfer) countedRankPairs(order [][2]int, counts []int) {
+	dTP := len(t.DRegs)
+	t.RankPairs = make([]RankPair, 0, len(order))
+	for _, k := range order {
+		rp := t.rankPair(k[0], k[1])
+		rp.Descs = counts[k[0]*dTP+k[1]]
+		t.RankPairs = append(t.RankPairs, rp)
+	}
+}
+
 // parallelPairs is how many pairs a transfer must have before its rank
 // pairs are written by more than one worker: below it, a second worker's
 // wake-up (40–80 µs on this project's 2-core VM) is most of what it would
@@ -298,16 +355,17 @@ const parallelPairs = 1 << 14
 // slices. The calling goroutine is the first worker, so a helper that
 // starts late only takes what is left.
 type pairWriter struct {
-	t       *Transfer
-	opt     Options
-	items   []gpItem
-	jobs    []gpJob
-	sets    []tokenRuns
-	tokens  []int
-	pLayers []*LayerReg
-	dLayers []*LayerReg
-	dTP     int
-	counts  []int // per rank pair (P rank * dTP + D rank)
+	t        *Transfer
+	opt      Options
+	items    []gpItem
+	jobs     []gpJob
+	jobPairs []int // per job: its pairs
+	sets     []tokenRuns
+	tokens   []int
+	pLayers  []*LayerReg
+	dLayers  []*LayerReg
+	dTP      int
+	counts   []int // per rank pair (P rank * dTP + D rank)
 
 	// Per rank pair, each written by the worker that took it alone.
 	pairs  [][]Pair
@@ -397,15 +455,16 @@ func (w *pairWriter) write() (*groupTally, error) {
 			pl, dl := w.pLayers[jb.run.Rank*nItems+jb.item], w.dLayers[jb.d*nItems+jb.item]
 			ps, ds := &pl.Segments[jb.seg], &dl.Segments[jb.seg]
 			pr, dr := &pReg.Regions[ps.Region], &dReg.Regions[ds.Region]
+			n := w.jobPairs[ji]
 			var out []Pair
 			if w.opt.KeepPairs {
-				out = all[at : at+jb.count]
-				at += jb.count
+				out = all[at : at+n]
+				at += n
 			} else {
-				if cap(scratch) < jb.count {
-					scratch = make([]Pair, jb.count)
+				if cap(scratch) < n {
+					scratch = make([]Pair, n)
 				}
-				out = scratch[:jb.count]
+				out = scratch[:n]
 			}
 			before := c.bytes
 			if ds.IsAttention() {
@@ -414,8 +473,8 @@ func (w *pairWriter) write() (*groupTally, error) {
 				out[0] = t.stateRun(it.name, ps, ds, pr, dr, jb.run, it.pg, it.dg)
 				c.push(out[0].Src, out[0].Dst, out[0].Len)
 			}
-			if jb.count > 0 {
-				groups.add(it, jb.item, string(dl.Kind), jb.count, c.bytes-before)
+			if n > 0 {
+				groups.add(it, jb.item, string(dl.Kind), n, c.bytes-before)
 			}
 		}
 	}

@@ -69,6 +69,7 @@ type PD struct {
 	// sides' registrations of the used plans and their handshake.
 	pRegs, dRegs []*Registration
 	handshake    *Handshake
+	pairing      *pairing // when the handshake sends the transfer down the group-pair path
 }
 
 // Setup is the setup the deployment was prepared from.
@@ -149,6 +150,10 @@ func Prepare(s Setup) (*PD, error) {
 			mode = Push
 		}
 		r.handshake = newHandshake(s.Model, r.pRegs, r.dRegs, s.Connector, mode, false)
+		if !r.handshake.Matched && r.handshake.Rejection == nil {
+			// Left unmade on a fault, which each request then reports.
+			r.pairing, _ = newPairing(r.pRegs, r.dRegs, true)
+		}
 	}
 	if len(notes) > 0 {
 		r.Note = strings.TrimSpace(r.Note + " " + strings.Join(notes, " "))
@@ -201,7 +206,7 @@ func (r *PD) Compute(req Request, keepPairs bool) (*Transfer, error) {
 	s := r.setup
 	pp, dp := r.UsedPlans()
 	t, err := Compute(s.Model, pp, dp, req, Options{Connector: s.Connector, PLayout: s.Layout, DLayout: s.Layout, KeepPairs: keepPairs, Ctx: s.Ctx,
-		PRegs: r.pRegs, DRegs: r.dRegs, Handshake: r.handshake})
+		PRegs: r.pRegs, DRegs: r.dRegs, Handshake: r.handshake, pairing: r.pairing})
 	if err != nil {
 		return nil, err
 	}

@@ -148,6 +148,9 @@ type Options struct {
 	// already (newHandshake, for this connector, not brief): a deployment
 	// serving many requests (PD) shakes hands once. Compute only reads it.
 	Handshake *Handshake
+	// pairing, when set with PRegs and DRegs, is their group-pair layout
+	// made already (newPairing, with its jobs): a prepared deployment's.
+	pairing *pairing
 	// Ctx stops the computation once done (nil: never).
 	Ctx context.Context
 }
