@@ -219,6 +219,11 @@ type runOff struct {
 	lo, hi        int
 }
 
+// oneHeadGeometry is the geometry a one-head job's offsets depend on.
+func oneHeadGeometry(ps, ds *Segment, pr, dr *Region) [5]int64 {
+	return [5]int64{pr.BlockLen, ps.RowBytes, dr.BlockLen, ds.RowBytes, ds.IndexBytes}
+}
+
 // oneHead is the set's one-head offsets under geometry geo, worked out
 // on first use.
 func (s *tokenRuns) oneHead(geo [5]int64) *oneHead {
@@ -393,6 +398,21 @@ func (w *pairWriter) writeAll(total int) (*groupTally, error) {
 		k := jb.run.Rank*w.dTP + jb.d
 		w.jobOf[k] = append(w.jobOf[k], int32(ji))
 	}
+	if n > 1 {
+		// Each set's one-head offsets, worked out here once rather than by
+		// every worker that meets the set (a worker whose job wants
+		// another geometry works out its own).
+		for ji := range w.jobs {
+			jb := &w.jobs[ji]
+			_, ps, ds, pr, dr := w.where(jb)
+			if !ds.IsAttention() || ds.Name == SegLatent || jb.run.Hi-jb.run.Lo != 1 {
+				continue
+			}
+			if set := &w.sets[w.tokens[jb.item]]; set.one == nil {
+				set.oneHead(oneHeadGeometry(ps, ds, pr, dr))
+			}
+		}
+	}
 	tallies := make([]*groupTally, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -423,6 +443,15 @@ func (w *pairWriter) writeAll(total int) (*groupTally, error) {
 	return tallies[0], nil
 }
 
+// where is a job's D layer, its segments on both sides and their regions.
+func (w *pairWriter) where(jb *gpJob) (dl *LayerReg, ps, ds *Segment, pr, dr *Region) {
+	nItems := len(w.items)
+	pl := w.pLayers[jb.run.Rank*nItems+jb.item]
+	dl = w.dLayers[jb.d*nItems+jb.item]
+	ps, ds = &pl.Segments[jb.seg], &dl.Segments[jb.seg]
+	return dl, ps, ds, &w.t.PRegs[jb.run.Rank].Regions[ps.Region], &w.t.DRegs[jb.d].Regions[ds.Region]
+}
+
 // write takes rank pairs until none is left and writes their jobs.
 func (w *pairWriter) write() (*groupTally, error) {
 	t, nItems := w.t, len(w.items)
@@ -451,10 +480,7 @@ func (w *pairWriter) write() (*groupTally, error) {
 				last = jb.item
 			}
 			it := w.items[jb.item]
-			pReg, dReg := t.PRegs[jb.run.Rank], t.DRegs[jb.d]
-			pl, dl := w.pLayers[jb.run.Rank*nItems+jb.item], w.dLayers[jb.d*nItems+jb.item]
-			ps, ds := &pl.Segments[jb.seg], &dl.Segments[jb.seg]
-			pr, dr := &pReg.Regions[ps.Region], &dReg.Regions[ds.Region]
+			dl, ps, ds, pr, dr := w.where(jb)
 			n := w.jobPairs[ji]
 			var out []Pair
 			if w.opt.KeepPairs {
@@ -654,7 +680,7 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 		// One head a run (a rank holds one KV head, as at D TP ≥ the KV
 		// heads): one pair per token run, whole or not, at offsets the set
 		// works out once, and chained as the set says but for the first.
-		h := set.oneHead([5]int64{pLen, pRowB, dLen, dRowB, dIdxB})
+		h := set.oneHead(oneHeadGeometry(ps, ds, pr, dr))
 		offs := h.offs
 		if len(offs) == 0 {
 			return
