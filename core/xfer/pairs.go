@@ -312,7 +312,7 @@ func (t *Transfer) groupPairs(opt Options, pr *pairing, dNeed []Span) error {
 		t.RankPairs = append(t.RankPairs, t.rankPair(k[0], k[1]))
 		total += counts[k[0]*dTP+k[1]]
 	}
-	w := &pairWriter{t: t, opt: opt, items: pr.items, jobs: pr.jobs, jobPairs: jobPairs, sets: sets, tokens: pr.setOf,
+	w := &pairWriter{t: t, opt: opt, items: pr.items, jobs: pr.jobs, jobPairs: jobPairs, sets: sets, setOf: pr.setOf,
 		pLayers: pr.pLayers, dLayers: pr.dLayers, dTP: dTP, counts: counts,
 		pairs: make([][]Pair, pTP*dTP), chains: make([]chain, pTP*dTP)}
 	groups, err := w.writeAll(total)
@@ -366,7 +366,7 @@ type pairWriter struct {
 	jobs     []gpJob
 	jobPairs []int // per job: its pairs
 	sets     []tokenRuns
-	tokens   []int
+	setOf    []int // per item: its set (pairing.setOf)
 	pLayers  []*LayerReg
 	dLayers  []*LayerReg
 	dTP      int
@@ -408,7 +408,7 @@ func (w *pairWriter) writeAll(total int) (*groupTally, error) {
 			if !ds.IsAttention() || ds.Name == SegLatent || jb.run.Hi-jb.run.Lo != 1 {
 				continue
 			}
-			if set := &w.sets[w.tokens[jb.item]]; set.one == nil {
+			if set := &w.sets[w.setOf[jb.item]]; set.one == nil {
 				set.oneHead(oneHeadGeometry(ps, ds, pr, dr))
 			}
 		}
@@ -494,7 +494,7 @@ func (w *pairWriter) write() (*groupTally, error) {
 			}
 			before := c.bytes
 			if ds.IsAttention() {
-				attnPairs(out, it, ps, ds, pr, dr, jb.run, &sets[w.tokens[jb.item]], c)
+				attnPairs(out, it, ps, ds, pr, dr, jb.run, &sets[w.setOf[jb.item]], c)
 			} else {
 				out[0] = t.stateRun(it.name, ps, ds, pr, dr, jb.run, it.pg, it.dg)
 				c.push(out[0].Src, out[0].Dst, out[0].Len)
