@@ -28,7 +28,9 @@ import (
 // (the issue asks ≥ 0.7), "gen-ns" and "base-ns" each one's. Two modes:
 // "gc-on" leaves the collector running as it does in use (where its cycles
 // fall decides much of either's time: the 15.6 MB of pairs are pointerful);
-// "gc-held" holds it off while each runs, the work alone.
+// "gc-held" holds it off while each runs, the work alone. The generator
+// writes a long transfer's rank pairs on as many workers as GOMAXPROCS
+// allows; -cpu 1 measures one.
 func BenchmarkPairs(b *testing.B) {
 	m := seedModel(b)
 	pe := plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
