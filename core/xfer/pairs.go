@@ -134,10 +134,8 @@ func newPairing(pRegs, dRegs []*Registration, withJobs bool) (*pairing, error) {
 		segs += len(p.dLayers[i].Segments)
 	}
 	p.jobs = make([]gpJob, 0, segs*dTP*max(1, pTP/dTP))
-	err := p.eachRun(pTP, dTP, func(j, i, si int, _ *Segment, run indexRun) {
-		if !slices.Contains(p.order, [2]int{run.Rank, j}) {
-			p.order = append(p.order, [2]int{run.Rank, j})
-		}
+	var err error
+	p.order, err = p.eachRun(pTP, dTP, func(j, i, si int, _ *Segment, run indexRun) {
 		p.jobs = append(p.jobs, gpJob{d: j, item: i, seg: si, run: run})
 	})
 	return p, err
@@ -145,10 +143,12 @@ func newPairing(pRegs, dRegs []*Registration, withJobs bool) (*pairing, error) {
 
 // eachRun calls fn with every D rank's layer segment's runs of the P ranks
 // that supply them, in the order pairs are written: by D rank, then layer
-// (items), segment and run.
-func (p *pairing) eachRun(pTP, dTP int, fn func(j, i, si int, ds *Segment, run indexRun)) error {
+// (items), segment and run; it returns the rank pairs (P rank, D rank)
+// those runs make, in first use.
+func (p *pairing) eachRun(pTP, dTP int, fn func(j, i, si int, ds *Segment, run indexRun)) ([][2]int, error) {
 	nItems := len(p.items)
 	var runs []indexRun
+	var order [][2]int
 	for j := range dTP {
 		for i := range p.items {
 			dl := p.dLayers[j*nItems+i]
@@ -157,15 +157,18 @@ func (p *pairing) eachRun(pTP, dTP int, fn func(j, i, si int, ds *Segment, run i
 				pSeg := func(r int) Segment { return p.pLayers[r*nItems+i].Segments[si] }
 				var err error
 				if runs, err = appendIndexRuns(runs[:0], *ds, pSeg, pTP, dTP, j); err != nil {
-					return fmt.Errorf("xfer: layer %s %s on D rank %d: %w", p.items[i].name, ds.Name, j, err)
+					return nil, fmt.Errorf("xfer: layer %s %s on D rank %d: %w", p.items[i].name, ds.Name, j, err)
 				}
 				for _, run := range runs {
+					if !slices.Contains(order, [2]int{run.Rank, j}) {
+						order = append(order, [2]int{run.Rank, j})
+					}
 					fn(j, i, si, ds, run)
 				}
 			}
 		}
 	}
-	return nil
+	return order, nil
 }
 
 // gpItem is one D layer on the group-pair path: its name and the P and D
@@ -241,7 +244,8 @@ func (s *tokenRuns) oneHead(geo [5]int64) *oneHead {
 		// Whether a run continues the one before does not depend on the
 		// head's place: both sides shift by it alike.
 		if i > 0 {
-			if last := &h.offs[i-1]; o.len != last.len || o.src != last.src+last.len || o.dst != last.dst+last.len {
+			last := &h.offs[i-1]
+			if !continues(Loc{Offset: last.src}, Loc{Offset: last.dst}, last.len, Loc{Offset: o.src}, Loc{Offset: o.dst}, o.len) {
 				h.breaks++
 			}
 		}
@@ -278,11 +282,7 @@ func (t *Transfer) groupPairs(opt Options, pr *pairing, dNeed []Span) error {
 	}
 	counts := make([]int, pTP*dTP)
 	if pr.jobs == nil { // counting only, the jobs not listed
-		var order [][2]int
-		err := pr.eachRun(pTP, dTP, func(j, i, _ int, ds *Segment, run indexRun) {
-			if !slices.Contains(order, [2]int{run.Rank, j}) {
-				order = append(order, [2]int{run.Rank, j})
-			}
+		order, err := pr.eachRun(pTP, dTP, func(j, i, _ int, ds *Segment, run indexRun) {
 			counts[run.Rank*dTP+j] += pairsOf(i, ds, run)
 		})
 		if err != nil {
@@ -298,19 +298,16 @@ func (t *Transfer) groupPairs(opt Options, pr *pairing, dNeed []Span) error {
 		jobPairs[ji] = n
 		counts[jb.run.Rank*dTP+jb.d] += n
 	}
+	t.countedRankPairs(pr.order, counts)
 	if opt.CountOnly {
-		t.countedRankPairs(pr.order, counts)
 		return nil
 	}
-	order := pr.order
 	// Pass 2: each rank pair's pairs in a slice of exactly their number
 	// (or, when the caller keeps none, one job's worth reused), tallied as
 	// they are written: no pass over them afterwards.
-	t.RankPairs = make([]RankPair, 0, len(order))
 	total := 0
-	for _, k := range order {
-		t.RankPairs = append(t.RankPairs, t.rankPair(k[0], k[1]))
-		total += counts[k[0]*dTP+k[1]]
+	for _, c := range counts {
+		total += c
 	}
 	w := &pairWriter{t: t, opt: opt, items: pr.items, jobs: pr.jobs, jobPairs: jobPairs, sets: sets, setOf: pr.setOf,
 		pLayers: pr.pLayers, dLayers: pr.dLayers, dTP: dTP, counts: counts,
@@ -334,7 +331,7 @@ func (t *Transfer) groupPairs(opt Options, pr *pairing, dNeed []Span) error {
 }
 
 // countedRankPairs sets the transfer's rank pairs, in order, with their
-// counts alone (counting only).
+// descriptor counts (all a count-only transfer has of them).
 func (t *Transfer) countedRankPairs(order [][2]int, counts []int) {
 	dTP := len(t.DRegs)
 	t.RankPairs = make([]RankPair, 0, len(order))
@@ -518,11 +515,7 @@ type chain struct {
 
 // push tallies the next pair.
 func (c *chain) push(src, dst Loc, n int64) {
-	// Zero exactly when the pair continues the last one (mergesWith):
-	// one test, not six.
-	apart := (c.len ^ n) | int64(c.src.Region^src.Region) | int64(c.dst.Region^dst.Region) |
-		(c.src.Offset + n ^ src.Offset) | (c.dst.Offset + n ^ dst.Offset)
-	if apart != 0 || c.descs == 0 {
+	if c.descs == 0 || !continues(c.src, c.dst, c.len, src, dst, n) {
 		c.merged++
 	}
 	c.src, c.dst, c.len = src, dst, n
@@ -657,19 +650,18 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 	pIdxB, dIdxB := ps.IndexBytes, ds.IndexBytes
 	name, seg, pg, dg := it.name, ds.Name, it.pg, it.dg
 	ch := *c // tallied in a local, stored once at the end
+	// Each pair is the job's constant fields, then its own.
+	tmpl := Pair{Src: Loc{Region: pIdx}, Dst: Loc{Region: dIdx}, SrcID: -1, DstID: -1, Layer: name, Seg: seg, Lo: run.Lo, Hi: run.Hi, PGroup: pg, DGroup: dg}
 	k := 0
 	if seg == SegLatent {
 		for _, r := range runs {
 			q := &out[k]
 			k++
-			q.Src = Loc{pIdx, r.pBlock*pLen + ps.Offset + r.pRow*pRowB}
-			q.Dst = Loc{dIdx, r.dBlock*dLen + ds.Offset + r.dRow*dRowB}
+			*q = tmpl
+			q.Src.Offset = r.pBlock*pLen + ps.Offset + r.pRow*pRowB
+			q.Dst.Offset = r.dBlock*dLen + ds.Offset + r.dRow*dRowB
 			q.Len = r.rows * dRowB
-			q.SrcID, q.DstID = -1, -1
-			q.Layer, q.Seg = name, seg
-			q.Lo, q.Hi = run.Lo, run.Hi
 			q.Tokens = Span{r.lo, r.hi}
-			q.PGroup, q.DGroup = pg, dg
 			ch.push(q.Src, q.Dst, q.Len)
 		}
 		*c = ch
@@ -686,8 +678,7 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 			return
 		}
 		first, last := &offs[0], &offs[len(offs)-1]
-		if ch.descs == 0 || ch.src.Region != pIdx || ch.dst.Region != dIdx || ch.len != first.len ||
-			ch.src.Offset+ch.len != pHeads+first.src || ch.dst.Offset+ch.len != dHeads+first.dst {
+		if ch.descs == 0 || !continues(ch.src, ch.dst, ch.len, Loc{pIdx, pHeads + first.src}, Loc{dIdx, dHeads + first.dst}, first.len) {
 			ch.merged++
 		}
 		ch.merged += h.breaks
@@ -695,8 +686,6 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 		ch.bytes += h.bytes
 		ch.src, ch.dst, ch.len = Loc{pIdx, pHeads + last.src}, Loc{dIdx, dHeads + last.dst}, last.len
 		*c = ch
-		// Each pair is the job's constant fields, then its own.
-		tmpl := Pair{Src: Loc{Region: pIdx}, Dst: Loc{Region: dIdx}, SrcID: -1, DstID: -1, Layer: name, Seg: seg, Lo: run.Lo, Hi: run.Hi, PGroup: pg, DGroup: dg}
 		out = out[:len(offs)]
 		for i := range offs {
 			o := &offs[i]
@@ -707,8 +696,6 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 		}
 		return
 	}
-	// Each pair is the job's constant fields, then its own.
-	tmpl := Pair{Src: Loc{Region: pIdx}, Dst: Loc{Region: dIdx}, SrcID: -1, DstID: -1, Layer: name, Seg: seg, Lo: run.Lo, Hi: run.Hi, PGroup: pg, DGroup: dg}
 	for _, r := range runs {
 		pAt, dAt := r.pBlock*pLen+pHeads, r.dBlock*dLen+dHeads
 		tokens := Span{r.lo, r.hi}

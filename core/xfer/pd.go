@@ -66,7 +66,8 @@ type PD struct {
 
 	setup Setup
 	// What every request's transfer shares, made once by Prepare: both
-	// sides' registrations of the used plans and their handshake.
+	// sides' registrations of the used plans, their handshake and the
+	// group-pair layout.
 	pRegs, dRegs []*Registration
 	handshake    *Handshake
 	pairing      *pairing // when the handshake sends the transfer down the group-pair path
@@ -136,7 +137,7 @@ func Prepare(s Setup) (*PD, error) {
 		pe.BlockSize, de.BlockSize = inv.BlockSize, inv.BlockSize
 	}
 	r.Advice = BlockSizeAdvice(s.Model, pe, de, pp, dp)
-	if kind, ok := s.Connector.Transport(); !ok {
+	if _, ok := s.Connector.Transport(); !ok {
 		r.Note = fmt.Sprintf("%s keeps KV inside each engine: nothing moves from P to D", s.Connector)
 	} else {
 		if r.pRegs, err = registerAll(s.Ctx, s.Model, pp, P, s.Layout, nil, nil); err != nil {
@@ -145,11 +146,7 @@ func Prepare(s Setup) (*PD, error) {
 		if r.dRegs, err = registerAll(s.Ctx, s.Model, dp, D, s.Layout, nil, nil); err != nil {
 			return nil, err
 		}
-		mode := Pull
-		if kind == NixlPush {
-			mode = Push
-		}
-		r.handshake = newHandshake(s.Model, r.pRegs, r.dRegs, s.Connector, mode, false)
+		r.handshake = newHandshake(s.Model, r.pRegs, r.dRegs, s.Connector, modeOf(s.Connector), false)
 		if !r.handshake.Matched && r.handshake.Rejection == nil {
 			// Left unmade on a fault, which each request then reports.
 			r.pairing, _ = newPairing(r.pRegs, r.dRegs, true)

@@ -207,14 +207,7 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 	if err := req.Check(pp, dp); err != nil {
 		return nil, err
 	}
-	kind, ok := opt.Connector.Transport()
-	if !ok {
-		kind = Nixl
-	}
-	t := &Transfer{Mode: Pull, Request: req, Logs: []string{}, Inferred: []string{}, GroupPairs: []GroupPair{}, RankPairs: []RankPair{}, model: m}
-	if kind == NixlPush {
-		t.Mode = Push
-	}
+	t := &Transfer{Mode: modeOf(opt.Connector), Request: req, Logs: []string{}, Inferred: []string{}, GroupPairs: []GroupPair{}, RankPairs: []RankPair{}, model: m}
 	hit, why := effectiveHit(dp, req)
 	t.Request.PrefixHitTokens = hit
 	if why != "" {
@@ -489,10 +482,24 @@ func MergedCount(pairs []Pair) int {
 }
 
 // mergesWith reports whether NIXL merges pair p into q, the pair before
-// it: same length, same regions, each side starting where q ended.
-func mergesWith(q, p Pair) bool {
-	return q.Len == p.Len && q.Src.Region == p.Src.Region && q.Dst.Region == p.Dst.Region &&
-		q.Src.Offset+q.Len == p.Src.Offset && q.Dst.Offset+q.Len == p.Dst.Offset
+// it (continues).
+func mergesWith(q, p Pair) bool { return continues(q.Src, q.Dst, q.Len, p.Src, p.Dst, p.Len) }
+
+// continues reports whether a pair of n bytes from src to dst continues
+// one of lastLen bytes from lastSrc to lastDst, so that NIXL merges them:
+// same length, same regions, each side starting where the last ended.
+func continues(lastSrc, lastDst Loc, lastLen int64, src, dst Loc, n int64) bool {
+	return lastLen == n && lastSrc.Region == src.Region && lastDst.Region == dst.Region &&
+		lastSrc.Offset+lastLen == src.Offset && lastDst.Offset+lastLen == dst.Offset
+}
+
+// modeOf is the mode a connector moves KV in: push for NixlPushConnector,
+// else pull (a connector that moves none is read as NIXL's).
+func modeOf(c Connector) Mode {
+	if kind, ok := c.Transport(); ok && kind == NixlPush {
+		return Push
+	}
+	return Pull
 }
 
 func (t *Transfer) reject(rule, side, detail, fix string) {
