@@ -48,12 +48,18 @@ func TestCountOnlyMatchesPairs(t *testing.T) {
 			c, _ := ParseConnector(tc.connector)
 			req := Request{PromptTokens: tc.prompt}
 			full, err := Compute(m, pp, dp, req, Options{Connector: c})
-			if err != nil || full.Rejection != nil {
-				t.Fatal(err, full.Rejection)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if full.Rejection != nil {
+				t.Fatal(full.Rejection)
 			}
 			count, err := Compute(m, pp, dp, req, Options{Connector: c, CountOnly: true})
-			if err != nil || count.Rejection != nil {
-				t.Fatal(err, count.Rejection)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if count.Rejection != nil {
+				t.Fatal(count.Rejection)
 			}
 			if count.Descs != full.Descs || count.Path != full.Path || count.Descs == 0 || len(count.RankPairs) != len(full.RankPairs) {
 				t.Fatalf("count-only: %d descriptors on %s in %d rank pairs; full: %d on %s in %d", count.Descs, count.Path, len(count.RankPairs), full.Descs, full.Path, len(full.RankPairs))
@@ -114,12 +120,18 @@ func TestTalliedInBatchesMatchesKeptPairs(t *testing.T) {
 			}
 			req := Request{PromptTokens: tc.prompt}
 			kept, err := Compute(m, pp, dp, req, Options{KeepPairs: true})
-			if err != nil || kept.Rejection != nil {
-				t.Fatal(err, kept.Rejection)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kept.Rejection != nil {
+				t.Fatal(kept.Rejection)
 			}
 			folded, err := Compute(m, pp, dp, req, Options{})
-			if err != nil || folded.Rejection != nil {
-				t.Fatal(err, folded.Rejection)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if folded.Rejection != nil {
+				t.Fatal(folded.Rejection)
 			}
 			most := 0
 			for _, rp := range kept.RankPairs {

@@ -180,3 +180,99 @@ func TestGroupTallyMerge(t *testing.T) {
 		t.Errorf("merged %v, want %v", got, want)
 	}
 }
+
+// TestRunCount holds runCount (which counting and the tune search use
+// without listing runs) to tokenRuns and to a token-by-token walk: a new
+// run starts wherever a token's P page or D page differs from the token
+// before's, and a run is whole where it is one page of the same size on
+// both sides.
+func TestRunCount(t *testing.T) {
+	sizes := []int{1, 3, 16, 48, 64, 96, 304, 592, 1184}
+	for _, bsP := range sizes {
+		for _, bsD := range sizes {
+			for _, span := range []Span{{0, 0}, {5, 5}, {0, 1}, {0, 1000}, {17, 2400}, {591, 593}, {1183, 3553}, {96, 4096}, {2368, 2368 + 1184*2}} {
+				wantRuns, wantWhole := 0, 0
+				for lo := span.Lo; lo < span.Hi; {
+					hi := lo + 1
+					for hi < span.Hi && hi/bsP == lo/bsP && hi/bsD == lo/bsD {
+						hi++
+					}
+					wantRuns++
+					if hi-lo == bsP && bsP == bsD {
+						wantWhole++
+					}
+					lo = hi
+				}
+				runs, whole := runCount(span, bsP, bsD)
+				if runs != wantRuns || whole != wantWhole {
+					t.Errorf("runCount(%v, %d, %d) = %d runs, %d whole; want %d, %d", span, bsP, bsD, runs, whole, wantRuns, wantWhole)
+				}
+				pages := func(bs int) Pages {
+					first, n := pagesOf(span, bs, false)
+					ids := make([]int, n)
+					for i := range ids {
+						ids[i] = 1 + i
+					}
+					return Pages{BlockSize: bs, First: first, IDs: ids}
+				}
+				x := &Transfer{PPages: []Pages{pages(bsP)}, DPages: []Pages{pages(bsD)}}
+				if listed := x.tokenRuns(span, bsP, bsD, 0, 0); len(listed.runs) != runs || listed.whole != whole {
+					t.Errorf("tokenRuns(%v, %d, %d) lists %d runs, %d whole; runCount says %d, %d", span, bsP, bsD, len(listed.runs), listed.whole, runs, whole)
+				}
+			}
+		}
+	}
+}
+
+// TestChainJoin: a rank pair's chain joined from the chains of any split
+// of its pairs is the chain of all of them; a pair continuing the one
+// before across the split is one merged descriptor, not two.
+func TestChainJoin(t *testing.T) {
+	// Runs of contiguous pairs on both sides, broken by a jump in P, in D,
+	// in region, or by a shorter pair.
+	var pairs []Pair
+	src, dst := int64(0), int64(0)
+	for i := range 40 {
+		n := int64(64)
+		switch i % 7 {
+		case 2:
+			src += 4096
+		case 4:
+			dst += 512
+		case 5:
+			n = 32
+		}
+		region := 0
+		if i%11 == 10 {
+			region = 1
+		}
+		pairs = append(pairs, Pair{Src: Loc{region, src}, Dst: Loc{0, dst}, Len: n})
+		src, dst = src+n, dst+n
+	}
+	var all chain
+	for _, p := range pairs {
+		all.push(p.Src, p.Dst, p.Len)
+	}
+	all.first = pairEnd{pairs[0].Src, pairs[0].Dst, pairs[0].Len}
+	if want := MergedCount(pairs); all.merged != want || all.descs != len(pairs) {
+		t.Fatalf("one chain: %d merged of %d; NIXL's rule merges to %d of %d", all.merged, all.descs, want, len(pairs))
+	}
+	for _, cuts := range [][]int{{0}, {1}, {3}, {20}, {39}, {40}, {3, 4, 5, 6}, {1, 2, 3, 10, 11, 12, 30}} {
+		var joined chain
+		at := 0
+		for _, cut := range append(cuts, len(pairs)) {
+			var part chain
+			for _, p := range pairs[at:cut] {
+				part.push(p.Src, p.Dst, p.Len)
+			}
+			if cut > at {
+				part.first = pairEnd{pairs[at].Src, pairs[at].Dst, pairs[at].Len}
+			}
+			joined.join(&part)
+			at = cut
+		}
+		if joined != all {
+			t.Errorf("cut at %v: joined %+v, want %+v", cuts, joined, all)
+		}
+	}
+}
