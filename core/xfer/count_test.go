@@ -309,8 +309,11 @@ func TestWorkersWriteWhatOneWrites(t *testing.T) {
 			compute := func(procs int, keep bool) []byte {
 				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 				x, err := r.Compute(req, keep)
-				if err != nil || x.Rejection != nil {
-					t.Fatal(err, x.Rejection)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if x.Rejection != nil {
+					t.Fatal(x.Rejection)
 				}
 				if x.Descs < parallelPairs || len(x.RankPairs) < 2 || x.Path != GroupPairPath {
 					t.Fatalf("%d descriptors in %d rank pairs on %s: too few for several workers, or not the group-pair path", x.Descs, len(x.RankPairs), x.Path)

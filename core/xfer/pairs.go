@@ -247,7 +247,11 @@ func (s *tokenRuns) oneHead(geo [5]int64) *oneHead {
 	h := &oneHead{geo: geo, offs: make([]runOff, len(s.runs))}
 	for i := range s.runs {
 		r := &s.runs[i]
-		o := runOff{src: r.pBlock*pLen + r.pRow*pRowB, dst: r.dBlock*dLen + r.dRow*dRowB, len: r.rows * dRowB, lo: r.lo, hi: r.hi}
+		// Written in place, field by field (as every hot loop here: a
+		// composite goes through a temporary whose 8-byte stores its
+		// 16-byte copy then stalls on).
+		o := &h.offs[i]
+		o.src, o.dst, o.len, o.lo, o.hi = r.pBlock*pLen+r.pRow*pRowB, r.dBlock*dLen+r.dRow*dRowB, r.rows*dRowB, r.lo, r.hi
 		if r.whole {
 			o.len = dIdxB
 		}
@@ -259,7 +263,6 @@ func (s *tokenRuns) oneHead(geo [5]int64) *oneHead {
 				h.breaks++
 			}
 		}
-		h.offs[i] = o
 		h.bytes += o.len
 	}
 	s.one = h
@@ -568,7 +571,9 @@ func (c *chain) push(src, dst Loc, n int64) {
 	if c.descs == 0 || !continues(c.last.src, c.last.dst, c.last.len, src, dst, n) {
 		c.merged++
 	}
-	c.last = pairEnd{src, dst, n}
+	// Field by field: a composite goes through a temporary on the stack
+	// whose 8-byte stores the 16-byte copy then stalls on.
+	c.last.src, c.last.dst, c.last.len = src, dst, n
 	c.descs++
 	c.bytes += n
 }
@@ -673,7 +678,8 @@ func pagesOf(s Span, blockSize int, state bool) (int, int) {
 // tokenRuns splits D's span of one layer into runs that end where a P
 // page (bsP tokens) or a D page (bsD tokens) ends, with their blocks.
 func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg int) tokenRuns {
-	out := tokenRuns{runs: make([]tokenRun, 0, span.Len()/bsP+span.Len()/bsD+2)}
+	n, _ := runCount(span, bsP, bsD)
+	out := tokenRuns{runs: make([]tokenRun, 0, n)}
 	if span.Len() <= 0 {
 		return out
 	}
@@ -686,12 +692,18 @@ func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg int) tokenRuns {
 		pBlock, _ := t.PPages[pg].Block(pPage)
 		dBlock, _ := t.DPages[dg].Block(dPage)
 		rows := end - tok
-		r := tokenRun{lo: tok, hi: end, pBlock: int64(pBlock), dBlock: int64(dBlock),
-			pRow: int64(tok - (pEnd - bsP)), dRow: int64(tok - (dEnd - bsD)), rows: int64(rows), whole: rows == bsP && rows == bsD}
+		i := len(out.runs)
+		if i < cap(out.runs) {
+			out.runs = out.runs[:i+1]
+		} else { // not if runCount is right: tokenRuns' caller checks
+			out.runs = append(out.runs, tokenRun{})
+		}
+		r := &out.runs[i] // every field set, in place
+		r.lo, r.hi, r.pBlock, r.dBlock = tok, end, int64(pBlock), int64(dBlock)
+		r.pRow, r.dRow, r.rows, r.whole = int64(tok-(pEnd-bsP)), int64(tok-(dEnd-bsD)), int64(rows), rows == bsP && rows == bsD
 		if r.whole {
 			out.whole++
 		}
-		out.runs = append(out.runs, r)
 		tok = end
 		if tok == pEnd {
 			pPage, pEnd = pPage+1, pEnd+bsP
@@ -739,10 +751,10 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 	k := 0
 	if f.seg == SegLatent {
 		for _, r := range runs {
-			q := &out[k]
+			src, dst, n := r.pBlock*pLen+ps.Offset+r.pRow*pRowB, r.dBlock*dLen+ds.Offset+r.dRow*dRowB, r.rows*dRowB
+			f.put(&out[k], src, dst, n, Span{r.lo, r.hi})
 			k++
-			f.put(q, r.pBlock*pLen+ps.Offset+r.pRow*pRowB, r.dBlock*dLen+ds.Offset+r.dRow*dRowB, r.rows*dRowB, Span{r.lo, r.hi})
-			ch.push(q.Src, q.Dst, q.Len)
+			ch.push(Loc{pIdx, src}, Loc{dIdx, dst}, n) // from registers: reading the pair back stalls
 		}
 		*c = ch
 		return
@@ -777,10 +789,9 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 		pAt, dAt := r.pBlock*pLen+pHeads, r.dBlock*dLen+dHeads
 		tokens := Span{r.lo, r.hi}
 		if r.whole {
-			q := &out[k]
+			f.put(&out[k], pAt, dAt, heads*dIdxB, tokens)
 			k++
-			f.put(q, pAt, dAt, heads*dIdxB, tokens)
-			ch.push(q.Src, q.Dst, q.Len)
+			ch.push(Loc{pIdx, pAt}, Loc{dIdx, dAt}, heads*dIdxB)
 			continue
 		}
 		pAt += r.pRow * pRowB
