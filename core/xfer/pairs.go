@@ -785,6 +785,7 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 		}
 		return
 	}
+	one := f // a head at a time, where runs are not whole
 	for _, r := range runs {
 		pAt, dAt := r.pBlock*pLen+pHeads, r.dBlock*dLen+dHeads
 		tokens := Span{r.lo, r.hi}
@@ -810,7 +811,6 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 			}
 			ch.last.src, ch.last.dst = Loc{pIdx, pAt + more*pIdxB}, Loc{dIdx, dAt + more*dIdxB}
 		}
-		one := f
 		for h := run.Lo; h < run.Hi; h++ {
 			one.lo, one.hi = h, h+1
 			one.put(&out[k], pAt, dAt, length, tokens)
