@@ -325,7 +325,8 @@ func (t *Transfer) groupPairs(opt Options, pr *pairing, pKept, dNeed []Span) err
 	// the slices.
 	workers := 1
 	if total >= parallelPairs {
-		workers = runtime.GOMAXPROCS(0)
+		// No more than there are tasks of writing, on a host of many cores.
+		workers = min(runtime.GOMAXPROCS(0), total/taskPairs)
 	}
 	crew := startCrew(workers - 1)
 	defer crew.dismiss()
