@@ -334,7 +334,7 @@ func (t *Transfer) groupPairs(opt Options, pr *pairing, pKept, dNeed []Span) err
 	sets := make([]tokenRuns, len(pr.setItem))
 	for s, i := range pr.setItem {
 		it := pr.items[i]
-		sets[s] = t.tokenRuns(dNeed[it.dg], pr.pLayers[i].BlockSize, pr.dLayers[i].BlockSize, it.pg, it.dg)
+		sets[s] = t.tokenRuns(dNeed[it.dg], pr.pLayers[i].BlockSize, pr.dLayers[i].BlockSize, it.pg, it.dg, runs[s])
 		if len(sets[s].runs) != runs[s] || sets[s].whole != whole[s] {
 			return fmt.Errorf("xfer: layer %s: %d token runs (%d whole) listed, %d (%d) counted", it.name, len(sets[s].runs), sets[s].whole, runs[s], whole[s])
 		}
@@ -677,9 +677,9 @@ func pagesOf(s Span, blockSize int, state bool) (int, int) {
 }
 
 // tokenRuns splits D's span of one layer into runs that end where a P
-// page (bsP tokens) or a D page (bsD tokens) ends, with their blocks.
-func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg int) tokenRuns {
-	n, _ := runCount(span, bsP, bsD)
+// page (bsP tokens) or a D page (bsD tokens) ends, with their blocks; n
+// is how many runCount says there are (the slice's room).
+func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg, n int) tokenRuns {
 	out := tokenRuns{runs: make([]tokenRun, 0, n)}
 	if span.Len() <= 0 {
 		return out
@@ -696,7 +696,7 @@ func (t *Transfer) tokenRuns(span Span, bsP, bsD, pg, dg int) tokenRuns {
 		i := len(out.runs)
 		if i < cap(out.runs) {
 			out.runs = out.runs[:i+1]
-		} else { // not if runCount is right: tokenRuns' caller checks
+		} else { // not if n, runCount's, is right: the caller checks
 			out.runs = append(out.runs, tokenRun{})
 		}
 		r := &out.runs[i] // every field set, in place

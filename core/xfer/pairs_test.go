@@ -216,7 +216,7 @@ func TestRunCount(t *testing.T) {
 					return Pages{BlockSize: bs, First: first, IDs: ids}
 				}
 				x := &Transfer{PPages: []Pages{pages(bsP)}, DPages: []Pages{pages(bsD)}}
-				if listed := x.tokenRuns(span, bsP, bsD, 0, 0); len(listed.runs) != runs || listed.whole != whole {
+				if listed := x.tokenRuns(span, bsP, bsD, 0, 0, runs); len(listed.runs) != runs || listed.whole != whole {
 					t.Errorf("tokenRuns(%v, %d, %d) lists %d runs, %d whole; runCount says %d, %d", span, bsP, bsD, len(listed.runs), listed.whole, runs, whole)
 				}
 			}
