@@ -143,9 +143,15 @@ func newPairing(pRegs, dRegs []*Registration, withJobs bool) (*pairing, error) {
 	p.order, err = p.eachRun(pTP, dTP, func(j, i, si int, _ *Segment, run indexRun) {
 		p.jobs = append(p.jobs, gpJob{d: j, item: i, seg: si, run: run})
 	})
+	for ji := range p.jobs {
+		jb := &p.jobs[ji]
+		pl, dl := p.pLayers[jb.run.Rank*nItems+jb.item], p.dLayers[jb.d*nItems+jb.item]
+		ps, ds := &pl.Segments[jb.seg], &dl.Segments[jb.seg]
+		jb.at = placeJob(p.items[jb.item], string(dl.Kind), ps, ds, &pRegs[jb.run.Rank].Regions[ps.Region], &dRegs[jb.d].Regions[ds.Region], jb.run)
+	}
 	p.jobsOf = make([][]int32, pTP*dTP)
-	for ji, jb := range p.jobs {
-		k := jb.run.Rank*dTP + jb.d
+	for ji := range p.jobs {
+		k := p.jobs[ji].run.Rank*dTP + p.jobs[ji].d
 		p.jobsOf[k] = append(p.jobsOf[k], int32(ji))
 	}
 	return p, err
@@ -193,6 +199,38 @@ type gpItem struct {
 type gpJob struct {
 	d, item, seg int
 	run          indexRun
+	at           jobPlace // set once the jobs are listed
+}
+
+// jobPlace is what writing one job's pairs reads of both sides'
+// registrations, gathered into the job once (a request's writer then
+// chases no pointers into the layers: after megabytes of pairs, each of
+// those reads missed the cache).
+type jobPlace struct {
+	f            jobFields
+	kind         string // the D layer's kind (the group pairs' tally)
+	attn, latent bool   // an attention segment; the latent (token-major)
+	pLen, dLen   int64  // block bytes on each side
+	pAt, dAt     int64  // the run's first head (or channel) in a block on each side
+	pRowB, dRowB int64  // a token row of the segment on each side
+	pIdxB, dIdxB int64  // a head (or channel) of the segment on each side
+	geo          [5]int64
+	heads        int64
+}
+
+// placeJob gathers what writing the pairs of item it's segment ps (on P,
+// ds on D, in regions pr and dr) for run needs; kind is D's layer kind.
+func placeJob(it gpItem, kind string, ps, ds *Segment, pr, dr *Region, run indexRun) jobPlace {
+	return jobPlace{
+		f:    it.fields(pr.Index, dr.Index, ds.Name, run),
+		kind: kind, attn: ds.IsAttention(), latent: ds.Name == SegLatent,
+		pLen: pr.BlockLen, dLen: dr.BlockLen,
+		pAt:   ps.Offset + int64(run.Lo-ps.Lo)*ps.IndexBytes,
+		dAt:   ds.Offset + int64(run.Lo-ds.Lo)*ds.IndexBytes,
+		pRowB: ps.RowBytes, dRowB: ds.RowBytes, pIdxB: ps.IndexBytes, dIdxB: ds.IndexBytes,
+		geo:   oneHeadGeometry(ps, ds, pr, dr),
+		heads: int64(run.Hi - run.Lo),
+	}
 }
 
 // tokenRun is one run of tokens inside one P page and one D page, with
@@ -283,21 +321,22 @@ func (t *Transfer) groupPairs(opt Options, pr *pairing, pKept, dNeed []Span) err
 	for s, i := range pr.setItem {
 		runs[s], whole[s] = runCount(dNeed[pr.items[i].dg], pr.pLayers[i].BlockSize, pr.dLayers[i].BlockSize)
 	}
-	// pairsOf is how many pairs a job writes.
-	pairsOf := func(item int, ds *Segment, run indexRun) int {
-		if !ds.IsAttention() {
+	// pairsOf is how many pairs a job of an item's segment (attention or
+	// not, latent or not) writes for a run of heads.
+	pairsOf := func(item int, attn, latent bool, heads int) int {
+		if !attn {
 			return 1
 		}
 		s := pr.setOf[item]
-		if ds.Name == SegLatent {
+		if latent {
 			return runs[s]
 		}
-		return whole[s] + (runs[s]-whole[s])*(run.Hi-run.Lo)
+		return whole[s] + (runs[s]-whole[s])*heads
 	}
 	counts := make([]int, pTP*dTP)
 	if pr.jobs == nil { // counting only, the jobs not listed
 		order, err := pr.eachRun(pTP, dTP, func(j, i, _ int, ds *Segment, run indexRun) {
-			counts[run.Rank*dTP+j] += pairsOf(i, ds, run)
+			counts[run.Rank*dTP+j] += pairsOf(i, ds.IsAttention(), ds.Name == SegLatent, run.Hi-run.Lo)
 		})
 		if err != nil {
 			return err
@@ -306,11 +345,11 @@ func (t *Transfer) groupPairs(opt Options, pr *pairing, pKept, dNeed []Span) err
 		t.listPages(opt, pKept, dNeed)
 		return nil
 	}
-	nItems := len(pr.items)
 	jobPairs := make([]int, len(pr.jobs))
 	total := 0
-	for ji, jb := range pr.jobs {
-		n := pairsOf(jb.item, &pr.dLayers[jb.d*nItems+jb.item].Segments[jb.seg], jb.run)
+	for ji := range pr.jobs {
+		jb := &pr.jobs[ji]
+		n := pairsOf(jb.item, jb.at.attn, jb.at.latent, int(jb.at.heads))
 		jobPairs[ji] = n
 		counts[jb.run.Rank*dTP+jb.d] += n
 		total += n
@@ -407,8 +446,8 @@ type pairWriter struct {
 	taken   atomic.Int32  // how many tasks the workers have taken
 }
 
-// pairTask is one task of a pairWriter: making rank pair k's slice, or
-// writing jobs [lo, hi) of its list (pairing.jobsOf) from its pair at on.
+// pairTask is one task of a pairWriter: making rank pair k's slice (every
+// rank pair's for k = -1), or writing jobs [lo, hi) of its list (pairing.jobsOf) from its pair at on.
 type pairTask struct {
 	k, lo, hi, at int
 	makes         bool
@@ -418,7 +457,16 @@ type pairTask struct {
 // caller among them) and returns the group pairs' totals and each rank
 // pair's chain.
 func (w *pairWriter) writeAll(crew *crew, workers int) (*groupTally, []chain, error) {
-	if w.opt.KeepPairs {
+	switch {
+	case !w.opt.KeepPairs:
+	case workers == 1:
+		// One allocation cut into every rank pair's slice: an allocation
+		// this large is always one the memory profiler records, with its
+		// stack.
+		w.tasks = append(w.tasks, pairTask{k: -1, makes: true})
+	default:
+		// A slice each, so that workers share the zeroing (one for all
+		// would leave a helper waiting while the caller zeroes it).
 		for _, rp := range w.t.RankPairs {
 			w.tasks = append(w.tasks, pairTask{k: rp.P*w.dTP + rp.D, makes: true})
 		}
@@ -444,12 +492,11 @@ func (w *pairWriter) writeAll(crew *crew, workers int) (*groupTally, []chain, er
 		// another geometry works out its own).
 		for ji := range w.pr.jobs {
 			jb := &w.pr.jobs[ji]
-			_, ps, ds, pr, dr := w.where(jb)
-			if !ds.IsAttention() || ds.Name == SegLatent || jb.run.Hi-jb.run.Lo != 1 {
+			if !jb.at.attn || jb.at.latent || jb.at.heads != 1 {
 				continue
 			}
 			if set := &w.sets[w.pr.setOf[jb.item]]; set.one == nil {
-				set.oneHead(oneHeadGeometry(ps, ds, pr, dr))
+				set.oneHead(jb.at.geo)
 			}
 		}
 	}
@@ -458,7 +505,9 @@ func (w *pairWriter) writeAll(crew *crew, workers int) (*groupTally, []chain, er
 	}
 	chains := make([]chain, len(w.counts))
 	for i, tk := range w.tasks {
-		chains[tk.k].join(&w.chains[i])
+		if !tk.makes {
+			chains[tk.k].join(&w.chains[i])
+		}
 	}
 	groups := w.tallies[0]
 	for _, g := range w.tallies[1:] {
@@ -469,13 +518,23 @@ func (w *pairWriter) writeAll(crew *crew, workers int) (*groupTally, []chain, er
 	return groups, chains, nil
 }
 
-// where is a job's D layer, its segments on both sides and their regions.
-func (w *pairWriter) where(jb *gpJob) (dl *LayerReg, ps, ds *Segment, pr, dr *Region) {
-	nItems := len(w.pr.items)
-	pl := w.pr.pLayers[jb.run.Rank*nItems+jb.item]
-	dl = w.pr.dLayers[jb.d*nItems+jb.item]
-	ps, ds = &pl.Segments[jb.seg], &dl.Segments[jb.seg]
-	return dl, ps, ds, &w.t.PRegs[jb.run.Rank].Regions[ps.Region], &w.t.DRegs[jb.d].Regions[ds.Region]
+// makePairs makes rank pair k's slice, or, for k = -1, every rank pair's
+// from one allocation.
+func (w *pairWriter) makePairs(k int) {
+	if k >= 0 {
+		w.pairs[k] = make([]Pair, w.counts[k])
+		w.ready[k].Store(true)
+		return
+	}
+	total := 0
+	for _, n := range w.counts {
+		total += n
+	}
+	all := make([]Pair, total)
+	for k, n := range w.counts {
+		w.pairs[k], all = all[:n:n], all[n:]
+		w.ready[k].Store(true)
+	}
 }
 
 // write is worker's part: it takes tasks until none is left.
@@ -493,8 +552,7 @@ func (w *pairWriter) write(worker int) error {
 		}
 		tk := &w.tasks[i]
 		if tk.makes {
-			w.pairs[tk.k] = make([]Pair, w.counts[tk.k])
-			w.ready[tk.k].Store(true)
+			w.makePairs(tk.k)
 			continue
 		}
 		if err := canceled(w.opt.Ctx); err != nil {
@@ -513,8 +571,6 @@ func (w *pairWriter) write(worker int) error {
 		c := &w.chains[i]
 		for _, ji := range w.pr.jobsOf[tk.k][tk.lo:tk.hi] {
 			jb := &w.pr.jobs[ji]
-			it := w.pr.items[jb.item]
-			dl, ps, ds, pr, dr := w.where(jb)
 			n := w.jobPairs[ji]
 			var out []Pair
 			if keep {
@@ -527,17 +583,16 @@ func (w *pairWriter) write(worker int) error {
 				out = scratch[:n]
 			}
 			before, empty := c.bytes, c.descs == 0
-			if ds.IsAttention() {
-				attnPairs(out, it, ps, ds, pr, dr, jb.run, &sets[w.pr.setOf[jb.item]], c)
+			if jb.at.attn {
+				attnPairs(out, &jb.at, &sets[w.pr.setOf[jb.item]], c)
 			} else {
-				out[0] = t.stateRun(it.name, ps, ds, pr, dr, jb.run, it.pg, it.dg)
-				c.push(out[0].Src, out[0].Dst, out[0].Len)
+				stateRun(&out[0], &jb.at, t.PPages[jb.at.f.groups.PGroup].IDs[0], t.DPages[jb.at.f.groups.DGroup].IDs[0], c)
 			}
 			if n > 0 {
 				if empty {
 					c.first = pairEnd{out[0].Src, out[0].Dst, out[0].Len}
 				}
-				groups.add(it, jb.item, string(dl.Kind), n, c.bytes-before)
+				groups.add(jb.at.f.groups, jb.item, jb.at.kind, n, c.bytes-before)
 			}
 		}
 	}
@@ -613,14 +668,14 @@ func newGroupTally(nP, nD, items int) *groupTally {
 	return &groupTally{nD: nD, gps: make([]GroupPair, nP*nD), used: make([]bool, nP*nD), layer: make([]bool, items), keyOf: make([]int, items)}
 }
 
-// add tallies one job's n pairs, of bytes bytes in all, of item it (index
-// item, D layer kind kind).
-func (g *groupTally) add(it gpItem, item int, kind string, n int, bytes int64) {
-	k := it.pg*g.nD + it.dg
+// add tallies one job's n pairs, of bytes bytes in all, of the item
+// (index item, D layer kind kind) between groups gr.
+func (g *groupTally) add(gr Groups, item int, kind string, n int, bytes int64) {
+	k := gr.PGroup*g.nD + gr.DGroup
 	gp := &g.gps[k]
 	if !g.used[k] {
 		g.used[k] = true
-		*gp = GroupPair{PGroup: it.pg, DGroup: it.dg, Kind: kind}
+		*gp = GroupPair{PGroup: gr.PGroup, DGroup: gr.DGroup, Kind: kind}
 	}
 	gp.Descs += n
 	gp.Bytes += bytes
@@ -739,20 +794,19 @@ func runCount(span Span, bsP, bsD int) (runs, whole int) {
 // token run where both pages are whole and equal, else one per head (HND
 // keeps a head's tokens contiguous only inside a page). out has exactly
 // their number.
-func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run indexRun, set *tokenRuns, c *chain) {
+func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
 	runs := set.runs
-	pIdx, dIdx := pr.Index, dr.Index
-	pLen, dLen := pr.BlockLen, dr.BlockLen
-	pHeads := ps.Offset + int64(run.Lo-ps.Lo)*ps.IndexBytes // the run's first head in a block
-	dHeads := ds.Offset + int64(run.Lo-ds.Lo)*ds.IndexBytes
-	pRowB, dRowB := ps.RowBytes, ds.RowBytes
-	pIdxB, dIdxB := ps.IndexBytes, ds.IndexBytes
-	f := jobFields{pIdx: pIdx, dIdx: dIdx, layer: it.name, seg: ds.Name, lo: run.Lo, hi: run.Hi, pg: it.pg, dg: it.dg}
+	f := at.f
+	pIdx, dIdx := f.pIdx, f.dIdx
+	pLen, dLen := at.pLen, at.dLen
+	pHeads, dHeads := at.pAt, at.dAt // the run's first head in a block
+	pRowB, dRowB := at.pRowB, at.dRowB
+	pIdxB, dIdxB := at.pIdxB, at.dIdxB
 	ch := *c // tallied in a local, stored once at the end
 	k := 0
-	if f.seg == SegLatent {
+	if at.latent {
 		for _, r := range runs {
-			src, dst, n := r.pBlock*pLen+ps.Offset+r.pRow*pRowB, r.dBlock*dLen+ds.Offset+r.dRow*dRowB, r.rows*dRowB
+			src, dst, n := r.pBlock*pLen+pHeads+r.pRow*pRowB, r.dBlock*dLen+dHeads+r.dRow*dRowB, r.rows*dRowB
 			f.put(&out[k], src, dst, n, Span{r.lo, r.hi})
 			k++
 			ch.push(Loc{pIdx, src}, Loc{dIdx, dst}, n) // from registers: reading the pair back stalls
@@ -760,12 +814,12 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 		*c = ch
 		return
 	}
-	heads := int64(run.Hi - run.Lo)
+	heads := at.heads
 	if heads == 1 {
 		// One head a run (a rank holds one KV head, as at D TP ≥ the KV
 		// heads): one pair per token run, whole or not, at offsets the set
 		// works out once, and chained as the set says but for the first.
-		h := set.oneHead(oneHeadGeometry(ps, ds, pr, dr))
+		h := set.oneHead(at.geo)
 		offs := h.offs
 		if len(offs) == 0 {
 			return
@@ -812,8 +866,8 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 			}
 			ch.last.src, ch.last.dst = Loc{pIdx, pAt + more*pIdxB}, Loc{dIdx, dAt + more*dIdxB}
 		}
-		for h := run.Lo; h < run.Hi; h++ {
-			one.lo, one.hi = h, h+1
+		for h := f.piece.Lo; h < f.piece.Hi; h++ {
+			one.piece.Lo, one.piece.Hi = h, h+1
 			one.put(&out[k], pAt, dAt, length, tokens)
 			k++
 			pAt += pIdxB
@@ -824,36 +878,37 @@ func attnPairs(out []Pair, it gpItem, ps, ds *Segment, pr, dr *Region, run index
 }
 
 // jobFields are the fields every pair of one job shares: the regions, the
-// layer and segment, the heads (or channels) and the groups.
+// piece (layer, segment, heads or channels) and the groups.
 type jobFields struct {
-	pIdx, dIdx     int
-	layer          string
-	seg            SegName
-	lo, hi, pg, dg int
+	pIdx, dIdx int
+	piece      Piece
+	groups     Groups
 }
 
-// put writes one pair of the job: every field, each once (a whole-pair
-// copy of a template and then its own fields stored 14 words a pair, these
-// 12 and ran a tenth faster).
+// fields are the fields the pairs of a job of it share: regions pIdx and
+// dIdx, segment seg, the run's heads or channels.
+func (it gpItem) fields(pIdx, dIdx int, seg SegName, run indexRun) jobFields {
+	return jobFields{pIdx: pIdx, dIdx: dIdx, piece: Piece{SrcID: -1, DstID: -1, Layer: it.name, Seg: seg, Lo: run.Lo, Hi: run.Hi}, groups: Groups{it.pg, it.dg}}
+}
+
+// put writes one pair of the job: the shared blocks copied whole, and
+// its own offsets, length and tokens (13 stores; the 17 words one by one,
+// 17: in a loop writing 39,872 pairs into fresh memory, 0.2 ms against
+// 0.176, runs alternating).
 func (f *jobFields) put(q *Pair, src, dst, n int64, tokens Span) {
 	q.Src = Loc{f.pIdx, src}
 	q.Dst = Loc{f.dIdx, dst}
 	q.Len = n
-	q.SrcID, q.DstID = -1, -1
-	q.Layer, q.Seg = f.layer, f.seg
-	q.Lo, q.Hi = f.lo, f.hi
+	q.Piece = f.piece
 	q.Tokens = tokens
-	q.PGroup, q.DGroup = f.pg, f.dg
+	q.Groups = f.groups
 }
 
-// stateRun is the descriptor of one state segment's run of channels (or
-// heads) from one P rank: the final state, one block on each side.
-func (t *Transfer) stateRun(name string, ps, ds *Segment, pr, dr *Region, run indexRun, pg, dg int) Pair {
-	pBlock, dBlock := t.PPages[pg].IDs[0], t.DPages[dg].IDs[0]
-	return Pair{
-		Src:   Loc{pr.Index, int64(pBlock)*pr.BlockLen + ps.Offset + int64(run.Lo-ps.Lo)*ps.IndexBytes},
-		Dst:   Loc{dr.Index, int64(dBlock)*dr.BlockLen + ds.Offset + int64(run.Lo-ds.Lo)*ds.IndexBytes},
-		Len:   int64(run.Hi-run.Lo) * ds.IndexBytes,
-		SrcID: -1, DstID: -1, Layer: name, Seg: ds.Name, Lo: run.Lo, Hi: run.Hi, PGroup: pg, DGroup: dg,
-	}
+// stateRun writes to q the descriptor of a state job (one state
+// segment's run of channels or heads from one P rank: the final state, in
+// P's block pBlock and D's dBlock) and tallies it in c.
+func stateRun(q *Pair, at *jobPlace, pBlock, dBlock int, c *chain) {
+	src, dst, n := int64(pBlock)*at.pLen+at.pAt, int64(dBlock)*at.dLen+at.dAt, at.heads*at.dIdxB
+	at.f.put(q, src, dst, n, Span{})
+	c.push(Loc{at.f.pIdx, src}, Loc{at.f.dIdx, dst}, n) // from registers: reading the pair back stalls
 }

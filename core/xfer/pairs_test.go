@@ -140,7 +140,8 @@ func TestAttnPairsTally(t *testing.T) {
 					sets[&j.runs[0]] = set
 				}
 				out := make([]Pair, j.expected)
-				attnPairs(out, gpItem{name: j.name}, &j.ps, &j.ds, &j.pr, &j.dr, j.run, set, &c)
+				at := placeJob(gpItem{name: j.name}, "full", &j.ps, &j.ds, &j.pr, &j.dr, j.run)
+				attnPairs(out, &at, set, &c)
 				all = append(all, out...)
 				// Each pair where the geometry puts it, whatever the set holds.
 				for k, p := range out {
@@ -167,8 +168,8 @@ func TestAttnPairsTally(t *testing.T) {
 // either counted is counted once.
 func TestGroupTallyMerge(t *testing.T) {
 	a, b := newGroupTally(2, 2, 3), newGroupTally(2, 2, 3)
-	x, y := gpItem{name: "x", pg: 0, dg: 1}, gpItem{name: "y", pg: 1, dg: 0}
-	z := gpItem{name: "z", pg: 0, dg: 1}
+	x, y := Groups{PGroup: 0, DGroup: 1}, Groups{PGroup: 1, DGroup: 0}
+	z := Groups{PGroup: 0, DGroup: 1}
 	a.add(x, 0, "full", 3, 300)
 	b.add(x, 0, "full", 2, 200) // the same layer, another rank pair
 	b.add(y, 1, "sliding", 5, 50)
