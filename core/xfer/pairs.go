@@ -568,7 +568,12 @@ func (w *pairWriter) write(worker int) error {
 			all = w.pairs[tk.k]
 		}
 		at := tk.at
-		c := &w.chains[i]
+		// Tallied in a chain of the worker's own, stored once the task is
+		// done: the tasks' chains lie side by side, and a chain written
+		// pair by pair where another worker writes its neighbour's
+		// bounces their cache line between the cores.
+		var own chain
+		c := &own
 		for _, ji := range w.pr.jobsOf[tk.k][tk.lo:tk.hi] {
 			jb := &w.pr.jobs[ji]
 			n := w.jobPairs[ji]
@@ -595,6 +600,7 @@ func (w *pairWriter) write(worker int) error {
 				groups.add(jb.at.f.groups, jb.item, jb.at.kind, n, c.bytes-before)
 			}
 		}
+		w.chains[i] = own
 	}
 }
 
