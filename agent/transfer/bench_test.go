@@ -21,7 +21,7 @@ func synthetic(tb testing.TB, page int64, n int) (*Host, *xfer.Transfer) {
 	src, dst := rng.Perm(n), rng.Perm(n)
 	pairs := make([]xfer.Pair, n)
 	for i := range pairs {
-		pairs[i] = xfer.Pair{Src: xfer.Loc{Offset: int64(src[i]) * page}, Dst: xfer.Loc{Offset: int64(dst[i]) * page}, Len: page, Piece: xfer.Piece{Layer: "l"}}
+		pairs[i] = xfer.Pair{Src: xfer.Loc{Offset: int64(src[i]) * page}, Dst: xfer.Loc{Offset: int64(dst[i]) * page}, Len: page, Layer: "l"}
 	}
 	x := &xfer.Transfer{PRegs: []*xfer.Registration{reg(xfer.P)}, DRegs: []*xfer.Registration{reg(xfer.D)},
 		RankPairs: []xfer.RankPair{{P: 0, D: 0, Pairs: pairs}}}

@@ -67,7 +67,7 @@ func benchTransfer(p, d *xfer.Registration, batch int) *xfer.Transfer {
 	src, dst := rng.Perm(int(d.NumBlocks)), rng.Perm(int(d.NumBlocks))
 	pairs := make([]xfer.Pair, batch)
 	for i := range pairs {
-		pairs[i] = xfer.Pair{Src: xfer.Loc{Offset: int64(2*src[i]) * page}, Dst: xfer.Loc{Offset: int64(dst[i]) * page}, Len: page, Piece: xfer.Piece{Layer: "l"}}
+		pairs[i] = xfer.Pair{Src: xfer.Loc{Offset: int64(2*src[i]) * page}, Dst: xfer.Loc{Offset: int64(dst[i]) * page}, Len: page, Layer: "l"}
 	}
 	x := &xfer.Transfer{Mode: xfer.Pull, PRegs: []*xfer.Registration{p}, DRegs: []*xfer.Registration{d},
 		RankPairs: []xfer.RankPair{{P: 0, D: 0, Pairs: pairs}}, Bytes: int64(batch) * page, Descs: batch}

@@ -24,7 +24,7 @@ func refusalTransfer() *xfer.Transfer {
 	p, d := refusalRegs()
 	pairs := make([]xfer.Pair, 8)
 	for i := range pairs {
-		pairs[i] = xfer.Pair{Src: xfer.Loc{Region: i % 2, Offset: int64(i) * 1024}, Dst: xfer.Loc{Offset: int64(i) * 1024}, Len: 1024, Piece: xfer.Piece{Layer: "l"}}
+		pairs[i] = xfer.Pair{Src: xfer.Loc{Region: i % 2, Offset: int64(i) * 1024}, Dst: xfer.Loc{Offset: int64(i) * 1024}, Len: 1024, Layer: "l"}
 	}
 	return &xfer.Transfer{Mode: xfer.Pull, PRegs: []*xfer.Registration{p}, DRegs: []*xfer.Registration{d},
 		RankPairs: []xfer.RankPair{{P: 0, D: 0, Pairs: pairs}}, Bytes: 8 << 10, Descs: 8, Merged: 8}

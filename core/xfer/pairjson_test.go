@@ -6,15 +6,13 @@ import (
 	"testing"
 )
 
-// TestPairJSON: a pair's JSON is flat, its blocks (Piece, Groups) adding
-// no level, with every field under its own name in the documented order
-// (the app, the agent's clients and scripts read these names).
+// TestPairJSON: a pair's JSON has every field under its own name, in the
+// documented order (the app, the agent's clients and scripts read them).
 func TestPairJSON(t *testing.T) {
 	p := Pair{
 		Src: Loc{1, 2}, Dst: Loc{3, 4}, Len: 5,
-		Piece:  Piece{SrcID: 6, DstID: 7, Layer: "model.layers.0.self_attn", Seg: SegV, Lo: 8, Hi: 9},
-		Tokens: Span{10, 11},
-		Groups: Groups{PGroup: 12, DGroup: 13},
+		SrcID: 6, DstID: 7, Layer: "model.layers.0.self_attn", Seg: SegV, Lo: 8, Hi: 9,
+		Tokens: Span{10, 11}, PGroup: 12, DGroup: 13,
 	}
 	b, err := json.Marshal(p)
 	if err != nil {

@@ -20,8 +20,15 @@ import (
 func (t *Transfer) groupPairPath(opt Options) error {
 	pp, dp := t.PRegs[0].plan, t.DRegs[0].plan
 	n, hit := t.Request.PromptTokens, t.Request.PrefixHitTokens
-	t.DNeed = map[string]Span{}
 
+	pr := opt.pairing
+	if pr == nil {
+		var err error
+		if pr, err = newPairing(t.PRegs, t.DRegs, !opt.CountOnly); err != nil {
+			return err
+		}
+	}
+	t.DNeed = make(map[string]Span, len(pr.items))
 	// Each D group needs a token span; each P group keeps one.
 	dNeed := make([]Span, len(dp.Groups))
 	for gi, g := range dp.Groups {
@@ -32,13 +39,6 @@ func (t *Transfer) groupPairPath(opt Options) error {
 	for gi, g := range pp.Groups {
 		l, _ := t.PRegs[0].Layer(g.Layers[0])
 		pKept[gi] = keptByP(l.Kind, l.Window, l.Chunk, g.BlockSize, t.PComputed)
-	}
-	pr := opt.pairing
-	if pr == nil {
-		var err error
-		if pr, err = newPairing(t.PRegs, t.DRegs, !opt.CountOnly); err != nil {
-			return err
-		}
 	}
 	for i, it := range pr.items {
 		dl, pl := pr.dLayers[i], pr.pLayers[i]
@@ -591,13 +591,13 @@ func (w *pairWriter) write(worker int) error {
 			if jb.at.attn {
 				attnPairs(out, &jb.at, &sets[w.pr.setOf[jb.item]], c)
 			} else {
-				stateRun(&out[0], &jb.at, t.PPages[jb.at.f.groups.PGroup].IDs[0], t.DPages[jb.at.f.groups.DGroup].IDs[0], c)
+				stateRun(&out[0], &jb.at, t.PPages[jb.at.f.pg].IDs[0], t.DPages[jb.at.f.dg].IDs[0], c)
 			}
 			if n > 0 {
 				if empty {
 					c.first = pairEnd{out[0].Src, out[0].Dst, out[0].Len}
 				}
-				groups.add(jb.at.f.groups, jb.item, jb.at.kind, n, c.bytes-before)
+				groups.add(jb.at.f.pg, jb.at.f.dg, jb.item, jb.at.kind, n, c.bytes-before)
 			}
 		}
 		w.chains[i] = own
@@ -675,13 +675,13 @@ func newGroupTally(nP, nD, items int) *groupTally {
 }
 
 // add tallies one job's n pairs, of bytes bytes in all, of the item
-// (index item, D layer kind kind) between groups gr.
-func (g *groupTally) add(gr Groups, item int, kind string, n int, bytes int64) {
-	k := gr.PGroup*g.nD + gr.DGroup
+// (index item, D layer kind kind) between P group pg and D group dg.
+func (g *groupTally) add(pg, dg, item int, kind string, n int, bytes int64) {
+	k := pg*g.nD + dg
 	gp := &g.gps[k]
 	if !g.used[k] {
 		g.used[k] = true
-		*gp = GroupPair{PGroup: gr.PGroup, DGroup: gr.DGroup, Kind: kind}
+		*gp = GroupPair{PGroup: pg, DGroup: dg, Kind: kind}
 	}
 	gp.Descs += n
 	gp.Bytes += bytes
@@ -872,8 +872,8 @@ func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
 			}
 			ch.last.src, ch.last.dst = Loc{pIdx, pAt + more*pIdxB}, Loc{dIdx, dAt + more*dIdxB}
 		}
-		for h := f.piece.Lo; h < f.piece.Hi; h++ {
-			one.piece.Lo, one.piece.Hi = h, h+1
+		for h := f.lo; h < f.hi; h++ {
+			one.lo, one.hi = h, h+1
 			one.put(&out[k], pAt, dAt, length, tokens)
 			k++
 			pAt += pIdxB
@@ -884,30 +884,35 @@ func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
 }
 
 // jobFields are the fields every pair of one job shares: the regions, the
-// piece (layer, segment, heads or channels) and the groups.
+// layer and segment, the heads (or channels) and the groups.
 type jobFields struct {
-	pIdx, dIdx int
-	piece      Piece
-	groups     Groups
+	pIdx, dIdx     int
+	layer          string
+	seg            SegName
+	lo, hi, pg, dg int
 }
 
 // fields are the fields the pairs of a job of it share: regions pIdx and
 // dIdx, segment seg, the run's heads or channels.
 func (it gpItem) fields(pIdx, dIdx int, seg SegName, run indexRun) jobFields {
-	return jobFields{pIdx: pIdx, dIdx: dIdx, piece: Piece{SrcID: -1, DstID: -1, Layer: it.name, Seg: seg, Lo: run.Lo, Hi: run.Hi}, groups: Groups{it.pg, it.dg}}
+	return jobFields{pIdx: pIdx, dIdx: dIdx, layer: it.name, seg: seg, lo: run.Lo, hi: run.Hi, pg: it.pg, dg: it.dg}
 }
 
-// put writes one pair of the job: the shared blocks copied whole, and
-// its own offsets, length and tokens (13 stores; the 17 words one by one,
-// 17: in a loop writing 39,872 pairs into fresh memory, 0.2 ms against
-// 0.176, runs alternating).
+// put writes one pair of the job: every field, each once. (Pair's shared
+// fields as two embedded blocks copied whole, 13 stores a pair rather
+// than 17, generated 4 % faster on one worker with the collector held off,
+// runs alternating; not kept: it reshapes Pair for its users, and while
+// the collector marks, a block holding the layer's and segment's strings
+// takes a runtime call a pair for its write barrier.)
 func (f *jobFields) put(q *Pair, src, dst, n int64, tokens Span) {
 	q.Src = Loc{f.pIdx, src}
 	q.Dst = Loc{f.dIdx, dst}
 	q.Len = n
-	q.Piece = f.piece
+	q.SrcID, q.DstID = -1, -1
+	q.Layer, q.Seg = f.layer, f.seg
+	q.Lo, q.Hi = f.lo, f.hi
 	q.Tokens = tokens
-	q.Groups = f.groups
+	q.PGroup, q.DGroup = f.pg, f.dg
 }
 
 // stateRun writes to q the descriptor of a state job (one state

@@ -168,12 +168,10 @@ func TestAttnPairsTally(t *testing.T) {
 // either counted is counted once.
 func TestGroupTallyMerge(t *testing.T) {
 	a, b := newGroupTally(2, 2, 3), newGroupTally(2, 2, 3)
-	x, y := Groups{PGroup: 0, DGroup: 1}, Groups{PGroup: 1, DGroup: 0}
-	z := Groups{PGroup: 0, DGroup: 1}
-	a.add(x, 0, "full", 3, 300)
-	b.add(x, 0, "full", 2, 200) // the same layer, another rank pair
-	b.add(y, 1, "sliding", 5, 50)
-	b.add(z, 2, "full", 1, 10) // a layer only b saw
+	a.add(0, 1, 0, "full", 3, 300)
+	b.add(0, 1, 0, "full", 2, 200) // the same layer, another rank pair
+	b.add(1, 0, 1, "sliding", 5, 50)
+	b.add(0, 1, 2, "full", 1, 10) // a layer only b saw
 	a.merge(b)
 	got := a.pairs()
 	want := []GroupPair{{PGroup: 0, DGroup: 1, Kind: "full", Layers: 2, Descs: 6, Bytes: 510}, {PGroup: 1, DGroup: 0, Kind: "sliding", Layers: 1, Descs: 5, Bytes: 50}}

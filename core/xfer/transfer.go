@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
@@ -38,36 +39,20 @@ type Loc struct {
 	Offset int64 `json:"offset"`
 }
 
-// Pair is one descriptor pair: Len bytes from P's Src to D's Dst, the
-// piece of the KV cache they hold and the tokens, and the groups they move
-// between. What every pair of one layer segment's run of heads shares is
-// kept in two blocks (Piece, Groups) that a writer copies whole: 13 stores
-// a pair, where its 17 words one by one took 17 (writing is most of the
-// time generating pairs takes). The blocks add no level to the JSON.
+// Pair is one descriptor pair: Len bytes from P's Src to D's Dst.
 type Pair struct {
-	Src Loc   `json:"src"`
-	Dst Loc   `json:"dst"`
-	Len int64 `json:"len"`
-	Piece
-	Tokens Span `json:"tokens"` // token range (attention)
-	Groups
-}
-
-// Piece is the part of the KV cache a descriptor pair holds: one layer's
-// segment's range of heads or channels, and vLLM's descriptor ids.
-type Piece struct {
-	SrcID int     `json:"src_desc_id"` // vLLM's descriptor id on P, -1 off the vLLM path
-	DstID int     `json:"dst_desc_id"` // on D
-	Layer string  `json:"layer"`       // "" for a padding slot on the vLLM path
-	Seg   SegName `json:"segment"`
-	Lo    int     `json:"lo"` // global head or channel range
-	Hi    int     `json:"hi"`
-}
-
-// Groups are the KV cache groups a descriptor pair moves between.
-type Groups struct {
-	PGroup int `json:"p_group"`
-	DGroup int `json:"d_group"`
+	Src    Loc     `json:"src"`
+	Dst    Loc     `json:"dst"`
+	Len    int64   `json:"len"`
+	SrcID  int     `json:"src_desc_id"` // vLLM's descriptor id on P, -1 off the vLLM path
+	DstID  int     `json:"dst_desc_id"` // on D
+	Layer  string  `json:"layer"`       // "" for a padding slot on the vLLM path
+	Seg    SegName `json:"segment"`
+	Lo     int     `json:"lo"` // global head or channel range
+	Hi     int     `json:"hi"`
+	Tokens Span    `json:"tokens"` // token range (attention)
+	PGroup int     `json:"p_group"`
+	DGroup int     `json:"d_group"`
 }
 
 // RankPair is every descriptor pair between one P rank and one D rank: one
@@ -116,7 +101,7 @@ func (t *Transfer) rankPair(pr, dr int) RankPair {
 	if t.Mode == Push {
 		op, initiatorTP = "WRITE", len(t.PRegs)
 	}
-	return RankPair{P: pr, D: dr, Op: op, Notif: fmt.Sprintf("req-0:%d", initiatorTP)}
+	return RankPair{P: pr, D: dr, Op: op, Notif: "req-0:" + strconv.Itoa(initiatorTP)}
 }
 
 // store appends the rank pairs to the transfer, in order.

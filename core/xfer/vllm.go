@@ -293,9 +293,9 @@ func (t *Transfer) attnPair(dReg, pReg *Registration, dv, pv vregion, vi, group,
 	layer := dReg.TensorMembers[dr.Tensor][group]
 	p := Pair{
 		Src: Loc{pr.Index, pOff}, Dst: Loc{dr.Index, dOff}, Len: length,
-		Piece:  Piece{SrcID: vi*int(pReg.NumBlocks) + pBlock, DstID: vi*int(dReg.NumBlocks) + dBlock, Layer: layer, Seg: dv.seg},
+		SrcID: vi*int(pReg.NumBlocks) + pBlock, DstID: vi*int(dReg.NumBlocks) + dBlock,
+		Layer: layer, Seg: dv.seg, PGroup: group, DGroup: group,
 		Tokens: Span{page * t.DPages[group].BlockSize, (page + 1) * t.DPages[group].BlockSize},
-		Groups: Groups{group, group},
 	}
 	if l, ok := dReg.Layer(layer); ok {
 		seg := l.Segments[0]
@@ -327,11 +327,8 @@ func (t *Transfer) statePair(dReg, pReg *Registration, s sregion, si, nFA, group
 	}
 	return Pair{
 		Src: Loc{pr.Index, pOff}, Dst: Loc{dr.Index, dOff}, Len: length,
-		Piece: Piece{
-			SrcID: nFA*int(pReg.NumBlocks) + si*int(pReg.NumBlocks) + pBlock,
-			DstID: nFA*int(dReg.NumBlocks) + si*int(dReg.NumBlocks) + dBlock,
-			Layer: layer, Seg: dSeg.Name, Lo: lo, Hi: hi,
-		},
-		Groups: Groups{group, group},
+		SrcID: nFA*int(pReg.NumBlocks) + si*int(pReg.NumBlocks) + pBlock,
+		DstID: nFA*int(dReg.NumBlocks) + si*int(dReg.NumBlocks) + dBlock,
+		Layer: layer, Seg: dSeg.Name, Lo: lo, Hi: hi, PGroup: group, DGroup: group,
 	}
 }
