@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -151,43 +152,44 @@ func median(xs []float64) float64 {
 	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
-// BenchmarkShortRequest computes the transfer of a 2,048-token request of
-// Qwen3.6-35B-A3B + DFlash from P TP2 to D TP4, with each engine's own
-// plan (2,080 pairs) and with the TP-invariant plan (1,040): a short
-// prompt's transfer, where the per-request work (608 jobs of layer
-// segments and rank pairs, 480 of them state segments of one pair each)
-// outweighs the writing. "kept" returns the pairs; "tallied" counts and
-// totals them in a reused buffer (as the oracle's sweeps do), the part of
-// the time that is not the pairs' own memory.
-func BenchmarkShortRequest(b *testing.B) {
+// BenchmarkRequests computes the transfer of a 2,048-token and of a
+// 262,144-token request of Qwen3.6-35B-A3B + DFlash from P TP2 to D TP4,
+// with each engine's own plan (2,080 and 108,512 pairs) and with the
+// TP-invariant plan (1,040 and 39,872), the pairs kept or only tallied (as
+// `kvscope pd` and POST /api/pd do without --pairs). In the short request
+// the per-request work (608 jobs of layer segments and rank pairs, 480 of
+// them state segments of one pair each) outweighs the writing.
+func BenchmarkRequests(b *testing.B) {
 	m := seedModel(b)
 	pe := plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
 	de := pe
 	de.TensorParallelSize = 4
 	c, _ := ParseConnector("nixl")
-	req := Request{PromptTokens: 2048}
 	for _, choice := range []PlanChoice{IndependentPlans, InvariantPlans} {
 		r, err := Prepare(Setup{Model: m, P: pe, D: de, Connector: c, Plans: choice})
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, keep := range []bool{true, false} {
-			name := string(choice) + "/tallied"
-			if keep {
-				name = string(choice) + "/kept"
-			}
-			b.Run(name, func(b *testing.B) {
-				b.ReportAllocs()
-				descs := 0
-				for b.Loop() {
-					x, err := r.Compute(req, keep)
-					if err != nil || x.Rejection != nil {
-						b.Fatal(err, x.Rejection)
-					}
-					descs = x.Descs
+		for _, tokens := range []int{2048, 262144} {
+			req := Request{PromptTokens: tokens}
+			for _, keep := range []bool{true, false} {
+				mode := "tallied"
+				if keep {
+					mode = "kept"
 				}
-				b.ReportMetric(float64(descs), "pairs")
-			})
+				b.Run(fmt.Sprintf("%s/%d/%s", choice, tokens, mode), func(b *testing.B) {
+					b.ReportAllocs()
+					descs := 0
+					for b.Loop() {
+						x, err := r.Compute(req, keep)
+						if err != nil || x.Rejection != nil {
+							b.Fatal(err, x.Rejection)
+						}
+						descs = x.Descs
+					}
+					b.ReportMetric(float64(descs), "pairs")
+				})
+			}
 		}
 	}
 }

@@ -312,7 +312,8 @@ func (s *tokenRuns) oneHead(geo [5]int64) *oneHead {
 // from how many token runs each set has (runCount, without listing them:
 // all a count needs); the second lists the token runs and writes each
 // rank pair's pairs into a slice of exactly their number (pairWriter),
-// totalling them as it goes. Nothing grows and nothing is copied.
+// totalling them as it goes, or, where the caller keeps no pairs, only
+// totals them. Nothing grows and nothing is copied.
 func (t *Transfer) groupPairs(opt Options, pr *pairing, pKept, dNeed []Span) error {
 	pTP, dTP := len(t.PRegs), len(t.DRegs)
 	// How many token runs each set has over its layers' span, and how
@@ -544,7 +545,6 @@ func (w *pairWriter) write(worker int) error {
 	groups := newGroupTally(len(t.PRegs[0].plan.Groups), len(t.DRegs[0].plan.Groups), len(w.pr.items))
 	w.tallies[worker] = groups
 	keep := w.opt.KeepPairs
-	var scratch []Pair // one job's pairs, when the caller keeps none
 	for {
 		i := int(w.taken.Add(1)) - 1
 		if i >= len(w.tasks) {
@@ -577,25 +577,26 @@ func (w *pairWriter) write(worker int) error {
 		for _, ji := range w.pr.jobsOf[tk.k][tk.lo:tk.hi] {
 			jb := &w.pr.jobs[ji]
 			n := w.jobPairs[ji]
+			// Pairs the caller keeps none of are tallied, not written.
 			var out []Pair
 			if keep {
 				out = all[at : at+n]
 				at += n
-			} else {
-				if cap(scratch) < n {
-					scratch = make([]Pair, n)
-				}
-				out = scratch[:n]
 			}
 			before, empty := c.bytes, c.descs == 0
+			var first pairEnd
 			if jb.at.attn {
-				attnPairs(out, &jb.at, &sets[w.pr.setOf[jb.item]], c)
+				first = attnPairs(out, &jb.at, &sets[w.pr.setOf[jb.item]], c)
 			} else {
-				stateRun(&out[0], &jb.at, t.PPages[jb.at.f.pg].IDs[0], t.DPages[jb.at.f.dg].IDs[0], c)
+				var q *Pair
+				if keep {
+					q = &out[0]
+				}
+				first = stateRun(q, &jb.at, t.PPages[jb.at.f.pg].IDs[0], t.DPages[jb.at.f.dg].IDs[0], c)
 			}
 			if n > 0 {
 				if empty {
-					c.first = pairEnd{out[0].Src, out[0].Dst, out[0].Len}
+					c.first = first
 				}
 				groups.add(jb.at.f.pg, jb.at.f.dg, jb.item, jb.at.kind, n, c.bytes-before)
 			}
@@ -799,8 +800,10 @@ func runCount(span Span, bsP, bsD int) (runs, whole int) {
 // (token-major) in one pair per token run; K or V heads in one pair per
 // token run where both pages are whole and equal, else one per head (HND
 // keeps a head's tokens contiguous only inside a page). out has exactly
-// their number.
-func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
+// their number, or is nil where the caller keeps no pairs: then they are
+// tallied, not written. It returns the job's first pair's ends (a chain
+// joined after another's reads them).
+func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) (first pairEnd) {
 	runs := set.runs
 	f := at.f
 	pIdx, dIdx := f.pIdx, f.dIdx
@@ -813,12 +816,17 @@ func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
 	if at.latent {
 		for _, r := range runs {
 			src, dst, n := r.pBlock*pLen+pHeads+r.pRow*pRowB, r.dBlock*dLen+dHeads+r.dRow*dRowB, r.rows*dRowB
-			f.put(&out[k], src, dst, n, Span{r.lo, r.hi})
+			if k == 0 {
+				first = pairEnd{Loc{pIdx, src}, Loc{dIdx, dst}, n}
+			}
+			if out != nil {
+				f.put(&out[k], src, dst, n, Span{r.lo, r.hi})
+			}
 			k++
 			ch.push(Loc{pIdx, src}, Loc{dIdx, dst}, n) // from registers: reading the pair back stalls
 		}
 		*c = ch
-		return
+		return first
 	}
 	heads := at.heads
 	if heads == 1 {
@@ -828,10 +836,11 @@ func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
 		h := set.oneHead(at.geo)
 		offs := h.offs
 		if len(offs) == 0 {
-			return
+			return first
 		}
-		first, last := &offs[0], &offs[len(offs)-1]
-		if ch.opens(Loc{pIdx, pHeads + first.src}, Loc{dIdx, dHeads + first.dst}, first.len) {
+		o0, last := &offs[0], &offs[len(offs)-1]
+		first = pairEnd{Loc{pIdx, pHeads + o0.src}, Loc{dIdx, dHeads + o0.dst}, o0.len}
+		if ch.opens(first.src, first.dst, first.len) {
 			ch.merged++
 		}
 		ch.merged += h.breaks
@@ -839,19 +848,27 @@ func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
 		ch.bytes += h.bytes
 		ch.last = pairEnd{Loc{pIdx, pHeads + last.src}, Loc{dIdx, dHeads + last.dst}, last.len}
 		*c = ch
+		if out == nil {
+			return first
+		}
 		out = out[:len(offs)]
 		for i := range offs {
 			o := &offs[i]
 			f.put(&out[i], pHeads+o.src, dHeads+o.dst, o.len, Span{o.lo, o.hi})
 		}
-		return
+		return first
 	}
 	one := f // a head at a time, where runs are not whole
 	for _, r := range runs {
 		pAt, dAt := r.pBlock*pLen+pHeads, r.dBlock*dLen+dHeads
 		tokens := Span{r.lo, r.hi}
 		if r.whole {
-			f.put(&out[k], pAt, dAt, heads*dIdxB, tokens)
+			if k == 0 {
+				first = pairEnd{Loc{pIdx, pAt}, Loc{dIdx, dAt}, heads * dIdxB}
+			}
+			if out != nil {
+				f.put(&out[k], pAt, dAt, heads*dIdxB, tokens)
+			}
 			k++
 			ch.push(Loc{pIdx, pAt}, Loc{dIdx, dAt}, heads*dIdxB)
 			continue
@@ -859,6 +876,9 @@ func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
 		pAt += r.pRow * pRowB
 		dAt += r.dRow * dRowB
 		length := r.rows * dRowB
+		if k == 0 {
+			first = pairEnd{Loc{pIdx, pAt}, Loc{dIdx, dAt}, length}
+		}
 		// The first head's pair may continue the pair before it; each
 		// later one, of the same length and regions, continues its
 		// predecessor exactly when a head's stride is that length on both
@@ -872,6 +892,10 @@ func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
 			}
 			ch.last.src, ch.last.dst = Loc{pIdx, pAt + more*pIdxB}, Loc{dIdx, dAt + more*dIdxB}
 		}
+		if out == nil {
+			k += int(heads)
+			continue
+		}
 		for h := f.lo; h < f.hi; h++ {
 			one.lo, one.hi = h, h+1
 			one.put(&out[k], pAt, dAt, length, tokens)
@@ -881,6 +905,7 @@ func attnPairs(out []Pair, at *jobPlace, set *tokenRuns, c *chain) {
 		}
 	}
 	*c = ch
+	return first
 }
 
 // jobFields are the fields every pair of one job shares: the regions, the
@@ -915,11 +940,15 @@ func (f *jobFields) put(q *Pair, src, dst, n int64, tokens Span) {
 	q.PGroup, q.DGroup = f.pg, f.dg
 }
 
-// stateRun writes to q the descriptor of a state job (one state
-// segment's run of channels or heads from one P rank: the final state, in
-// P's block pBlock and D's dBlock) and tallies it in c.
-func stateRun(q *Pair, at *jobPlace, pBlock, dBlock int, c *chain) {
+// stateRun writes the descriptor of a state job (one state segment's run
+// of channels or heads from one P rank: the final state, in P's block
+// pBlock and D's dBlock) to q, unless q is nil, tallies it in c and
+// returns it.
+func stateRun(q *Pair, at *jobPlace, pBlock, dBlock int, c *chain) pairEnd {
 	src, dst, n := int64(pBlock)*at.pLen+at.pAt, int64(dBlock)*at.dLen+at.dAt, at.heads*at.dIdxB
-	at.f.put(q, src, dst, n, Span{})
+	if q != nil {
+		at.f.put(q, src, dst, n, Span{})
+	}
 	c.push(Loc{at.f.pIdx, src}, Loc{at.f.dIdx, dst}, n) // from registers: reading the pair back stalls
+	return pairEnd{Loc{at.f.pIdx, src}, Loc{at.f.dIdx, dst}, n}
 }

@@ -141,7 +141,15 @@ func TestAttnPairsTally(t *testing.T) {
 				}
 				out := make([]Pair, j.expected)
 				at := placeJob(gpItem{name: j.name}, "full", &j.ps, &j.ds, &j.pr, &j.dr, j.run)
-				attnPairs(out, &at, set, &c)
+				// Tallied without writing (a caller that keeps no pairs), the
+				// job leaves the chain as written, and names the same first
+				// pair (a chain joined after another reads it).
+				counted := c
+				firstCounted := attnPairs(nil, &at, set, &counted)
+				first := attnPairs(out, &at, set, &c)
+				if len(out) > 0 && (first != pairEnd{out[0].Src, out[0].Dst, out[0].Len} || firstCounted != first || counted != c) {
+					t.Errorf("job %s: first pair %+v, %+v uncounted; written %+v; chain %+v, %+v tallied only", j.name, first, firstCounted, out[0], c, counted)
+				}
 				all = append(all, out...)
 				// Each pair where the geometry puts it, whatever the set holds.
 				for k, p := range out {
@@ -273,5 +281,28 @@ func TestChainJoin(t *testing.T) {
 		if joined != all {
 			t.Errorf("cut at %v: joined %+v, want %+v", cuts, joined, all)
 		}
+	}
+}
+
+// TestStateRunTallied: a state job tallied without writing (a caller that
+// keeps no pairs) leaves the chain as written and names the same pair, the
+// one the job's place puts in P's and D's blocks.
+func TestStateRunTallied(t *testing.T) {
+	ps := Segment{Name: SegSSM, Region: 0, Offset: 1024, Lo: 4, Hi: 12, IndexBytes: 96}
+	ds := Segment{Name: SegSSM, Region: 0, Offset: 512, Lo: 8, Hi: 12, IndexBytes: 96}
+	pr := Region{Index: 1, BlockLen: 8192, NumBlocks: 8}
+	dr := Region{Index: 2, BlockLen: 4096, NumBlocks: 8}
+	at := placeJob(gpItem{name: "mamba", pg: 1, dg: 2}, "mamba", &ps, &ds, &pr, &dr, indexRun{Rank: 0, Lo: 8, Hi: 12})
+	var written, counted chain
+	var q Pair
+	first := stateRun(&q, &at, 3, 5, &written)
+	firstCounted := stateRun(nil, &at, 3, 5, &counted)
+	want := Pair{Src: Loc{1, 3*8192 + 1024 + 4*96}, Dst: Loc{2, 5*4096 + 512}, Len: 4 * 96, SrcID: -1, DstID: -1,
+		Layer: "mamba", Seg: SegSSM, Lo: 8, Hi: 12, PGroup: 1, DGroup: 2}
+	if q != want {
+		t.Errorf("pair %+v, want %+v", q, want)
+	}
+	if first != (pairEnd{want.Src, want.Dst, want.Len}) || firstCounted != first || counted != written || written.descs != 1 || written.bytes != want.Len {
+		t.Errorf("first %+v, %+v tallied only; chain %+v, %+v tallied only", first, firstCounted, written, counted)
 	}
 }
