@@ -36,16 +36,8 @@ import (
 // filed. The generator writes a long transfer's rank pairs on as many
 // workers as GOMAXPROCS allows; -cpu 1 measures one.
 func BenchmarkPairs(b *testing.B) {
-	m := seedModel(b)
-	pe := plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
-	de := pe
-	de.TensorParallelSize = 4
-	c, _ := ParseConnector("nixl")
 	for _, choice := range []PlanChoice{IndependentPlans, InvariantPlans} {
-		r, err := Prepare(Setup{Model: m, P: pe, D: de, Connector: c, Plans: choice})
-		if err != nil {
-			b.Fatal(err)
-		}
+		r := benchDeployment(b, choice)
 		req := Request{PromptTokens: 262144}
 		first, err := r.Compute(req, true)
 		if err != nil || first.Rejection != nil {
@@ -134,6 +126,22 @@ func BenchmarkPairs(b *testing.B) {
 	}
 }
 
+// benchDeployment prepares the benchmarks' deployment: Qwen3.6-35B-A3B +
+// DFlash (7 speculative tokens, 262,144-token context) from P TP2 to D
+// TP4 over NIXL, with the plans choice names.
+func benchDeployment(b *testing.B, choice PlanChoice) *PD {
+	m := seedModel(b)
+	pe := plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
+	de := pe
+	de.TensorParallelSize = 4
+	c, _ := ParseConnector("nixl")
+	r, err := Prepare(Setup{Model: m, P: pe, D: de, Connector: c, Plans: choice})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
 // filedRuns is how many runs of a side the as-filed mode times at once.
 const filedRuns = 8
 
@@ -160,16 +168,8 @@ func median(xs []float64) float64 {
 // the per-request work (608 jobs of layer segments and rank pairs, 480 of
 // them state segments of one pair each) outweighs the writing.
 func BenchmarkRequests(b *testing.B) {
-	m := seedModel(b)
-	pe := plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}
-	de := pe
-	de.TensorParallelSize = 4
-	c, _ := ParseConnector("nixl")
 	for _, choice := range []PlanChoice{IndependentPlans, InvariantPlans} {
-		r, err := Prepare(Setup{Model: m, P: pe, D: de, Connector: c, Plans: choice})
-		if err != nil {
-			b.Fatal(err)
-		}
+		r := benchDeployment(b, choice)
 		for _, tokens := range []int{2048, 262144} {
 			req := Request{PromptTokens: tokens}
 			for _, keep := range []bool{true, false} {
