@@ -284,7 +284,8 @@ func TestPreparedSharesRegistrations(t *testing.T) {
 
 // TestWorkersWriteWhatOneWrites: a long transfer's rank pairs written by
 // several workers (one per core, up to one per rank pair) are the pairs,
-// totals and group pairs one worker writes, kept or not, pull and push.
+// totals and group pairs one worker writes, pull and push; pairs only
+// tallied (one worker at any GOMAXPROCS) come to the same totals.
 func TestWorkersWriteWhatOneWrites(t *testing.T) {
 	seed := seedModel(t)
 	gpt := modeltest.Load(t, "openai__gpt-oss-20b")

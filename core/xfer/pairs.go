@@ -140,9 +140,11 @@ func newPairing(pRegs, dRegs []*Registration, withJobs bool) (*pairing, error) {
 	}
 	p.jobs = make([]gpJob, 0, segs*dTP*max(1, pTP/dTP))
 	var err error
-	p.order, err = p.eachRun(pTP, dTP, func(j, i, si int, _ *Segment, run indexRun) {
+	if p.order, err = p.eachRun(pTP, dTP, func(j, i, si int, _ *Segment, run indexRun) {
 		p.jobs = append(p.jobs, gpJob{d: j, item: i, seg: si, run: run})
-	})
+	}); err != nil {
+		return nil, err
+	}
 	for ji := range p.jobs {
 		jb := &p.jobs[ji]
 		pl, dl := p.pLayers[jb.run.Rank*nItems+jb.item], p.dLayers[jb.d*nItems+jb.item]
@@ -154,7 +156,7 @@ func newPairing(pRegs, dRegs []*Registration, withJobs bool) (*pairing, error) {
 		k := p.jobs[ji].run.Rank*dTP + p.jobs[ji].d
 		p.jobsOf[k] = append(p.jobsOf[k], int32(ji))
 	}
-	return p, err
+	return p, nil
 }
 
 // eachRun calls fn with every D rank's layer segment's runs of the P ranks
@@ -362,9 +364,10 @@ func (t *Transfer) groupPairs(opt Options, pr *pairing, pKept, dNeed []Span) err
 	}
 	// Pass 2, on as many workers as a transfer this long is worth: the
 	// helpers start now, while this one lists the token runs and makes
-	// the slices.
+	// the slices. Pairs only tallied, not written, take one: a few µs a
+	// thousand pairs, less than a helper's start.
 	workers := 1
-	if total >= parallelPairs {
+	if opt.KeepPairs && total >= parallelPairs {
 		// No more than there are tasks of writing, on a host of many cores.
 		workers = min(runtime.GOMAXPROCS(0), total/taskPairs)
 	}
