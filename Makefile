@@ -15,7 +15,7 @@ AGENT    := bin/kvscope-agent
 # go-nvml's cgo preamble trips a deprecation warning in newer C compilers.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: run build wasm assets test check unit fuzz bench bench-nixl soak sweep site clean nixl test-nixl
+.PHONY: run build wasm assets test check unit fuzz bench bench-nixl soak sweep site clean nixl test-nixl corpus
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8080
@@ -121,6 +121,13 @@ bench-nixl:
 # subscribers; prints the figures README quotes.
 soak: build
 	KVSCOPE_SOAK=1 KVSCOPE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^TestSoak$$' -v ./server | grep -E '^soak:|^--- |^(ok|FAIL)'
+
+# Every command line of server/testdata/corpus.txt through an earlier build
+# (BASE=path/to/old/kvscope) and this one: the outputs must match byte for
+# byte (a refactor's guard; server/corpus_test.go).
+corpus: build
+	@test -n "$(BASE)" || { echo "give BASE=path/to/an/earlier/kvscope"; exit 2; }
+	KVSCOPE_BASELINE=$(abspath $(BASE)) KVSCOPE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^TestCorpus$$' ./server
 
 # The full oracle sweep (about a minute on 2 cores); make test runs the quick one.
 sweep: build
