@@ -7,10 +7,11 @@ import (
 	"io"
 	"log"
 	"os"
-	"time"
 
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live"
+	"github.com/kvscope/kvscope/server/live/eventlog"
 )
 
 // runReplay serves the app with no agent and plays a recording into the
@@ -40,16 +41,16 @@ func runReplay(args []string, stdout io.Writer) error {
 	source := ""
 	if *natsURL != "" {
 		auth.Password = os.Getenv("KVSCOPE_NATS_PASSWORD")
-		b, err := openBus(context.Background(), busOptions{URLs: *natsURL, Auth: auth, ReadOnly: true})
+		b, err := eventlog.Open(context.Background(), eventlog.Options{URLs: *natsURL, Auth: auth, ReadOnly: true})
 		if err != nil {
 			return err
 		}
-		events, err = b.readEvents(context.Background(), *from, *through, maxReplayEvents)
-		b.close()
+		events, err = b.ReadEvents(context.Background(), *from, *through, maxReplayEvents)
+		b.Close()
 		if err != nil {
-			return fmt.Errorf("--nats %s, stream messages %d-%d: %w", redact(*natsURL), *from, *through, err)
+			return fmt.Errorf("--nats %s, stream messages %d-%d: %w", eventlog.Redact(*natsURL), *from, *through, err)
 		}
-		source = fmt.Sprintf("stream %s on %s from message %d", streamName, redact(*natsURL), *from)
+		source = fmt.Sprintf("stream %s on %s from message %d", eventlog.StreamName, eventlog.Redact(*natsURL), *from)
 	} else {
 		f, err := os.Open(files[0])
 		if err != nil {
@@ -75,7 +76,7 @@ func runReplay(args []string, stdout io.Writer) error {
 	return srv.listenAndServe(o, func(ctx context.Context, _ string) {
 		o.Logf("replaying %d events from %s at %gx", len(events), source, *speed)
 		go func() {
-			replay(ctx, srv.hub, events, *speed)
+			live.Replay(ctx, srv.hub, events, *speed)
 			o.Logf("replay done; still serving")
 		}()
 	})
@@ -83,25 +84,3 @@ func runReplay(args []string, stdout io.Writer) error {
 
 // maxReplayEvents bounds what replay reads from the event log.
 const maxReplayEvents = 5_000_000
-
-// replay publishes events in frames of at most 50 ms of recorded time,
-// waiting between frames as recorded (divided by speed; at most 2 s).
-func replay(ctx context.Context, h *hub, events []event.Event, speed float64) {
-	const window = int64(50 * time.Millisecond)
-	for i := 0; i < len(events); {
-		j := i + 1
-		for j < len(events) && j-i < event.MaxFrameEvents && events[j].TS-events[i].TS < window && events[j].TS >= events[i].TS {
-			j++
-		}
-		h.publish(events[i:j])
-		if j < len(events) && speed > 0 {
-			gap := time.Duration(float64(events[j].TS-events[i].TS) / speed)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(min(max(gap, 0), 2*time.Second)):
-			}
-		}
-		i = j
-	}
-}

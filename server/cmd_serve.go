@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -29,6 +28,8 @@ import (
 	"github.com/kvscope/kvscope/agent/scenario"
 	kvapp "github.com/kvscope/kvscope/app"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/server/live"
+	"github.com/kvscope/kvscope/server/live/eventlog"
 	"github.com/kvscope/kvscope/static"
 	"github.com/kvscope/kvscope/web"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
@@ -47,9 +48,9 @@ type serveOptions struct {
 	Record       string   // --record: a JSONL file of every event
 	// Bus is the JetStream event log (nil: the hub keeps events in memory
 	// only, as replay and the tests run it).
-	Bus *bus
+	Bus *eventlog.Log
 	// Replay is how many stored frames a replica reads back at start for
-	// its browsers' history (0: followReplay).
+	// its browsers' history (0: live.DefaultReplay).
 	Replay uint64
 	Logf   func(format string, args ...any)
 }
@@ -99,16 +100,16 @@ func runServe(args []string, stdout io.Writer) error {
 	bo.Logf, bo.Token = o.Logf, o.Token
 	// Without its event log the server still serves what it can: the app,
 	// the API and a live view kept in memory (what it says at start).
-	switch b, err := openBus(context.Background(), bo); {
+	switch b, err := eventlog.Open(context.Background(), bo); {
 	case err != nil:
 		o.Logf("event log unavailable: %v; serving without it: live events stay in this process's memory only (none survive a restart, other replicas do not see them)", err)
-	case b.srv != nil:
-		defer b.close()
-		o.Logf("event log: embedded NATS JetStream on %s, data in %s (agents may publish there with kvscope-agent --nats)", b.url, bo.DataDir)
+	case b.Embedded():
+		defer b.Close()
+		o.Logf("event log: embedded NATS JetStream on %s, data in %s (agents may publish there with kvscope-agent --nats)", b.URL(), bo.DataDir)
 		o.Bus = b
 	default:
-		defer b.close()
-		o.Logf("event log: JetStream stream %s on %s", streamName, redact(b.url))
+		defer b.Close()
+		o.Logf("event log: JetStream stream %s on %s", eventlog.StreamName, eventlog.Redact(b.URL()))
 		o.Bus = b
 	}
 	srv := newServer(catalog(), o, rec)
@@ -141,7 +142,7 @@ func (srv *server) listenAndServe(o serveOptions, started func(ctx context.Conte
 		return err
 	case <-ctx.Done():
 	}
-	srv.hub.close()
+	srv.hub.Close()
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return hs.Shutdown(shut)
@@ -208,7 +209,7 @@ func newHTTPServer(h http.Handler) *http.Server {
 type server struct {
 	handler  http.Handler // the routes behind the access rules
 	api      *apiServer
-	hub      *hub
+	hub      *live.Hub
 	metrics  *metrics.Registry
 	embedded *embeddedAgent // nil with --agent none
 }
@@ -218,12 +219,7 @@ type server struct {
 func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	kvapp.Register(cat)
 	reg := metrics.New()
-	h := newHub(reg, record, o.Logf)
-	if o.Bus != nil {
-		h.bus = o.Bus
-		reg.Register(busCollector{o.Bus})
-		go h.follow(cmp.Or(o.Replay, followReplay))
-	}
+	h := live.New(live.Options{Metrics: reg, Log: o.Bus, Replay: o.Replay, Record: record, Logf: o.Logf})
 	mux := http.NewServeMux()
 	lim := o.Limits
 	if lim == (limits{}) {
@@ -241,9 +237,9 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 		emb = &embeddedAgent{}
 	}
 	mux.Handle("/api/live/run", liveRunHandler(emb, cat, lim.MaxPairs))
-	mux.Handle("/ws/agent", h.agentHandler(o.Token))
-	mux.Handle("/ws/live", h.liveHandler())
-	mux.Handle("/metrics", h.metricsHandler())
+	mux.Handle("/ws/agent", h.AgentHandler(o.Token))
+	mux.Handle("/ws/live", h.LiveHandler())
+	mux.Handle("/metrics", reg.Handler())
 	mux.Handle("/", appHandler())
 	uiToken := ""
 	if o.RequireToken {

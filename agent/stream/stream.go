@@ -49,12 +49,9 @@ type Streamer struct {
 	once    sync.Once
 	// state is the agent's hello and its latest handshakes and
 	// registrations: sent again when a server has lost them (restarted).
-	state       []event.Event
+	state       event.State
 	sessionAcks int
 }
-
-// maxState bounds the state events kept.
-const maxState = 64
 
 func (s *Streamer) init() {
 	s.once.Do(func() {
@@ -104,14 +101,9 @@ func (s *Streamer) enqueue(e event.Event) {
 		s.dropped++
 	}
 	s.queue = append(s.queue, e)
-	switch e.Kind {
-	case event.Hello:
-		s.state = []event.Event{e}
-	case event.Handshake, event.Registration:
-		if len(s.state) >= maxState {
-			s.state = append(s.state[:1], s.state[2:]...)
-		}
-		s.state = append(s.state, e)
+	if event.IsState(e.Kind) {
+		raw, _ := event.Encode(e) // its size, for the state's bound (the server's)
+		s.state.Keep(e, raw)
 	}
 }
 
@@ -343,34 +335,43 @@ func (s *Streamer) session(ctx context.Context) error {
 	}
 }
 
-// frame encodes as many of the batch's events as fit the server's frame
-// limit, shortening the batch to them. An event too large to send alone
-// is removed from the queue and counted as dropped; frame is then nil.
+// frame encodes as many of the batch's events as one frame takes
+// (event.Packer's limits, the server's), shortening the batch to them. An
+// event too large for any frame is removed from the queue and counted as
+// dropped; frame is then nil.
 func (s *Streamer) frame(batch *[]event.Event) ([]byte, error) {
-	for {
-		frame, err := event.EncodeFrame(*batch)
-		if err != nil || len(frame) <= event.MaxFrameBytes {
-			return frame, err
+	var p event.Packer
+	for i, e := range *batch {
+		raw, err := event.Encode(e)
+		if err != nil {
+			return nil, err
 		}
-		if len(*batch) > 1 {
-			*batch = (*batch)[:len(*batch)/2]
-			continue
-		}
-		seq := (*batch)[0].Seq
-		s.mu.Lock()
-		for i, e := range s.queue {
-			if e.Seq == seq {
-				s.queue = append(s.queue[:i], s.queue[i+1:]...)
-				s.dropped++
+		if len(raw) > event.MaxEventBytes {
+			if i > 0 { // it goes, alone, after the events before it
 				break
 			}
+			s.mu.Lock()
+			for j, q := range s.queue {
+				if q.Seq == e.Seq {
+					s.queue = append(s.queue[:j], s.queue[j+1:]...)
+					s.dropped++
+					break
+				}
+			}
+			s.mu.Unlock()
+			if s.Logf != nil {
+				s.Logf("stream: event %d is larger than a frame (%d bytes); dropped", e.Seq, len(raw)+2)
+			}
+			return nil, nil
 		}
-		s.mu.Unlock()
-		if s.Logf != nil {
-			s.Logf("stream: event %d is larger than a frame (%d bytes); dropped", seq, len(frame))
+		if !p.Fits(len(raw), 1) {
+			break
 		}
-		return nil, nil
+		p.Add(raw, 1)
 	}
+	frame, n := p.Frame()
+	*batch = (*batch)[:n]
+	return frame, nil
 }
 
 // pending returns up to MaxBatch queued events after seq.
@@ -405,8 +406,8 @@ func (s *Streamer) readAcks(ctx context.Context, conn *websocket.Conn) error {
 		if a.Ack < s.acked {
 			// The server has lost events it once stored (it restarted):
 			// send who this agent is again, under new sequence numbers.
-			state := append([]event.Event(nil), s.state...)
-			for _, e := range state {
+			for _, st := range s.state.List() { // enqueue keeps a new list: this one stays
+				e := st.Event
 				s.seq++
 				e.Seq = s.seq
 				s.enqueue(e)

@@ -15,7 +15,8 @@ import (
 )
 
 // TestFrameFitsTheServerLimit: a batch too large for one frame is cut to
-// what fits, and an event too large for any frame is dropped and counted
+// what fits (three events of 300 KiB in a 1 MiB frame, a fourth would
+// pass it), and an event too large for any frame is dropped and counted
 // instead of being resent forever.
 func TestFrameFitsTheServerLimit(t *testing.T) {
 	s := &Streamer{Agent: "a"}
@@ -26,8 +27,11 @@ func TestFrameFitsTheServerLimit(t *testing.T) {
 	s.Publish(event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_BACKEND", Message: strings.Repeat("y", 2<<20)}})
 	batch := s.pending(0)
 	frame, err := s.frame(&batch)
-	if err != nil || frame == nil || len(frame) > event.MaxFrameBytes || len(batch) != 2 {
-		t.Fatalf("frame of %d bytes with %d events (%v); want at most %d bytes, 2 events", len(frame), len(batch), err, event.MaxFrameBytes)
+	if err != nil || frame == nil || len(frame) > event.MaxFrameBytes || len(batch) != 3 {
+		t.Fatalf("frame of %d bytes with %d events (%v); want at most %d bytes, 3 events", len(frame), len(batch), err, event.MaxFrameBytes)
+	}
+	if next, _ := event.Encode(s.pending(3)[0]); len(frame)+1+len(next) <= event.MaxFrameBytes {
+		t.Fatalf("a frame of %d bytes left out an event of %d that fits", len(frame), len(next))
 	}
 	huge := s.pending(8)
 	if frame, err := s.frame(&huge); frame != nil || err != nil || s.Dropped() != 1 {

@@ -266,6 +266,18 @@ func CheckAgentName(name string) error {
 	return nil
 }
 
+// CheckAgent refuses a frame that carries another agent's events than
+// name's (a connection, or a stored message, is one agent's), naming the
+// first such event.
+func CheckAgent(events []Event, name string) error {
+	for i, e := range events {
+		if e.Agent != name {
+			return &FrameError{Index: i, Field: "agent", Reason: fmt.Sprintf("%q on the connection of agent %q", e.Agent, name)}
+		}
+	}
+	return nil
+}
+
 // EncodeFrame writes events as one frame: a JSON array.
 func EncodeFrame(events []Event) ([]byte, error) {
 	parts := make([][]byte, len(events))

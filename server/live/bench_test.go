@@ -1,4 +1,4 @@
-package main
+package live
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func batchEvent() event.Event {
 }
 
 // BenchmarkLiveEvents measures events from an agent's streamer through
-// the server's hub to a /ws/live subscriber over loopback websockets:
+// the hub to a /ws/live subscriber over loopback websockets:
 // events per second when the agent publishes as fast as it can, and the
 // publish-to-receive latency when it publishes 10,000 events a second in
 // bursts of 100. The baseline in the same run is the JSON codec alone

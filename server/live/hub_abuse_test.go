@@ -1,4 +1,4 @@
-package main
+package live
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"sort"
@@ -17,9 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvscope/kvscope/agent/metrics"
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live/eventlog"
+	"github.com/kvscope/kvscope/server/live/livetest"
 )
 
 // bigHello is a hello whose host name is n bytes of '<' (a string field an
@@ -38,25 +38,22 @@ func registration(agent string, seq uint64, rank int) event.Event {
 // gets it back through its follower (kvscope serve's default).
 var abuseHubs = []struct {
 	name  string
-	start func(t *testing.T, record io.Writer) *hub
+	start func(t *testing.T, record io.Writer) *Hub
 }{
-	{"memory", func(t *testing.T, record io.Writer) *hub { return newHub(metrics.New(), record, nil) }},
-	{"nats", func(t *testing.T, record io.Writer) *hub {
-		b, err := openBus(context.Background(), busOptions{DataDir: t.TempDir()})
+	{"memory", func(t *testing.T, record io.Writer) *Hub {
+		h := New(Options{Record: record})
+		t.Cleanup(h.Close)
+		return h
+	}},
+	{"nats", func(t *testing.T, record io.Writer) *Hub {
+		b, err := eventlog.Open(context.Background(), eventlog.Options{DataDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := newHub(metrics.New(), record, nil)
-		h.bus = b
-		followed := make(chan struct{})
-		go func() {
-			defer close(followed)
-			h.follow(followReplay)
-		}()
+		h := New(Options{Log: b, Record: record}) // follows the log until Close
 		t.Cleanup(func() {
-			h.stop()
-			<-followed
-			b.close()
+			h.Close()
+			b.Close()
 		})
 		return h
 	}},
@@ -66,7 +63,7 @@ var abuseHubs = []struct {
 // until the hub has them (on NATS: back from the log), so subscribers have
 // been offered them. It returns how long the store took: what the agent's
 // acknowledgement waits for.
-func send(t *testing.T, h *hub, events ...event.Event) time.Duration {
+func send(t *testing.T, h *Hub, events ...event.Event) time.Duration {
 	t.Helper()
 	frame, err := event.EncodeFrame(events)
 	if err != nil {
@@ -80,7 +77,10 @@ func send(t *testing.T, h *hub, events ...event.Event) time.Duration {
 	took := time.Since(start)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Microsecond) {
 		h.mu.Lock()
-		got := h.lastSeq[last.Agent]
+		var got uint64
+		if a := h.agents[last.Agent]; a != nil {
+			got = a.lastSeq
+		}
 		h.mu.Unlock()
 		if got >= last.Seq {
 			return took
@@ -106,7 +106,7 @@ func TestHubBoundsItsMemory(t *testing.T) {
 			h.mu.Unlock()
 			total := 0
 			for _, st := range recent {
-				total += len(st.raw)
+				total += len(st.Raw)
 			}
 			if total != counted || total > 8<<20 || len(recent) == 0 {
 				t.Fatalf("the replay buffer holds %d bytes in %d events (counted %d), want at most 8 MiB", total, len(recent), counted)
@@ -119,14 +119,14 @@ func TestHubBoundsItsMemory(t *testing.T) {
 				send(t, h, e)
 			}
 			h.mu.Lock()
-			st := h.state["s"]
+			st := h.agents["s"].state.List()
 			h.mu.Unlock()
 			size := 0
 			for _, x := range st {
-				size += len(x.raw)
+				size += len(x.Raw)
 			}
-			if len(st) > maxState || size > maxStateBytes || st[0].e.Kind != event.Hello {
-				t.Fatalf("agent s's state: %d events, %d bytes, first %s; want at most %d events, %d bytes, the hello first", len(st), size, st[0].e.Kind, maxState, maxStateBytes)
+			if len(st) > event.MaxStateEvents || size > event.MaxStateBytes || st[0].Event.Kind != event.Hello {
+				t.Fatalf("agent s's state: %d events, %d bytes, first %s; want at most %d events, %d bytes, the hello first", len(st), size, st[0].Event.Kind, event.MaxStateEvents, event.MaxStateBytes)
 			}
 		})
 	}
@@ -134,7 +134,7 @@ func TestHubBoundsItsMemory(t *testing.T) {
 
 // fillAgents has n agents each send a hello (a host name of hostBytes '<')
 // and regs registrations to h.
-func fillAgents(t *testing.T, h *hub, n, hostBytes, regs int) {
+func fillAgents(t *testing.T, h *Hub, n, hostBytes, regs int) {
 	t.Helper()
 	for a := range n {
 		name := fmt.Sprintf("agent-%03d", a)
@@ -193,6 +193,7 @@ func TestHubFramesAreNotHTMLEscaped(t *testing.T) {
 			if bytes.Contains(frame, []byte(`\u003c`)) || !bytes.Contains(frame, bytes.Repeat([]byte("<"), 1000)) || len(frame) > 1300 {
 				t.Fatalf("a frame of %d bytes for 1,000 '<': escaped", len(frame))
 			}
+			h.Close() // the recording has what waited for it
 			if r := rec.String(); strings.Contains(r, `\u003c`) || !strings.Contains(r, strings.Repeat("<", 1000)) {
 				t.Fatal("the recording escapes '<'")
 			}
@@ -213,9 +214,10 @@ func TestAgentNames(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	srv := httptest.NewServer(newMux(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: "tok", Agent: "none"}))
-	defer srv.Close()
-	req, _ := http.NewRequest("GET", srv.URL+"/ws/agent?agent="+url.QueryEscape("a\nkvscope: forged"), nil)
+	l := startLive(t, "127.0.0.1:0", "tok", nil)
+	defer l.stop()
+	srvURL := "http://" + l.addr
+	req, _ := http.NewRequest("GET", srvURL+"/ws/agent?agent="+url.QueryEscape("a\nkvscope: forged"), nil)
 	req.Header.Set("Authorization", "Bearer tok")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -227,7 +229,7 @@ func TestAgentNames(t *testing.T) {
 	}
 	// An agent's streamer with such a name stops at once with the
 	// server's reason, on one line.
-	st := &stream.Streamer{Agent: "a\nkvscope: forged", URL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws/agent", Token: "tok"}
+	st := &stream.Streamer{Agent: "a\nkvscope: forged", URL: "ws" + strings.TrimPrefix(srvURL, "http") + "/ws/agent", Token: "tok"}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err = st.Run(ctx)
@@ -277,7 +279,7 @@ func TestHubAcksNeverWaitForSubscribers(t *testing.T) {
 			slices.Sort(lat)
 			p99 := lat[len(lat)*99/100]
 			t.Logf("store latency with 200 subscribers churning: p50 %v, p99 %v, max %v", lat[len(lat)/2], p99, lat[len(lat)-1])
-			if p99 > 100*time.Millisecond*time.Duration(slack()) {
+			if p99 > 100*time.Millisecond*time.Duration(livetest.Slack()) {
 				t.Fatalf("store p99 %v with subscribers churning, want under 100 ms", p99)
 			}
 		})
@@ -303,7 +305,7 @@ func TestFleetSummaryIsBounded(t *testing.T) {
 		{"lines that pass the byte bound", 1000, 1000, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHub(metrics.New(), nil, nil)
+			h := New(Options{})
 			for a := range tc.agents {
 				name := fmt.Sprintf("agent-%04d", a)
 				big := strings.Repeat("<", tc.field)
@@ -313,7 +315,7 @@ func TestFleetSummaryIsBounded(t *testing.T) {
 					evs = append(evs, event.Event{V: 1, Agent: name, Seq: 2, TS: 2, Kind: event.TransferDone, Done: &event.DoneData{
 						Request: strings.Repeat("<", 1_000_000), TransferUS: float64(a + 1), Timing: event.Measured, Verified: "exact"}})
 				}
-				h.publish(evs)
+				h.Publish(evs)
 			}
 			msg := h.fleetSummary()
 			var f struct {

@@ -1,4 +1,4 @@
-package main
+package live
 
 import (
 	"bytes"
@@ -40,11 +40,11 @@ type fleetTransfer struct {
 const maxSlowest = 10
 
 // fleetSeen counts an event into its agent's line; h.mu is held.
-func (h *hub) fleetSeen(e event.Event, now time.Time) {
-	f := h.fleet[e.Agent]
+func (h *Hub) fleetSeen(a *agent, e event.Event, now time.Time) {
+	f := a.fleet
 	if f == nil {
 		f = &fleetStat{winStart: now}
-		h.fleet[e.Agent] = f
+		a.fleet = f
 	}
 	if now.Sub(f.winStart) >= time.Second {
 		f.rateEvt, f.rateB = f.winEvents, f.winBytes
@@ -71,7 +71,7 @@ func (h *hub) fleetSeen(e event.Event, now time.Time) {
 }
 
 // slow keeps t if it is among the slowest of the last minute; h.mu is held.
-func (h *hub) slow(t fleetTransfer) {
+func (h *Hub) slow(t fleetTransfer) {
 	keep := h.slowest[:0]
 	for _, x := range h.slowest {
 		if t.at.Sub(x.at) <= time.Minute {
@@ -110,7 +110,7 @@ const (
 // is one byte) and at most event.MaxFrameBytes long. Every subscriber
 // writes it from its own goroutine (one at a time, with the deadline of
 // its other frames), so what it costs each is bounded by those bytes.
-func (h *hub) fleetSummary() []byte {
+func (h *Hub) fleetSummary() []byte {
 	h.fleetMu.Lock()
 	defer h.fleetMu.Unlock()
 	now := time.Now()
@@ -118,8 +118,12 @@ func (h *hub) fleetSummary() []byte {
 		return h.fleetMsg
 	}
 	h.mu.Lock()
-	lines := make([]event.FleetLine, 0, len(h.fleet))
-	for name, f := range h.fleet {
+	lines := make([]event.FleetLine, 0, len(h.agents))
+	for name, a := range h.agents {
+		f := a.fleet
+		if f == nil {
+			continue // no event from it yet
+		}
 		l := event.FleetLine{Agent: name, LastSeenS: now.Sub(f.lastSeen).Seconds(), EventsPS: f.rateEvt, GBps: float64(f.rateB) / 1e9,
 			P99US: f.p99US, Errors: f.errors, Events: f.events}
 		if now.Sub(f.winStart) >= 2*time.Second { // quiet since its last second

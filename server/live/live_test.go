@@ -1,4 +1,4 @@
-package main
+package live
 
 import (
 	"bufio"
@@ -6,10 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,149 +18,10 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/kvscope/kvscope/agent/metrics"
-	"github.com/kvscope/kvscope/agent/runner"
-	"github.com/kvscope/kvscope/agent/scenario"
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live/eventlog"
 )
-
-// liveServer is a kvscope server on a real loopback port.
-type liveServer struct {
-	srv  *server
-	hs   *http.Server
-	addr string
-	done chan struct{}
-}
-
-// startLive listens on addr (retrying while a stopped server's port is
-// released) and serves.
-func startLive(t testing.TB, addr, token string, rec io.Writer) *liveServer {
-	t.Helper()
-	var ln net.Listener
-	var err error
-	for range 100 {
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &liveServer{srv: newServer(catalog(), serveOptions{Addr: ln.Addr().String(), Token: token, Logf: t.Logf}, rec), addr: ln.Addr().String(), done: make(chan struct{})}
-	l.hs = newHTTPServer(l.srv.handler)
-	go func() {
-		defer close(l.done)
-		l.hs.Serve(ln)
-	}()
-	return l
-}
-
-// stop ends every connection, as a stopping server does.
-func (l *liveServer) stop() {
-	l.srv.hub.close()
-	l.hs.Close()
-	<-l.done
-}
-
-// liveSub collects what /ws/live sends, reconnecting when asked.
-type liveSub struct {
-	mu     sync.Mutex
-	events []event.Event
-}
-
-// follow reads /ws/live at addr until ctx ends or the connection drops.
-func (s *liveSub) follow(ctx context.Context, addr string) error {
-	conn, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/live", nil)
-	if err != nil {
-		return err
-	}
-	defer conn.CloseNow()
-	conn.SetReadLimit(8 << 20)
-	for {
-		_, data, err := conn.Read(ctx)
-		if err != nil {
-			return err
-		}
-		if _, ok := event.HistoryCount(data); ok {
-			continue // the header before the history frames
-		}
-		if _, ok := event.ParseFleet(data); ok {
-			continue // the fleet summary, once a second
-		}
-		evs, err := event.DecodeFrame(data)
-		if err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.events = append(s.events, evs...)
-		s.mu.Unlock()
-	}
-}
-
-func (s *liveSub) snapshot() []event.Event {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]event.Event(nil), s.events...)
-}
-
-// waitFor polls until cond holds on the events seen.
-func (s *liveSub) waitFor(t *testing.T, what string, d time.Duration, cond func([]event.Event) bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond(s.snapshot()) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s (%d events seen)", what, len(s.snapshot()))
-}
-
-// seqs are the distinct sequence numbers of one agent, and the highest.
-func seqs(events []event.Event, agent string) (map[uint64]bool, uint64) {
-	seen := map[uint64]bool{}
-	var hi uint64
-	for _, e := range events {
-		if e.Agent == agent {
-			seen[e.Seq] = true
-			hi = max(hi, e.Seq)
-		}
-	}
-	return seen, hi
-}
-
-func countExact(events []event.Event) int {
-	n := 0
-	for _, e := range events {
-		if e.Kind == event.TransferDone && e.Done.Verified == "exact" {
-			n++
-		}
-	}
-	return n
-}
-
-// startAgent runs an agent on the default scenario (faster) streaming to
-// addr; it returns its streamer and a stop function.
-func startAgent(t *testing.T, addr, token string) (*stream.Streamer, func()) {
-	t.Helper()
-	s := scenario.Default()
-	s.Rate = 25
-	st := &stream.Streamer{Agent: "test-agent", URL: "ws://" + addr + "/ws/agent", Token: token, Logf: t.Logf}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		err := runner.Start(ctx, runner.Config{Name: "test-agent", Scenario: s, Catalog: catalog(), Streamer: st, HostLimit: 512 << 20, Logf: t.Logf})
-		if err != nil && ctx.Err() == nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
-	return st, func() {
-		cancel()
-		<-done
-	}
-}
 
 // TestLivePipeline is the live path end to end over real websockets: an
 // agent streams verified transfers through the hub to a subscriber; the
@@ -227,10 +86,14 @@ func TestLivePipeline(t *testing.T) {
 	// The restarted server lost the agent's hello with its memory; the
 	// agent, told so by the welcome, sent it again.
 	sub.waitFor(t, "the agent to introduce itself to the restarted server", 10*time.Second, func([]event.Event) bool {
-		b.srv.hub.mu.Lock()
-		defer b.srv.hub.mu.Unlock()
-		st := b.srv.hub.state["test-agent"]
-		return len(st) > 0 && st[0].e.Kind == event.Hello && st[0].e.Seq > before
+		b.hub.mu.Lock()
+		defer b.hub.mu.Unlock()
+		a := b.hub.agents["test-agent"]
+		if a == nil {
+			return false
+		}
+		st := a.state.List()
+		return len(st) > 0 && st[0].Event.Kind == event.Hello && st[0].Event.Seq > before
 	})
 	stopAgent()
 	cancel()
@@ -258,7 +121,9 @@ func TestLivePipeline(t *testing.T) {
 		t.Fatalf("%d verified transfers, want at least 5", n)
 	}
 
-	// The recording of both servers holds the same contiguous sequence.
+	// The recording of both servers holds the same contiguous sequence
+	// (once the second has written what waits for the file).
+	b.stop()
 	rec.Sync()
 	data, err := os.ReadFile(recPath)
 	if err != nil {
@@ -432,7 +297,7 @@ func TestLiveChecksOrigin(t *testing.T) {
 	if websocket.CloseStatus(err) != websocket.StatusPolicyViolation && !errors.Is(err, io.EOF) {
 		t.Logf("writing to /ws/live: %v", err)
 	}
-	if n := len(l.srv.hub.recent.events()); n != 0 {
+	if n := len(l.hub.recent.events()); n != 0 {
 		t.Fatalf("a subscriber's message reached the hub (%d events)", n)
 	}
 }
@@ -441,7 +306,7 @@ func TestLiveChecksOrigin(t *testing.T) {
 // frames (counted); publishing never blocks and a reading subscriber gets
 // every frame.
 func TestHubSlowSubscriber(t *testing.T) {
-	h := newHub(metrics.New(), nil, nil)
+	h := New(Options{})
 	slow, _ := h.subscribe()
 	fast, _ := h.subscribe()
 	got := make(chan int)
@@ -457,7 +322,7 @@ func TestHubSlowSubscriber(t *testing.T) {
 	}()
 	start := time.Now()
 	for i := 1; i <= 3000; i++ {
-		h.publish([]event.Event{{V: 1, Agent: "a", Seq: uint64(i), Kind: event.Sample, Sample: &event.SampleData{}}})
+		h.Publish([]event.Event{{V: 1, Agent: "a", Seq: uint64(i), Kind: event.Sample, Sample: &event.SampleData{}}})
 		for len(fast.frames) > h.subQueue/2 {
 			time.Sleep(100 * time.Microsecond) // the reading subscriber keeps up
 		}
@@ -480,7 +345,7 @@ func TestHubSlowSubscriber(t *testing.T) {
 		t.Fatalf("the slow subscriber dropped %d frames, want %d (3000 minus its queue of %d)", dropped, 3000-h.subQueue, h.subQueue)
 	}
 	// Resent events (an agent reconnecting) are stored once.
-	if last := h.publish([]event.Event{{V: 1, Agent: "a", Seq: 999, Kind: event.Sample, Sample: &event.SampleData{}}}); last != 3000 {
+	if last := h.Publish([]event.Event{{V: 1, Agent: "a", Seq: 999, Kind: event.Sample, Sample: &event.SampleData{}}}); last != 3000 {
 		t.Fatalf("a resent event moved the acknowledgement to %d", last)
 	}
 }
@@ -491,8 +356,8 @@ func TestHubSlowSubscriber(t *testing.T) {
 // reading subscriber gets every frame.
 func TestHubSlowSubscriberOnTheLog(t *testing.T) {
 	reg := metrics.New()
-	h := newHub(reg, nil, nil)
-	h.bus = &bus{} // offer's behaviour with a log; nothing here reads it
+	h := New(Options{Metrics: reg})
+	h.log = &eventlog.Log{} // offer's behaviour with a log; nothing here reads it
 	slow, _ := h.subscribe()
 	fast, _ := h.subscribe()
 	const frames = 3000
@@ -508,7 +373,7 @@ func TestHubSlowSubscriberOnTheLog(t *testing.T) {
 	}()
 	start := time.Now()
 	for i := 1; i <= frames; i++ {
-		h.publish([]event.Event{{V: 1, Agent: "a", Seq: uint64(i), Kind: event.Sample, Sample: &event.SampleData{}}})
+		h.Publish([]event.Event{{V: 1, Agent: "a", Seq: uint64(i), Kind: event.Sample, Sample: &event.SampleData{}}})
 		for len(fast.frames) > h.subQueue/2 {
 			time.Sleep(100 * time.Microsecond)
 		}
@@ -553,9 +418,9 @@ func TestReplay(t *testing.T) {
 		ts += int64(time.Millisecond)
 		events = append(events, event.Event{V: 1, Agent: "rec", Seq: uint64(i), TS: ts, Kind: event.Sample, Sample: &event.SampleData{Requests: i}})
 	}
-	h := newHub(metrics.New(), nil, nil)
+	h := New(Options{})
 	s, _ := h.subscribe()
-	replay(context.Background(), h, events, 0)
+	Replay(context.Background(), h, events, 0)
 	var sizes []int
 	var seq uint64
 	for len(s.frames) > 0 {
@@ -576,66 +441,18 @@ func TestReplay(t *testing.T) {
 	}
 }
 
-func TestReplayCommandErrors(t *testing.T) {
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad.jsonl")
-	os.WriteFile(bad, []byte(`{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{}}`+"\n"+`{"v":1,"agent":"a","seq":2,"kind":"sample"}`+"\n"), 0o644)
-	for _, c := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{[]string{"replay"}, 2, "give one recording"},
-		{[]string{"replay", "--speed", "-1", bad}, 2, "--speed -1"},
-		{[]string{"replay", filepath.Join(dir, "missing.jsonl")}, 1, "no such file"},
-		{[]string{"replay", bad}, 1, "line 2: event: event 0: kind: kind sample without its payload"},
-	} {
-		var out, errb bytes.Buffer
-		if code := run(c.args, &out, &errb); code != c.code || !strings.Contains(errb.String(), c.want) {
-			t.Errorf("kvscope %v: exit %d, stderr %q; want %d and %q", c.args, code, errb.String(), c.code, c.want)
-		}
-	}
-}
-
-func TestParseWithArgs(t *testing.T) {
-	for _, c := range []struct {
-		args  []string
-		files string
-		speed float64
-		err   string
-	}{
-		{[]string{"a.jsonl"}, "[a.jsonl]", 1, ""},
-		{[]string{"--speed", "3", "a.jsonl"}, "[a.jsonl]", 3, ""},
-		{[]string{"a.jsonl", "--speed", "2", "b"}, "[a.jsonl b]", 2, ""},
-		{[]string{"--speed", "x", "a.jsonl"}, "", 0, "invalid value"},
-	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		speed := fs.Float64("speed", 1, "")
-		files, err := parseWithArgs(fs, c.args)
-		if c.err != "" {
-			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("%v: err %v, want %q", c.args, err, c.err)
-			}
-			continue
-		}
-		if err != nil || fmt.Sprint(files) != c.files || *speed != c.speed {
-			t.Errorf("%v: files %v speed %v err %v", c.args, files, *speed, err)
-		}
-	}
-}
-
 // TestHubHistory: a browser that subscribes long after an agent started
 // still gets its hello and registrations first, then the recent events,
 // in one frame a browser accepts; an agent restarting under the same name
 // starts a new sequence instead of being dropped as a repeat.
 func TestHubHistory(t *testing.T) {
-	h := newHub(metrics.New(), nil, nil)
+	h := New(Options{})
 	seq, ts := uint64(0), int64(0)
 	pub := func(e event.Event) uint64 {
 		seq++
 		ts++
 		e.V, e.Agent, e.Seq, e.TS = 1, "a", seq, ts
-		return h.publish([]event.Event{e})
+		return h.Publish([]event.Event{e})
 	}
 	pub(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: "h", NoGPU: "no NVIDIA driver"}})
 	for r := range 3 {
@@ -664,7 +481,7 @@ func TestHubHistory(t *testing.T) {
 	}
 	// The agent resends its first events (an acknowledgement was lost):
 	// they are repeats, not a restart.
-	if ack := h.publish(evs[:1]); ack != seq {
+	if ack := h.Publish(evs[:1]); ack != seq {
 		t.Fatalf("a resent hello moved the acknowledgement to %d, want %d", ack, seq)
 	}
 	// The agent restarts: its new hello at seq 1 is stored, and so is
@@ -677,30 +494,120 @@ func TestHubHistory(t *testing.T) {
 		t.Fatalf("after the restart: ack %d, want 2", ack)
 	}
 	h.mu.Lock()
-	st := h.state["a"]
+	st := h.agents["a"].state.List()
 	h.mu.Unlock()
-	if len(st) != 1 || st[0].e.Hello == nil || st[0].e.Hello.Host != "h2" {
+	if len(st) != 1 || st[0].Event.Hello == nil || st[0].Event.Hello.Host != "h2" {
 		t.Fatalf("state after the restart: %+v, want only the new hello", st)
 	}
 }
 
 // TestHubForgetsIdleAgents: an agent with no connection for an hour is
 // forgotten, so a long-running server's memory stays bounded; one still
-// connected is kept however long it is quiet.
+// connected is kept however long it is quiet, and so is one never
+// connected here (known from the event log only).
 func TestHubForgetsIdleAgents(t *testing.T) {
-	h := newHub(metrics.New(), nil, nil)
-	for _, name := range []string{"gone", "quiet"} {
-		h.publish([]event.Event{{V: 1, Agent: name, Seq: 1, TS: 1, Kind: event.Hello, Hello: &event.HelloData{}}})
-		h.seen[name] = time.Now().Add(-2 * forgetAfter)
+	h := New(Options{})
+	for _, name := range []string{"gone", "quiet", "elsewhere"} {
+		h.Publish([]event.Event{{V: 1, Agent: name, Seq: 1, TS: 1, Kind: event.Hello, Hello: &event.HelloData{}}})
+		if name != "elsewhere" {
+			h.agents[name].seen = time.Now().Add(-2 * forgetAfter)
+		}
 	}
-	h.conns["quiet"] = nil // connected
+	h.agents["quiet"].conn = &websocket.Conn{} // connected
 	h.mu.Lock()
 	h.prune(time.Now())
 	h.mu.Unlock()
-	if _, ok := h.lastSeq["gone"]; ok || h.state["gone"] != nil {
+	if h.agents["gone"] != nil {
 		t.Error("an agent gone for two hours is still remembered")
 	}
-	if h.lastSeq["quiet"] != 1 || len(h.state["quiet"]) != 1 {
+	if a := h.agents["quiet"]; a == nil || a.lastSeq != 1 || a.state.Len() != 1 {
 		t.Error("a connected agent was forgotten")
+	}
+	if a := h.agents["elsewhere"]; a == nil || a.lastSeq != 1 {
+		t.Error("an agent never connected here was forgotten")
+	}
+}
+
+// TestHubPruneForgetsAllOfAnAgent: over a real loopback websocket, an
+// agent that said who it is, transferred and left is, an hour later,
+// forgotten whole when another agent connects: its sequence, state,
+// stored position and fleet line go in one step, and when it comes back
+// it is welcomed with {"ack":0}, so it sends who it is again.
+func TestHubPruneForgetsAllOfAnAgent(t *testing.T) {
+	const token = "tok"
+	l := startLive(t, "127.0.0.1:0", token, nil)
+	defer l.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dial := func(name string) *websocket.Conn {
+		conn, _, err := websocket.Dial(ctx, "ws://"+l.addr+"/ws/agent?agent="+name, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	read := func(conn *websocket.Conn) string {
+		_, msg, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(msg)
+	}
+	gone := dial("gone")
+	if w := read(gone); w != `{"ack":0}` {
+		t.Fatalf("welcome %s", w)
+	}
+	frame, _ := event.EncodeFrame([]event.Event{
+		{V: 1, Agent: "gone", Seq: 1, TS: 1, Kind: event.Hello, Hello: &event.HelloData{Host: "h"}},
+		registration("gone", 2, 0),
+		{V: 1, Agent: "gone", Seq: 3, TS: 3, Kind: event.TransferDone, Done: &event.DoneData{Request: "r", TransferUS: 5, Timing: event.Measured, Verified: "exact"}},
+	})
+	if err := gone.Write(ctx, websocket.MessageText, frame); err != nil {
+		t.Fatal(err)
+	}
+	if ack := read(gone); ack != `{"ack":3}` {
+		t.Fatalf("ack %s, want 3", ack)
+	}
+	gone.Close(websocket.StatusNormalClosure, "")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		l.hub.mu.Lock()
+		a := l.hub.agents["gone"]
+		left := a.conn == nil
+		if left { // an hour passes; a log had stored it too
+			a.seen, a.storedSeq, a.storedTS = time.Now().Add(-2*forgetAfter), 3, 3
+		}
+		l.hub.mu.Unlock()
+		if left {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent's connection never ended")
+		}
+	}
+	other := dial("other") // connecting prunes
+	defer other.CloseNow()
+	read(other)
+	l.hub.mu.Lock()
+	_, kept := l.hub.agents["gone"]
+	l.hub.mu.Unlock()
+	if kept {
+		t.Fatal("an agent gone for two hours is still remembered")
+	}
+	l.hub.fleetMu.Lock()
+	l.hub.fleetMsg = nil // a fresh summary
+	l.hub.fleetMu.Unlock()
+	f, ok := event.ParseFleet(l.hub.fleetSummary())
+	if !ok {
+		t.Fatal("no fleet summary")
+	}
+	for _, line := range f.Fleet {
+		if line.Agent == "gone" {
+			t.Errorf("the forgotten agent still has a fleet line: %+v", line)
+		}
+	}
+	back := dial("gone")
+	defer back.CloseNow()
+	if w := read(back); w != `{"ack":0}` {
+		t.Fatalf("the forgotten agent coming back is welcomed with %s, want {\"ack\":0}", w)
 	}
 }

@@ -1,10 +1,8 @@
-package main
+package live
 
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"runtime"
 	"sort"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live/livetest"
 )
 
 // countingSub is a benchmark's browser stand-in: it counts the events it
@@ -117,7 +116,7 @@ func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSe
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range agents {
-		st := &stream.Streamer{Agent: fmt.Sprintf("host%03d/agent", i), URL: "ws://" + replicas[i%len(replicas)] + "/ws/agent", Token: fleetToken}
+		st := &stream.Streamer{Agent: fmt.Sprintf("host%03d/agent", i), URL: "ws://" + replicas[i%len(replicas)] + "/ws/agent", Token: livetest.Token}
 		go st.Run(ctx)
 		wg.Add(1)
 		go func() {
@@ -141,7 +140,7 @@ func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSe
 				for st.Pending() > 4096 {
 					time.Sleep(time.Millisecond)
 				}
-				st.Publish(fleetEvent(j))
+				st.Publish(livetest.FleetEvent(j))
 			}
 			fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
 			defer fcancel()
@@ -208,8 +207,8 @@ func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSe
 }
 
 // BenchmarkFleet: 100 agents (each its own connection and name, a mix of
-// descriptor batches, transfers and samples) through kvscope serve to four
-// subscribers: "memory" is one replica with the in-memory hub, the
+// descriptor batches, transfers and samples) through the hub (served as
+// kvscope serve mounts it) to four subscribers: "memory" is one replica with the in-memory hub, the
 // baseline; "jetstream" is two replicas on one NATS JetStream log (file
 // storage), every subscriber receiving every agent's events. Unpaced, the
 // agents publish as fast as the acknowledgements let them (throughput;
@@ -242,18 +241,12 @@ func BenchmarkFleet(b *testing.B) {
 				var during func([]*countingSub)
 				switch strings.Split(mode, "-")[0] {
 				case "memory":
-					srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: fleetToken, Agent: "none"}, nil)
-					ln, err := net.Listen("tcp", "127.0.0.1:0")
-					if err != nil {
-						b.Fatal(err)
-					}
-					hs := &http.Server{Handler: srv.handler}
-					go hs.Serve(ln)
-					defer func() { srv.hub.close(); hs.Close() }()
-					addrs = []string{ln.Addr().String()}
+					l := startServer(b, "127.0.0.1:0", serverOptions{token: livetest.Token})
+					defer l.stop()
+					addrs = []string{l.addr}
 				case "jetstream":
-					n := startNATS(b)
-					r1, r2 := startReplica(b, n.url(), freeAddr(b)), startReplica(b, n.url(), freeAddr(b))
+					n := livetest.StartNATS(b)
+					r1, r2 := startReplica(b, n.URL(), livetest.FreeAddr(b)), startReplica(b, n.URL(), livetest.FreeAddr(b))
 					addrs = []string{r1.addr, r2.addr}
 					if strings.Contains(mode, "-faults") {
 						// While the agents publish: a subscriber goes away for
@@ -266,9 +259,9 @@ func BenchmarkFleet(b *testing.B) {
 							time.Sleep(300 * time.Millisecond)
 							r1.start()
 							time.Sleep(time.Second)
-							n.stop()
+							n.Stop()
 							time.Sleep(300 * time.Millisecond)
-							n.start()
+							n.Start()
 						}
 					}
 				}

@@ -1,0 +1,154 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// AgentHandler is /ws/agent: an agent with the bearer token sends frames
+// of events; each stored frame is acknowledged with the agent's last
+// stored sequence number ({"ack":N}, also sent first, on connecting). A
+// malformed or oversized frame closes that connection only.
+func (h *Hub) AgentHandler(token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			h.reject("token")
+			http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		name := r.URL.Query().Get("agent")
+		if err := event.CheckAgentName(name); err != nil {
+			h.reject("agent_name")
+			http.Error(w, fmt.Sprintf("/ws/agent?agent=NAME: %v", err), http.StatusBadRequest)
+			return
+		}
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer conn.CloseNow()
+		defer h.closeAgentOnStop(conn)()
+		conn.SetReadLimit(event.MaxFrameBytes)
+		ctx := r.Context()
+		var in messageReader
+		welcome := h.connect(ctx, name, conn, r.RemoteAddr)
+		defer h.disconnect(name, conn)
+		if err := h.ack(ctx, conn, welcome); err != nil {
+			return
+		}
+		for {
+			data, err := in.read(ctx, conn)
+			if err != nil {
+				if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
+					h.reject("too_big")
+				}
+				return
+			}
+			events, err := event.DecodeFrame(data)
+			if err == nil {
+				err = event.CheckAgent(events, name)
+			}
+			if err != nil {
+				h.reject("malformed")
+				h.logf("agent %q: frame rejected: %q", name, err.Error())
+				conn.Close(websocket.StatusUnsupportedData, event.Clip(err.Error(), 123))
+				return
+			}
+			last, err := h.store(ctx, name, events, data)
+			if err != nil {
+				h.logf("agent %q: %v", name, err)
+				conn.Close(websocket.StatusTryAgainLater, event.Clip(err.Error(), 123))
+				return
+			}
+			if err := h.ack(ctx, conn, last); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// messageReader reads a connection's messages into buffers sized by the
+// last one: a steady stream of frames costs one allocation each, not the
+// doubling of a buffer grown from empty (and its copies).
+type messageReader struct{ last int }
+
+func (m *messageReader) read(ctx context.Context, conn *websocket.Conn) ([]byte, error) {
+	_, r, err := conn.Reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, m.last+m.last/8+2*bytes.MinRead))
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	m.last = buf.Len()
+	return buf.Bytes(), nil
+}
+
+// reject counts a connection or frame refused, by reason.
+func (h *Hub) reject(reason string) {
+	h.metrics.Add("kvscope_hub_rejected_total", "Connections and frames the hub refused, by reason.", 1, "reason", reason)
+}
+
+// ack tells an agent the last sequence number stored for it.
+func (h *Hub) ack(ctx context.Context, conn *websocket.Conn, last uint64) error {
+	msg, _ := json.Marshal(map[string]uint64{"ack": last})
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return conn.Write(wctx, websocket.MessageText, msg)
+}
+
+// connect ties a connection to an agent's name, closing an older
+// connection of the same name (an agent reconnecting before the server
+// noticed its old connection drop), and returns the last sequence number
+// stored for the agent: the agent resumes after it.
+func (h *Hub) connect(ctx context.Context, name string, conn *websocket.Conn, addr string) uint64 {
+	var stored uint64
+	var storedTS int64
+	if h.log != nil {
+		var err error
+		if stored, storedTS, err = h.log.LastStored(ctx, name); err != nil {
+			h.logf("agent %s: its last stored event: %v (acknowledging what this replica stored)", name, err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a := h.agent(name)
+	if stored > a.storedSeq {
+		a.storedSeq, a.storedTS = stored, storedTS
+	}
+	if old := a.conn; old != nil {
+		h.logf("agent %s connected again from %s; closing its older connection", name, addr)
+		go old.Close(websocket.StatusPolicyViolation, "replaced by a newer connection of this agent")
+	}
+	a.conn = conn
+	a.seen = time.Now()
+	h.prune(time.Now())
+	if h.log != nil {
+		return a.storedSeq
+	}
+	return a.lastSeq
+}
+
+// disconnect unties a connection from its agent's name.
+func (h *Hub) disconnect(name string, conn *websocket.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a := h.agent(name)
+	if a.conn == conn {
+		a.conn = nil
+	}
+	a.seen = time.Now()
+}

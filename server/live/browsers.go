@@ -1,0 +1,134 @@
+package live
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// LiveHandler is /ws/live: a browser from this server's origin subscribes
+// read-only to every agent's events (?agents=a,b: those agents' only),
+// or, coming back with ?since=N, resumes from the event log after stream
+// message N. It gets {"history": N}, N frames of history, then the live
+// frames, and the fleet summary once a second.
+func (h *Hub) LiveHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Accept refuses a cross-origin browser (Origin must match Host).
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			h.reject("origin")
+			return
+		}
+		defer conn.CloseNow()
+		defer h.closeOnStop(conn)()
+		ctx := conn.CloseRead(r.Context()) // read-only: anything sent closes it
+		since, _ := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+		var agents map[string]bool
+		if list, ok := r.URL.Query()["agents"]; ok { // ?agents=a,b: only these agents' events
+			agents = map[string]bool{}
+			for _, a := range strings.Split(strings.Join(list, ","), ",") {
+				if a = strings.TrimSpace(a); a != "" && len(agents) < 1000 {
+					agents[a] = true
+				}
+			}
+		}
+		s, hist := h.subscribeTo(agents)
+		defer h.unsubscribe(s)
+		var caughtUp uint64 // the last stream message the catch-up read
+		more := false       // the catch-up stopped short of the stream's end
+		if since > 0 && h.log != nil {
+			// A browser coming back: everything stored from the last
+			// event it saw on, from the log, instead of the recent history
+			// (live frames queue meanwhile; the browser drops what it
+			// already has by agent and sequence). One far behind gets a
+			// part and is told to come back for the rest.
+			if frames, through, complete, err := h.catchUp(ctx, since, agents); err == nil {
+				hist, caughtUp, more = frames, through, !complete
+			} else {
+				h.logf("a browser resuming after stream message %d: %v (sending the recent history)", since, err)
+			}
+		}
+		send := func(frame []byte) bool {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return conn.Write(wctx, websocket.MessageText, frame) == nil
+		}
+		// {"history": N}, then the N frames of history, then live frames.
+		if !send(event.HistoryHeader(len(hist))) {
+			return
+		}
+		for _, frame := range hist {
+			if !send(frame) {
+				return
+			}
+		}
+		if more {
+			conn.Close(websocket.StatusTryAgainLater, "more to catch up: resume with ?since=<the last stream_seq seen>")
+			return
+		}
+		fleetTick := time.NewTicker(time.Second)
+		defer fleetTick.Stop()
+		if !send(h.fleetSummary()) {
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-fleetTick.C:
+				if !send(h.fleetSummary()) {
+					return
+				}
+			case <-s.behind:
+				conn.Close(websocket.StatusTryAgainLater, "fell behind: resume with ?since=<the last stream_seq seen>")
+				return
+			case frame := <-s.frames:
+				if !h.sendQueued(s, frame, caughtUp, send) {
+					return
+				}
+			}
+		}
+	})
+}
+
+// sendQueued sends a queued frame and the frames waiting behind it in
+// as few messages as a browser's limits allow (a busy fleet's many small
+// frames would cost a subscriber a write each), leaving out what the
+// catch-up carried (stream messages through caughtUp). It reports
+// whether every send worked.
+func (h *Hub) sendQueued(s *subscriber, first liveFrame, caughtUp uint64, send func([]byte) bool) bool {
+	batch := []liveFrame{s.take(first)}
+	size := len(first.data)
+gather:
+	for len(batch) < 256 && size < event.MaxFrameBytes {
+		select {
+		case f := <-s.frames:
+			batch = append(batch, s.take(f))
+			size += len(f.data)
+		default:
+			break gather
+		}
+	}
+	var p event.Packer
+	flush := func() bool {
+		frame, _ := p.Frame()
+		return frame == nil || send(frame)
+	}
+	for _, f := range batch {
+		if f.events == 0 || f.stream != 0 && f.stream <= caughtUp {
+			continue // empty, or the catch-up carried it
+		}
+		inside := f.data[1 : len(f.data)-1] // its events, without the brackets
+		if !p.Fits(len(inside), f.events) && !flush() {
+			return false
+		}
+		p.Add(inside, f.events)
+	}
+	return flush()
+}

@@ -1,0 +1,293 @@
+// Package eventlog is kvscope's event log: agents' events stored in a NATS
+// JetStream stream, so that a server that restarts finds its history and
+// every replica of a fleet sees every agent.
+//
+// Every frame of events an agent sends (after the hub drops what is
+// already stored) is one message on the agent's subject,
+// kvscope.ev.<agent> (event.Subject), with a message id made of the agent
+// and the frame's sequence range, so JetStream drops a frame sent twice (an
+// agent resending to another replica after a disconnect). A replica reads
+// the whole stream with one ordered consumer (Log.Follow) and fans it out
+// to its browsers; a returning browser is caught up with Log.ReadRange.
+//
+// Open starts an embedded NATS server with JetStream on file storage
+// (loopback only) when no cluster is named, so one machine needs no other
+// service; with URLs it joins a cluster and creates or checks the stream
+// there. The package knows nothing of websockets or browsers (the hub,
+// server/live, does); it never reads flags (kvscope serve turns its flags
+// into Options).
+package eventlog
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// StreamName is the stream that holds the log.
+const StreamName = stream.StreamName
+
+// Options say where the event log lives. The zero value starts an
+// embedded server on a free loopback port with its files in
+// DefaultDataDir, and a stream that keeps 24 h and 1 GiB.
+type Options struct {
+	// URLs of an external NATS cluster; empty starts an embedded server.
+	URLs string
+	// DataDir holds the embedded server's JetStream files ("":
+	// DefaultDataDir).
+	DataDir string
+	// Listen is the embedded server's client address (loopback only);
+	// "" picks a free port.
+	Listen string
+	// Auth authenticates to an external cluster.
+	Auth stream.NATSAuth
+	// Token lets agents publish straight to the embedded server: user
+	// name = the agent's name, password = the token, and each may publish
+	// only on its own subject.
+	Token string
+	// MaxAge and MaxBytes bound the stream (0: 24 h, 1 GiB); Replicas is
+	// its replication in a cluster (1 embedded).
+	MaxAge   time.Duration
+	MaxBytes int64
+	Replicas int
+	// ReadOnly opens the stream as it is (kvscope replay), creating and
+	// changing nothing.
+	ReadOnly bool
+	Logf     func(string, ...any)
+}
+
+// Log is a replica's connection to the event log. It is safe for
+// concurrent use.
+type Log struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	srv    *natsserver.Server // the embedded server, nil for a cluster
+	url    string
+
+	mu       sync.Mutex
+	follower jetstream.Consumer // Follow's consumer, for its figures
+	closing  atomic.Bool        // Close has begun: a disconnect is expected
+}
+
+// DefaultDataDir is where the embedded server keeps its files:
+// kvscope/nats under the user's cache directory.
+func DefaultDataDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "kvscope", "nats")
+}
+
+// Open starts the embedded NATS server (or connects to the cluster) and
+// creates or checks the stream. Its errors name the flag that set what
+// failed (--nats, --nats-listen, --data-dir).
+func Open(ctx context.Context, o Options) (*Log, error) {
+	l := &Log{}
+	url := o.URLs
+	if url == "" {
+		host, port := "127.0.0.1", natsserver.RANDOM_PORT
+		if o.Listen != "" {
+			h, p, err := splitLoopback(o.Listen)
+			if err != nil {
+				return nil, fmt.Errorf("--nats-listen %q: %w", o.Listen, err)
+			}
+			host, port = h, p
+		}
+		if o.DataDir == "" {
+			o.DataDir = DefaultDataDir()
+		}
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("--data-dir %s: %w", o.DataDir, err)
+		}
+		internal := rand.Text() // kvscope serve's own password, never shown
+		srv, err := natsserver.NewServer(&natsserver.Options{
+			ServerName: "kvscope", Host: host, Port: port, JetStream: true, StoreDir: o.DataDir,
+			NoSigs: true, NoLog: true, MaxPayload: 8 << 20,
+			CustomClientAuthentication: &natsAuth{internal: internal, token: o.Token},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS server: %w", err)
+		}
+		go srv.Start()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			srv.Shutdown()
+			return nil, fmt.Errorf("embedded NATS server (data in %s): not ready within 10 s", o.DataDir)
+		}
+		l.srv, url = srv, srv.ClientURL()
+		o.Auth = stream.NATSAuth{User: serveUser, Password: internal}
+	}
+	opts := []nats.Option{nats.Name("kvscope serve"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
+		nats.ReconnectBufSize(64 << 20), nats.Timeout(5 * time.Second)}
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	opts = append(opts,
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if !l.closing.Load() {
+				logf("NATS: disconnected (%v); reconnecting", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { logf("NATS: reconnected to %s", nc.ConnectedUrlRedacted()) }))
+	auth, err := o.Auth.Options()
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	nc, err := nats.Connect(url, append(opts, auth...)...)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("--nats %s: %w", Redact(url), err)
+	}
+	l.nc, l.url = nc, url
+	if l.js, err = jetstream.New(nc); err != nil {
+		l.Close()
+		return nil, err
+	}
+	maxAge, maxBytes, replicas := o.MaxAge, o.MaxBytes, max(o.Replicas, 1)
+	if maxAge <= 0 {
+		maxAge = 24 * time.Hour
+	}
+	if maxBytes <= 0 {
+		maxBytes = 1 << 30
+	}
+	cfg := jetstream.StreamConfig{Name: StreamName, Subjects: []string{event.SubjectPrefix + ">"}, Storage: jetstream.FileStorage,
+		MaxAge: maxAge, MaxBytes: maxBytes, Replicas: replicas, Duplicates: 2 * time.Minute, Discard: jetstream.DiscardOld,
+		MaxMsgSize: 8 << 20, Description: "kvscope agents' events, one frame per message"}
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if o.ReadOnly {
+		l.stream, err = l.js.Stream(sctx, StreamName)
+	} else {
+		l.stream, err = l.js.CreateOrUpdateStream(sctx, cfg)
+	}
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("JetStream stream %s on %s: %w", StreamName, Redact(url), err)
+	}
+	return l, nil
+}
+
+// Embedded reports whether the log runs on the server Open started in
+// this process (rather than on a cluster).
+func (l *Log) Embedded() bool { return l.srv != nil }
+
+// URL is the NATS server's client URL (the embedded server's, or the
+// cluster's as given): what kvscope-agent --nats is pointed at.
+func (l *Log) URL() string { return l.url }
+
+// Close ends the connection and the embedded server.
+func (l *Log) Close() {
+	l.closing.Store(true)
+	if l.nc != nil {
+		l.nc.Drain()
+		l.nc.Close()
+	}
+	if l.srv != nil {
+		l.srv.Shutdown()
+		l.srv.WaitForShutdown()
+	}
+}
+
+// serveUser is kvscope serve's own user on the embedded NATS server.
+const serveUser = "kvscope-serve"
+
+// natsAuth admits clients to the embedded NATS server: kvscope serve with
+// its own random password (every permission), and agents publishing
+// straight to the log (kvscope-agent --nats) with their name as the user
+// and the server's token as the password, each allowed to publish on its
+// own subject only (and to read the JetStream acknowledgements).
+type natsAuth struct {
+	internal, token string
+}
+
+// Check implements natsserver.Authentication.
+func (a *natsAuth) Check(c natsserver.ClientAuthentication) bool {
+	opts := c.GetOpts()
+	same := func(x, y string) bool { return y != "" && subtle.ConstantTimeCompare([]byte(x), []byte(y)) == 1 }
+	switch {
+	case opts.Username == serveUser && same(opts.Password, a.internal):
+		c.RegisterUser(&natsserver.User{Username: serveUser})
+		return true
+	case opts.Username != serveUser && event.CheckAgentName(opts.Username) == nil && same(opts.Password, a.token):
+		c.RegisterUser(&natsserver.User{Username: opts.Username, Permissions: &natsserver.Permissions{
+			Publish:   &natsserver.SubjectPermission{Allow: []string{event.Subject(opts.Username)}},
+			Subscribe: &natsserver.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}})
+		return true
+	}
+	return false
+}
+
+// Redact drops a password from a NATS URL for messages.
+func Redact(url string) string {
+	if at := strings.LastIndex(url, "@"); at >= 0 {
+		if scheme := strings.Index(url, "://"); scheme >= 0 && scheme < at {
+			return url[:scheme+3] + "…@" + url[at+1:]
+		}
+	}
+	return url
+}
+
+// splitLoopback reads a loopback host:port.
+func splitLoopback(addr string) (string, int, error) {
+	i := strings.LastIndex(addr, ":")
+	if i < 0 {
+		return "", 0, errors.New("want HOST:PORT")
+	}
+	host, p := strings.Trim(addr[:i], "[]"), addr[i+1:]
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, errors.New("the port must be a number up to 65535")
+	}
+	if host != "127.0.0.1" && host != "localhost" && host != "::1" {
+		return "", 0, errors.New("the embedded NATS server listens on loopback only (run a NATS cluster and give --nats beyond one host)")
+	}
+	return host, port, nil
+}
+
+// Publish stores one frame of an agent's events (sequence numbers first
+// to last, the last stamped lastTS) and returns once JetStream has it (or
+// says why not).
+func (l *Log) Publish(ctx context.Context, agent string, frame []byte, first, last uint64, lastTS int64) error {
+	return stream.PublishFrame(ctx, l.js, agent, frame, first, last, lastTS)
+}
+
+// LastStored is the last sequence number (and its timestamp) stored for
+// an agent: an agent connecting to a replica resumes after it, whichever
+// replica stored it.
+func (l *Log) LastStored(ctx context.Context, agent string) (uint64, int64, error) {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := l.stream.GetLastMsgForSubject(gctx, event.Subject(agent))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(stream.HeaderLast), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream message %d: header %s %q: %w", m.Sequence, stream.HeaderLast, m.Header.Get(stream.HeaderLast), err)
+	}
+	ts, _ := strconv.ParseInt(m.Header.Get(stream.HeaderLastTS), 10, 64)
+	return seq, ts, nil
+}

@@ -1,0 +1,117 @@
+package eventlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live/livetest"
+)
+
+// TestOpenBadInput: an unreachable --nats and a missing credentials file
+// each get an error naming them.
+func TestOpenBadInput(t *testing.T) {
+	dead := "nats://" + livetest.FreeAddr(t)
+	if _, err := Open(context.Background(), Options{URLs: dead}); err == nil || !strings.Contains(err.Error(), dead) {
+		t.Errorf("an unreachable --nats: %v", err)
+	}
+	n := livetest.StartNATS(t)
+	if _, err := Open(context.Background(), Options{URLs: n.URL(), Auth: stream.NATSAuth{Creds: "/nonexistent.creds"}}); err == nil ||
+		!strings.Contains(err.Error(), "--nats-creds /nonexistent.creds") {
+		t.Errorf("a missing creds file: %v", err)
+	}
+}
+
+// TestReplayFromStream: kvscope replay --nats reads the events of a range
+// of stream messages, stamped with their sequence numbers.
+func TestReplayFromStream(t *testing.T) {
+	n := livetest.StartNATS(t)
+	b, err := Open(context.Background(), Options{URLs: n.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for f := uint64(0); f < 3; f++ {
+		evs := []event.Event{{V: event.Version, Agent: "a", Seq: 2*f + 1, TS: 1, Kind: event.Sample, Sample: &event.SampleData{}},
+			{V: event.Version, Agent: "a", Seq: 2*f + 2, TS: 2, Kind: event.Sample, Sample: &event.SampleData{}}}
+		frame, _ := event.EncodeFrame(evs)
+		if err := b.Publish(context.Background(), "a", frame, 2*f+1, 2*f+2, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro, err := Open(context.Background(), Options{URLs: n.URL(), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	events, err := ro.ReadEvents(context.Background(), 2, 3, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range events {
+		got = append(got, fmt.Sprintf("%d@%d", e.Seq, e.Stream))
+	}
+	if fmt.Sprint(got) != "[3@2 4@2 5@3 6@3]" {
+		t.Errorf("messages 2-3: %v, want [3@2 4@2 5@3 6@3]", got)
+	}
+}
+
+// TestRouteStored: a stored frame's events come out with their stream
+// sequence first and every field of their own, equal to encoding them
+// with it; strings holding braces, quotes and escapes do not confuse the
+// split; the payloads the hub reads are decoded, a descriptor batch's is
+// not; a frame of another agent, with a stream sequence of its own, or
+// with a payload the hub reads that does not decode is refused, naming
+// the event.
+func TestRouteStored(t *testing.T) {
+	evs := []event.Event{
+		{V: event.Version, Agent: "a", Seq: 1, TS: 5, Kind: event.Error, Error: &event.ErrorData{Status: "ERR_X", Message: `brace } { "quoted" \ back\slash \"`}},
+		{V: event.Version, Agent: "a", Seq: 2, TS: 6, Kind: event.Sample, Sample: &event.SampleData{GBps: 1.5}},
+		{V: event.Version, Agent: "a", Seq: 3, TS: 7, Kind: event.DescBatch, Batch: &event.BatchData{Request: "r}", Descs: 4, Timing: event.Measured}},
+	}
+	frame, err := event.EncodeFrame(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, raws, err := Route(frame, "a", 42)
+	if err != nil || len(raws) != 3 || len(events) != 3 {
+		t.Fatalf("%d events, %d raws, %v", len(events), len(raws), err)
+	}
+	for i, raw := range raws {
+		if !bytes.HasPrefix(raw, []byte(`{"stream_seq":42,"v":1,`)) {
+			t.Errorf("raw %d: %s", i, raw)
+		}
+		var got event.Event
+		if err := json.Unmarshal(raw, &got); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		want := evs[i]
+		want.Stream = 42
+		if fmt.Sprint(got.Error, got.Sample, got.Batch, got.Seq, got.Stream) != fmt.Sprint(want.Error, want.Sample, want.Batch, want.Seq, want.Stream) {
+			t.Errorf("raw %d: %+v, want %+v", i, got, want)
+		}
+		if e := events[i]; e.Seq != want.Seq || e.Stream != 42 || e.Kind != want.Kind || e.TS != want.TS {
+			t.Errorf("event %d: %+v, want %+v", i, e, want)
+		}
+	}
+	if events[0].Error == nil || events[0].Error.Status != "ERR_X" || events[1].Sample == nil || events[1].Sample.GBps != 1.5 || events[2].Batch != nil {
+		t.Errorf("payloads: %+v %+v %+v", events[0].Error, events[1].Sample, events[2].Batch)
+	}
+	for _, tt := range []struct{ frame, agent, want string }{
+		{string(frame), "b", `event 0: agent: "a" in a message of agent "b"`},
+		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","stream_seq":0,"batch":{}}]`, "a", "event 0: stream_seq: set in a stored event"},
+		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{}},{"v":1,"agent":"a","seq":2,"kind":"sample","sample":{"gbps":"fast"}}]`, "a", "event 1: event: json: cannot unmarshal"},
+		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{}]`, "a", "event 0"},
+		{`{"a":1}`, "a", "not a JSON array"},
+	} {
+		if _, _, err := Route([]byte(tt.frame), tt.agent, 1); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.frame, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package live
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/kvscope/kvscope/agent/metrics"
+	"github.com/kvscope/kvscope/agent/runner"
+	"github.com/kvscope/kvscope/agent/scenario"
+	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/server/live/eventlog"
+)
+
+// testCatalog is the repository's model configs, for the agents the tests
+// run.
+func testCatalog() model.Catalog { return model.NewCatalog(os.DirFS("../.."), "testdata/models") }
+
+// liveServer is a hub served on a real loopback port, as kvscope serve
+// mounts it: /ws/agent, /ws/live and /metrics.
+type liveServer struct {
+	hub     *Hub
+	metrics *metrics.Registry
+	hs      *http.Server
+	addr    string
+	done    chan struct{}
+}
+
+// serverOptions are what a test's hub is made with.
+type serverOptions struct {
+	token  string
+	record io.Writer
+	log    *eventlog.Log
+	replay uint64
+	logf   func(string, ...any)
+}
+
+// startLive listens on addr (retrying while a stopped server's port is
+// released) and serves a new hub.
+func startLive(t testing.TB, addr, token string, rec io.Writer) *liveServer {
+	return startServer(t, addr, serverOptions{token: token, record: rec, logf: t.Logf})
+}
+
+func startServer(t testing.TB, addr string, o serverOptions) *liveServer {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for range 100 {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := metrics.New()
+	h := New(Options{Metrics: reg, Log: o.log, Replay: o.replay, Record: o.record, Logf: o.logf})
+	mux := http.NewServeMux()
+	mux.Handle("/ws/agent", h.AgentHandler(o.token))
+	mux.Handle("/ws/live", h.LiveHandler())
+	mux.Handle("/metrics", reg.Handler())
+	l := &liveServer{hub: h, metrics: reg, addr: ln.Addr().String(), done: make(chan struct{})}
+	l.hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		defer close(l.done)
+		l.hs.Serve(ln)
+	}()
+	return l
+}
+
+// stop ends every connection, as a stopping server does.
+func (l *liveServer) stop() {
+	l.hub.Close()
+	l.hs.Close()
+	<-l.done
+}
+
+// liveSub collects what /ws/live sends, reconnecting when asked.
+type liveSub struct {
+	mu     sync.Mutex
+	events []event.Event
+}
+
+// follow reads /ws/live at addr until ctx ends or the connection drops.
+func (s *liveSub) follow(ctx context.Context, addr string) error {
+	conn, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/live", nil)
+	if err != nil {
+		return err
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(8 << 20)
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if _, ok := event.HistoryCount(data); ok {
+			continue // the header before the history frames
+		}
+		if _, ok := event.ParseFleet(data); ok {
+			continue // the fleet summary, once a second
+		}
+		evs, err := event.DecodeFrame(data)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.events = append(s.events, evs...)
+		s.mu.Unlock()
+	}
+}
+
+func (s *liveSub) snapshot() []event.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]event.Event(nil), s.events...)
+}
+
+// waitFor polls until cond holds on the events seen.
+func (s *liveSub) waitFor(t *testing.T, what string, d time.Duration, cond func([]event.Event) bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond(s.snapshot()) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s (%d events seen)", what, len(s.snapshot()))
+}
+
+// seqs are the distinct sequence numbers of one agent, and the highest.
+func seqs(events []event.Event, agent string) (map[uint64]bool, uint64) {
+	seen := map[uint64]bool{}
+	var hi uint64
+	for _, e := range events {
+		if e.Agent == agent {
+			seen[e.Seq] = true
+			hi = max(hi, e.Seq)
+		}
+	}
+	return seen, hi
+}
+
+func countExact(events []event.Event) int {
+	n := 0
+	for _, e := range events {
+		if e.Kind == event.TransferDone && e.Done.Verified == "exact" {
+			n++
+		}
+	}
+	return n
+}
+
+// startAgent runs an agent on the default scenario (faster) streaming to
+// addr; it returns its streamer and a stop function.
+func startAgent(t *testing.T, addr, token string) (*stream.Streamer, func()) {
+	t.Helper()
+	s := scenario.Default()
+	s.Rate = 25
+	st := &stream.Streamer{Agent: "test-agent", URL: "ws://" + addr + "/ws/agent", Token: token, Logf: t.Logf}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := runner.Start(ctx, runner.Config{Name: "test-agent", Scenario: s, Catalog: testCatalog(), Streamer: st, HostLimit: 512 << 20, Logf: t.Logf})
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	return st, func() {
+		cancel()
+		<-done
+	}
+}
+
+// syncBuffer is a bytes.Buffer a hub writes to while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.b)
+}
+
+// metricsText is what /metrics at addr serves.
+func metricsText(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}

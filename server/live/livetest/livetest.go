@@ -1,0 +1,137 @@
+// Package livetest runs the pieces the live path's tests share, all real
+// and on loopback: a NATS server with JetStream on file storage that
+// restarts on its address and directory, and a fleet of agents streaming
+// a mix of events to servers' /ws/agent. It is for tests only.
+package livetest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/event"
+)
+
+// Token is the agents' token in the fleet tests.
+const Token = "fleet-token"
+
+// FreeAddr is a loopback address nothing listens on (a restarted
+// component comes back on it).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// NATS is a NATS server with JetStream on file storage, restartable on
+// its address and directory.
+type NATS struct {
+	t    testing.TB
+	addr string
+	dir  string
+	srv  *natsserver.Server
+}
+
+// StartNATS starts a NATS server on a free loopback port; the test's
+// cleanup stops it.
+func StartNATS(t testing.TB) *NATS {
+	n := &NATS{t: t, addr: FreeAddr(t), dir: t.TempDir()}
+	n.Start()
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// URL is the server's client URL.
+func (n *NATS) URL() string { return "nats://" + n.addr }
+
+// Start starts the server (again) on its address and directory.
+func (n *NATS) Start() {
+	host, p, err := net.SplitHostPort(n.addr)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	srv, err := natsserver.NewServer(&natsserver.Options{ServerName: "fleet-test", Host: host, Port: port, JetStream: true,
+		StoreDir: n.dir, NoSigs: true, NoLog: true, MaxPayload: 8 << 20})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		n.t.Fatal("NATS did not start")
+	}
+	n.srv = srv
+}
+
+// Stop stops the server (its files stay).
+func (n *NATS) Stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// FleetEvent is the i-th event of a simulated agent: mostly descriptor
+// batches, a transfer every 8th, a sample every 50th.
+func FleetEvent(i int) event.Event {
+	switch {
+	case i%50 == 0:
+		return event.Event{Kind: event.Sample, Sample: &event.SampleData{GBps: 1.5, P50US: 80, P99US: 400, Requests: i / 8}}
+	case i%8 == 0:
+		return event.Event{Kind: event.TransferDone, Done: &event.DoneData{Request: fmt.Sprintf("req-%d", i/8), Bytes: 1 << 20, Descs: 96, Merged: 12,
+			TransferUS: 90, GBps: 11.6, Timing: event.Measured, Source: "host", Verified: "exact"}}
+	}
+	return event.Event{Kind: event.DescBatch, Batch: &event.BatchData{Request: fmt.Sprintf("req-%d", i/8), PRank: i % 2, DRank: i % 4,
+		Layer: fmt.Sprintf("model.layers.%d.self_attn", i%24), Kind: "full", Descs: 8, Bytes: 131072, EndNS: 4000, Timing: event.Measured}}
+}
+
+// StartAgents starts n agents named by the format name (given the
+// agent's index), spread over the servers' addresses, each publishing its
+// hello and then perAgent-1 fleet events at rate a second, with Token;
+// wg ends with their streams, pubs with their publishing.
+func StartAgents(ctx context.Context, wg, pubs *sync.WaitGroup, n, perAgent, rate int, name string, addrs ...string) []*stream.Streamer {
+	streamers := make([]*stream.Streamer, n)
+	for i := range streamers {
+		st := &stream.Streamer{Agent: fmt.Sprintf(name, i), URL: "ws://" + addrs[i%len(addrs)] + "/ws/agent", Token: Token}
+		streamers[i] = st
+		wg.Add(1)
+		go func() { defer wg.Done(); st.Run(ctx) }()
+		pubs.Add(1)
+		go func() {
+			defer pubs.Done()
+			st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: st.Agent, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+			tick := time.NewTicker(time.Second / time.Duration(rate))
+			defer tick.Stop()
+			for j := 2; j <= perAgent; j++ {
+				<-tick.C
+				st.Publish(FleetEvent(j))
+			}
+		}()
+	}
+	return streamers
+}
+
+// Slack widens the time budgets on a loaded machine
+// (KVSCOPE_BUDGET_SLACK, default 1: the budgets as written).
+func Slack() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("KVSCOPE_BUDGET_SLACK"), 64); err == nil && v >= 1 {
+		return v
+	}
+	return 1
+}
