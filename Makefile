@@ -99,8 +99,8 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./agent/...
-	$(GO) test -run '^$$' -bench LiveEvents -benchtime 20000x ./server
-	$(GO) test -run '^$$' -bench Fleet -benchtime 1x ./server
+	$(GO) test -run '^$$' -bench LiveEvents -benchtime 20000x ./server/live
+	$(GO) test -run '^$$' -bench Fleet -benchtime 1x ./server/live
 	@$(MAKE) --no-print-directory bench-nixl
 
 # The nixl backend's nixlbench-style table (agent/transfer/nixl_bench_test.go),
@@ -118,7 +118,7 @@ bench-nixl:
 
 # The hostile storm of issue 10 against a real kvscope serve (about a
 # minute): 50 parallel oracles, the hostile pd body, 200 churning
-# subscribers; prints the figures README quotes.
+# subscribers; prints the figures server/live/BENCHMARKS.md quotes.
 soak: build
 	KVSCOPE_SOAK=1 KVSCOPE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^TestSoak$$' -v ./server | grep -E '^soak:|^--- |^(ok|FAIL)'
 

@@ -124,22 +124,24 @@ func (h *Hub) connect(ctx context.Context, name string, conn *websocket.Conn, ad
 		}
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	a := h.agent(name)
 	if stored > a.storedSeq {
 		a.storedSeq, a.storedTS = stored, storedTS
 	}
-	if old := a.conn; old != nil {
-		h.logf("agent %s connected again from %s; closing its older connection", name, addr)
-		go old.Close(websocket.StatusPolicyViolation, "replaced by a newer connection of this agent")
-	}
+	old := a.conn
 	a.conn = conn
 	a.seen = time.Now()
 	h.prune(time.Now())
+	welcome := a.lastSeq
 	if h.log != nil {
-		return a.storedSeq
+		welcome = a.storedSeq
 	}
-	return a.lastSeq
+	h.mu.Unlock()
+	if old != nil {
+		h.logf("agent %s connected again from %s; closing its older connection", name, addr)
+		go old.Close(websocket.StatusPolicyViolation, "replaced by a newer connection of this agent")
+	}
+	return welcome
 }
 
 // disconnect unties a connection from its agent's name.

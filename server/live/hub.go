@@ -211,11 +211,21 @@ func (h *Hub) Publish(events []event.Event) uint64 { return h.publishEncoded(eve
 // publishEncoded is Publish with the events' encodings given (raws[i] is
 // events[i]'s JSON; nil encodes them here).
 func (h *Hub) publishEncoded(events []event.Event, raws [][]byte) uint64 {
+	last, restarted := h.publishLocked(events, raws)
+	for _, name := range restarted { // logged with the lock released: a log is a file
+		h.logf("agent %q restarted: its sequence starts again", name)
+	}
+	return last
+}
+
+// publishLocked is publishEncoded's work under h.mu; it returns the
+// last sequence number stored and the agents that restarted.
+func (h *Hub) publishLocked(events []event.Event, raws [][]byte) (last uint64, restarted []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var fresh [][]byte
 	var freshAgents []string
-	var last, stream uint64
+	var stream uint64
 	now := time.Now()
 	var a *agent // the agent of the event before (a frame is one agent's)
 	for i, e := range events {
@@ -224,7 +234,7 @@ func (h *Hub) publishEncoded(events []event.Event, raws [][]byte) uint64 {
 			a = h.agent(e.Agent)
 		}
 		if a.lastSeq > 0 && event.Restarted(e, a.lastTS) {
-			h.logf("agent %q restarted: its sequence starts again", e.Agent)
+			restarted = append(restarted, e.Agent)
 			a.lastSeq = 0
 		}
 		if e.Seq <= a.lastSeq {
@@ -267,7 +277,7 @@ func (h *Hub) publishEncoded(events []event.Event, raws [][]byte) uint64 {
 			}
 		}
 	}
-	return last
+	return last, restarted
 }
 
 // group is one agent's share of a publish.

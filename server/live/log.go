@@ -127,9 +127,10 @@ func (h *Hub) store(ctx context.Context, agent string, events []event.Event, fra
 	}
 	var todo []pending    // the events not stored yet
 	var todoRaws [][]byte // and their encodings
+	restarted := false
 	for i, e := range events {
 		if last > 0 && event.Restarted(e, lastTS) {
-			h.logf("agent %q restarted: its sequence starts again", agent)
+			restarted = true
 			last = 0
 		}
 		if e.Seq <= last {
@@ -151,6 +152,9 @@ func (h *Hub) store(ctx context.Context, agent string, events []event.Event, fra
 		todo, todoRaws = append(todo, pending{e.Seq, e.TS}), append(todoRaws, raw)
 	}
 	h.mu.Unlock()
+	if restarted {
+		h.logf("agent %q restarted: its sequence starts again", agent)
+	}
 	if len(todo) == len(events) && len(todo) > 0 && raws != nil {
 		// Every event is new: store the agent's frame as it came.
 		last := todo[len(todo)-1]
