@@ -31,7 +31,7 @@ func BenchmarkCompute(b *testing.B) {
 func BenchmarkTransfer(b *testing.B) {
 	cat := testCatalog()
 	s := DefaultSettings()
-	s.D.TP = 8
+	s.D.TensorParallelSize = 8
 	r := Compute(s, cat, nil)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -32,6 +32,11 @@ func corpusChanges() []struct {
 		{"issue 23: an engine's JSON keys are its flags' names in snake case (--kv-cache-bucket-merge)",
 			func(b []byte) []byte { return engineMerge.ReplaceAll(b, []byte(`${1}"kv_cache_bucket_merge"`)) }},
 		{"issue 23: vllm serve lines list the flags in the engine-flag table's order", reorderServeLines},
+		{"issue 23: the usage names kvscope help, whose command reference comes from the flag table",
+			func(b []byte) []byte {
+				return bytes.ReplaceAll(b, []byte("Run kvscope <command> -h for its flags.\n"),
+					[]byte("  help     a command's flags (kvscope help COMMAND), or the engine flags (kvscope help flags)\nRun kvscope help <command> for its flags, kvscope help flags for the engine flags.\n"))
+			}},
 	}
 }
 

@@ -22,7 +22,7 @@ type modelFlags struct {
 
 func newModelFlags(fs *flag.FlagSet) modelFlags {
 	return modelFlags{
-		model: fs.String("model", "", "a config.json path, or a bundled model name (see `kvscope models`)"),
+		model: fs.String("model", "", "a config.json path, or a bundled model name (see kvscope models)"),
 		draft: fs.String("draft", "", "a draft model's config.json path or bundled name, or \"mtp\" for the model's own MTP layers"),
 	}
 }

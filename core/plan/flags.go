@@ -64,6 +64,7 @@ type Flag struct {
 	Kind    FlagKind
 	Origin  FlagOrigin
 	Help    string   // what the flag does, a phrase
+	Example string   // a value as a command line writes it
 	Choices []string // the values of a ChoiceFlag (checked where the engine is planned)
 	// Min and Max bound a number once the engine's defaults are filled in;
 	// Open excludes the bounds themselves; RangeReason is the refusal's
@@ -337,64 +338,64 @@ func fixed(s string) func(*vllm.Profile) string { return func(*vllm.Profile) str
 
 // flagTable is every engine flag, in the order kvscope writes them.
 var flagTable = [...]Flag{
-	{Name: "tensor-parallel-size", Kind: IntFlag, Origin: VLLMFlag, Help: "tensor-parallel size: ranks that split each layer's heads",
+	{Name: "tensor-parallel-size", Example: "2", Kind: IntFlag, Origin: VLLMFlag, Help: "tensor-parallel size: ranks that split each layer's heads",
 		Min: 1, Max: 1024, def: fixed("1"),
 		slot: slotTensorParallelSize, Unset: []string{"1"}, log: LogSource{Config: true, Args: true}},
-	{Name: "pipeline-parallel-size", Kind: IntFlag, Origin: VLLMFlag, Help: "pipeline-parallel size: stages that split the layers",
+	{Name: "pipeline-parallel-size", Example: "2", Kind: IntFlag, Origin: VLLMFlag, Help: "pipeline-parallel size: stages that split the layers",
 		Min: 1, Max: 256, def: fixed("1"),
 		slot: slotPipelineParallelSize, Unset: []string{"1"}, log: LogSource{Config: true, Args: true}},
-	{Name: "max-model-len", Kind: IntFlag, Origin: VLLMFlag, Help: "the most tokens one request holds",
+	{Name: "max-model-len", Example: "4096", Kind: IntFlag, Origin: VLLMFlag, Help: "the most tokens one request holds",
 		Min: 1, Max: 1 << 26, def: fixed("the model config's maximum"),
 		slot: slotMaxModelLen},
-	{Name: "max-num-batched-tokens", Kind: IntFlag, Origin: VLLMFlag, Help: "tokens one scheduler step takes (sliding windows keep them in flight)",
+	{Name: "max-num-batched-tokens", Example: "2048", Kind: IntFlag, Origin: VLLMFlag, Help: "tokens one scheduler step takes (sliding windows keep them in flight)",
 		Min: 1, Max: 1 << 26, def: fixed(strconv.Itoa(DefaultMaxNumBatchedTokens)),
 		slot: slotMaxNumBatchedTokens},
-	{Name: "block-size", Kind: IntFlag, Origin: VLLMFlag, Help: "tokens per KV cache block",
+	{Name: "block-size", Example: "32", Kind: IntFlag, Origin: VLLMFlag, Help: "tokens per KV cache block",
 		Min: 0, Max: 1 << 20, RangeReason: "must be between 1 and 1048576", def: fixed("16, raised to fit a hybrid model's state pages"),
 		slot: slotBlockSize, log: LogSource{Args: true}},
-	{Name: "num-gpu-blocks-override", Kind: IntFlag, Origin: VLLMFlag, Help: "force num_blocks, whatever the memory",
+	{Name: "num-gpu-blocks-override", Example: "100000", Kind: IntFlag, Origin: VLLMFlag, Help: "force num_blocks, whatever the memory",
 		Min: 0, Max: maxBlocksOverride, def: fixed("none: the memory decides"),
 		slot: slotNumGPUBlocksOverride, log: LogSource{Args: true}},
-	{Name: "num-speculative-tokens", Kind: IntFlag, Origin: SpeculativeFlag, Help: "speculative tokens per step (vLLM's --speculative-config num_speculative_tokens)",
+	{Name: "num-speculative-tokens", Example: "2", Kind: IntFlag, Origin: SpeculativeFlag, Help: "speculative tokens per step",
 		Min: 0, Max: 64, ZeroOK: true, def: fixed("0"),
 		slot: slotNumSpeculativeTokens},
-	{Name: "kv-cache-dtype", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "the KV cache's element type",
+	{Name: "kv-cache-dtype", Example: "fp8", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "the KV cache's element type",
 		Choices: []string{"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}, def: fixed("auto: the model's dtype"),
 		slot: slotKVCacheDType, Unset: []string{"auto"}, log: LogSource{Config: true, Args: true}},
-	{Name: "mamba-ssm-cache-dtype", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "the Mamba/GDN SSM state's element type",
+	{Name: "mamba-ssm-cache-dtype", Example: "float32", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "the Mamba/GDN SSM state's element type",
 		Choices: []string{"auto", "float32", "bfloat16", "float16"}, def: fixed("auto: the version's rule for the model"),
 		slot: slotMambaSSMCacheDType, Unset: []string{"auto"}, log: LogSource{Config: true, Args: true}},
-	{Name: "mamba-cache-mode", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "how Mamba/GDN state is cached for prefix caching (vLLM 0.15 on)",
+	{Name: "mamba-cache-mode", Example: "align", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "how Mamba/GDN state is cached for prefix caching (vLLM 0.15 on)",
 		Choices: []string{"none", "align", "all"}, def: mambaModeDefault,
 		slot: slotMambaCacheMode, log: LogSource{Args: true}},
-	{Name: "selector", Kind: ChoiceFlag, Origin: BranchFlag, Help: "the group-size selector of hybrid models",
+	{Name: "selector", Example: "balanced", Kind: ChoiceFlag, Origin: BranchFlag, Help: "the group-size selector of hybrid models",
 		Choices: []string{string(Classic), string(Min), string(Balanced), string(PaddingBytes)}, def: selectorDefault, planned: true,
 		slot: slotSelector},
-	{Name: "attention-backend", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "the attention backend, whose kernel block aligns hybrid block sizes",
+	{Name: "attention-backend", Example: "FLASHINFER", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "the attention backend, whose kernel block aligns hybrid block sizes",
 		Choices: []string{"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLASH_ATTN_MLA", "FLASHMLA", "CUTLASS_MLA", "TRITON_MLA"}, def: fixed("FLASH_ATTN, or FLASH_ATTN_MLA for MLA models"),
 		slot: slotAttentionBackend},
-	{Name: "enable-prefix-caching", Kind: ToggleFlag, Origin: VLLMFlag, Help: "prefix caching",
+	{Name: "enable-prefix-caching", Example: "off", Kind: ToggleFlag, Origin: VLLMFlag, Help: "prefix caching",
 		def:  prefixDefault,
 		slot: slotPrefixCaching, log: LogSource{Config: true, Args: true}},
-	{Name: "async-scheduling", Kind: ToggleFlag, Origin: VLLMFlag, Help: "async scheduling: two batches in flight at PP 1",
+	{Name: "async-scheduling", Example: "off", Kind: ToggleFlag, Origin: VLLMFlag, Help: "async scheduling: two batches in flight at PP 1",
 		def:  asyncDefault,
 		slot: slotAsyncScheduling, log: LogSource{Args: true}},
-	{Name: "disable-hybrid-kv-cache-manager", Kind: BoolFlag, Origin: VLLMFlag, Help: "one KV cache group: sliding and chunked layers plan as full attention",
+	{Name: "disable-hybrid-kv-cache-manager", Example: "true", Kind: BoolFlag, Origin: VLLMFlag, Help: "one KV cache group: sliding and chunked layers plan as full attention",
 		def:  fixed("off"),
 		slot: slotDisableHybrid, log: LogSource{Args: true}},
-	{Name: "kv-cache-memory-bytes", Kind: BytesFlag, Origin: VLLMFlag, Help: "KV cache memory per rank (bytes, or with a GiB/MiB suffix)",
+	{Name: "kv-cache-memory-bytes", Example: "8GiB", Kind: BytesFlag, Origin: VLLMFlag, Help: "KV cache memory per rank (bytes, or with a GiB/MiB suffix)",
 		Min: 1, Max: 1 << 50, RangeReason: "must be between 1 and 2^50", def: fixed(FormatBytes(DefaultKVCacheMemoryBytes) + " (kvscope's; vLLM sizes it from --gpu-memory-utilization)"),
 		slot: slotKVCacheMemoryBytes},
-	{Name: "min-kv-cache-group-layers", Kind: IntFlag, Origin: BranchFlag, Help: "the padding-bytes selector's smallest group size",
+	{Name: "min-kv-cache-group-layers", Example: "2", Kind: IntFlag, Origin: BranchFlag, Help: "the padding-bytes selector's smallest group size",
 		Min: 1, Max: 1 << 16, RangeReason: "must be positive", def: fixed("3"),
 		slot: slotMinGroupLayers},
-	{Name: "kv-cache-group-size", Kind: IntFlag, Origin: BranchFlag, Help: "a fixed group size g, overriding the selector",
+	{Name: "kv-cache-group-size", Example: "4", Kind: IntFlag, Origin: BranchFlag, Help: "a fixed group size g, overriding the selector",
 		Min: 0, Max: 1 << 16, RangeReason: "must be positive", def: fixed("none: the selector chooses"),
 		slot: slotGroupSize},
-	{Name: "kv-cache-bucket-merge", Kind: ChoiceFlag, Origin: ModelFlag, Help: "how layers of other head layouts share a bucket (inferred)",
+	{Name: "kv-cache-bucket-merge", Example: "strict", Kind: ChoiceFlag, Origin: ModelFlag, Help: "how layers of other head layouts share a bucket (inferred)",
 		Choices: []string{string(MergeAuto), string(Strict), string(Loose)}, def: fixed("auto: loose with padding-bytes in pr58207, strict otherwise"), planned: true,
 		slot: slotBucketMerge},
-	{Name: "balanced-lambda", Kind: FloatFlag, Origin: ModelFlag, Help: "the balanced selector's cost of one group, in padding layers",
+	{Name: "balanced-lambda", Example: "2.5", Kind: FloatFlag, Origin: ModelFlag, Help: "the balanced selector's cost of one group, in padding layers",
 		Min: 0, Max: 1e9, Open: true, RangeReason: "must be positive", def: fixed("1"),
 		slot: slotBalancedLambda},
 }
@@ -587,4 +588,61 @@ func FlagArgs(e Engine, keep func(f *Flag) bool, plainBytes bool) []string {
 		}
 	}
 	return args
+}
+
+// String names the kind as the API's flag list does.
+func (k FlagKind) String() string {
+	switch k {
+	case IntFlag:
+		return "int"
+	case BytesFlag:
+		return "bytes"
+	case FloatFlag:
+		return "float"
+	case ChoiceFlag:
+		return "choice"
+	case BoolFlag:
+		return "bool"
+	case ToggleFlag:
+		return "toggle"
+	}
+	return "unknown"
+}
+
+// String names the origin as the API's flag list does.
+func (o FlagOrigin) String() string {
+	switch o {
+	case VLLMFlag:
+		return "vllm"
+	case SpeculativeFlag:
+		return "vllm-speculative-config"
+	case BranchFlag:
+		return "vllm-pr58207"
+	case ModelFlag:
+		return "kvscope-inferred"
+	}
+	return "unknown"
+}
+
+// FlagDoc is an engine flag as a list of flags shows it, with its
+// default in one vLLM version.
+type FlagDoc struct {
+	Name    string   `json:"name"` // --name on a command line and in a URL
+	JSON    string   `json:"json"` // the key in an engine's JSON
+	Kind    string   `json:"kind"`
+	Origin  string   `json:"origin"`
+	Help    string   `json:"help"`
+	Choices []string `json:"choices,omitempty"`
+	Default string   `json:"default"`
+}
+
+// Docs describes every engine flag, with its default in prof.
+func Docs(prof *vllm.Profile) []FlagDoc {
+	out := make([]FlagDoc, 0, len(flagTable))
+	for i := range flagTable {
+		f := &flagTable[i]
+		out = append(out, FlagDoc{Name: f.Name, JSON: f.JSON(), Kind: f.Kind.String(), Origin: f.Origin.String(),
+			Help: f.Help, Choices: f.Choices, Default: f.Default(prof)})
+	}
+	return out
 }
