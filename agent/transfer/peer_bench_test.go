@@ -1,10 +1,8 @@
 package transfer
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/xfer"
@@ -31,29 +29,15 @@ func twoAgents(b *testing.B, ranks int, page int64, n int) (*Remote, *xfer.Trans
 		}
 		x.RankPairs = append(x.RankPairs, xfer.RankPair{P: rank, D: rank, Pairs: pairs})
 	}
-	h := NewHost(1<<32, nil)
-	if err := h.Register(x.PRegs); err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := &PeerServer{Mem: h} // no Logf: closing at the end would be logged
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(ctx, ln)
-	}()
+	h, ln := hostP(b, x.PRegs)
+	stop := serve(&PeerServer{Mem: h}, ln) // no Logf: the closing would be logged
 	r := NewRemote(ln.Addr().String(), "", ranks, 1<<32, nil)
 	if err := r.Register(append(append([]*xfer.Registration(nil), x.PRegs...), x.DRegs...)); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
 		r.Close()
-		cancel()
-		<-done
+		stop()
 		h.Close()
 	})
 	return r, x

@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/kvscope/kvscope/agent/transfer/peer"
-	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
@@ -254,17 +252,11 @@ func (c gatedConn) Write(p []byte) (int, error) {
 // are sent, and a read that arrives during a prefill is answered after it.
 func TestPeerReadsInParallel(t *testing.T) {
 	m, pd, x := prepare(t, deployments[0])
-	h := NewHost(1<<30, nil)
-	if err := h.Register(x.PRegs); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, ln := hostP(t, x.PRegs)
 	g := &readGate{entered: make(chan struct{}, 16), open: make(chan struct{})}
 	readsAtPrefill := make(chan int32, 4) // the reads in flight as each prefill began
 	held, resume := make(chan struct{}), make(chan struct{})
+	fill := fillP(m, pd, h)
 	srv := &PeerServer{Mem: h, Logf: t.Logf, Prefill: func(q PrefillRequest) error {
 		g.prefilling.Store(true)
 		defer g.prefilling.Store(false)
@@ -273,22 +265,9 @@ func TestPeerReadsInParallel(t *testing.T) {
 			close(held)
 			<-resume
 		}
-		px, err := pd.Compute(xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens}, true)
-		if err != nil {
-			return err
-		}
-		return oracle.FillP(m, px, h)
+		return fill(q)
 	}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(ctx, gatedListener{ln, g})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	t.Cleanup(serve(srv, gatedListener{ln, g}))
 	t.Cleanup(g.release) // runs first: no read stays held
 
 	addr := ln.Addr().String()

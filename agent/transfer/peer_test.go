@@ -14,28 +14,46 @@ import (
 // startP serves P's ranks of a deployment on a loopback port.
 func startP(t *testing.T, m *model.Model, pd *xfer.PD, x *xfer.Transfer, token string) string {
 	t.Helper()
+	h, ln := hostP(t, x.PRegs)
+	t.Cleanup(serveP(t, m, pd, h, ln, token))
+	return ln.Addr().String()
+}
+
+// hostP registers P's ranks in a host backend and opens a loopback port
+// to serve them on.
+func hostP(tb testing.TB, pRegs []*xfer.Registration) (*Host, net.Listener) {
+	tb.Helper()
 	h := NewHost(1<<30, nil)
-	if err := h.Register(x.PRegs); err != nil {
-		t.Fatal(err)
+	if err := h.Register(pRegs); err != nil {
+		tb.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(serveP(t, m, pd, h, ln, token))
-	return ln.Addr().String()
+	return h, ln
 }
 
 // serveP serves P's registered host on ln, filling P's blocks for each
 // prefill as the P agent does, until the returned stop is called.
 func serveP(t *testing.T, m *model.Model, pd *xfer.PD, h *Host, ln net.Listener, token string) (stop func()) {
-	srv := &PeerServer{Mem: h, Token: token, Logf: t.Logf, Prefill: func(q PrefillRequest) error {
+	return serve(&PeerServer{Mem: h, Token: token, Logf: t.Logf, Prefill: fillP(m, pd, h)}, ln)
+}
+
+// fillP is the P agent's prefill: it plans the request and writes P's
+// blocks for it.
+func fillP(m *model.Model, pd *xfer.PD, h *Host) func(PrefillRequest) error {
+	return func(q PrefillRequest) error {
 		px, err := pd.Compute(xfer.Request{PromptTokens: q.PromptTokens, PrefixHitTokens: q.PrefixHitTokens}, true)
 		if err != nil {
 			return err
 		}
 		return oracle.FillP(m, px, h)
-	}}
+	}
+}
+
+// serve runs srv on ln until the returned stop is called.
+func serve(srv *PeerServer, ln net.Listener) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -117,14 +135,7 @@ func TestTwoAgentsHandshakeFailures(t *testing.T) {
 // prefill connects again (checking P's metadata) and D goes on.
 func TestRemoteReconnectsAfterPRestarts(t *testing.T) {
 	m, pd, x := prepare(t, deployments[0])
-	h := NewHost(1<<30, nil)
-	if err := h.Register(x.PRegs); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, ln := hostP(t, x.PRegs)
 	addr := ln.Addr().String()
 	stop := serveP(t, m, pd, h, ln, "")
 	r := NewRemote(addr, "", 1, 1<<30, nil)
@@ -137,7 +148,8 @@ func TestRemoteReconnectsAfterPRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	if ln, err = net.Listen("tcp", addr); err != nil {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
 		t.Skipf("the port was taken meanwhile: %v", err)
 	}
 	defer serveP(t, m, pd, h, ln, "")()
