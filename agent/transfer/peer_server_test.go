@@ -311,7 +311,11 @@ func TestPeerReadsInParallel(t *testing.T) {
 	ctrl.expect(t, peer.MsgReady, -1)
 
 	ctrl.send(t, peer.MsgPrefill, prefill("held"))
-	<-held
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second prefill never began")
+	}
 	a.send(t, peer.MsgRead, read)
 	close(resume)
 	ctrl.expect(t, peer.MsgReady, -1)
