@@ -90,6 +90,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPeek$$' -fuzztime $(FUZZTIME) ./core/event
 	$(GO) test -run '^$$' -fuzz '^FuzzReadJSONL$$' -fuzztime $(FUZZTIME) ./core/event
 	$(GO) test -run '^$$' -fuzz '^FuzzPeerRead$$' -fuzztime $(FUZZTIME) ./agent/transfer
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRead$$' -fuzztime $(FUZZTIME) ./agent/transfer/peer
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./agent/scenario
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./core/check
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLiteral$$' -fuzztime $(FUZZTIME) ./core/vlog
