@@ -75,6 +75,8 @@ func NewPlanner(m *model.Model) (*Planner, error) {
 	return newPlanner(m), nil
 }
 
+// newPlanner is NewPlanner for a model known to be there (New's,
+// WithLayout's and FromSpecs' Planners, used once).
 func newPlanner(m *model.Model) *Planner {
 	return &Planner{
 		m:        m,
