@@ -101,7 +101,7 @@ func (c *call) plan(p *Plan) {
 	}
 	p.Notes = append(append(append(p.Notes, pl.m.Notes...), engineNotes...), r.rank.Notes...)
 	p.Warnings = append(p.Warnings, sp.warnings...)
-	c.inferred(func(reason string) { p.addInferred(reason) })
+	c.inferred(func(reason string) bool { p.addInferred(reason); return true })
 	lines := p.capacityLines()
 	p.Logs = append(p.Logs, lines[0], lines[1])
 }

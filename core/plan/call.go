@@ -189,8 +189,7 @@ func (c *call) figures() {
 			}
 		}
 	}
-	s.Inferred = false
-	c.inferred(func(string) { s.Inferred = true })
+	c.inferred(func(string) bool { s.Inferred = true; return false })
 }
 
 // memory sizes the pool: per pipeline stage, bytes per block is the

@@ -27,25 +27,30 @@ func paddingBytesReason(label string) string {
 }
 
 // inferred calls add with each inferred reason of the call's plan, in the
-// order the plan lists them: the loose bucket merge's, the selector's,
-// the profile's inferred rules that touch the rank, the state kernel
-// chunk of mamba cache mode all, and the drafter's pipeline stage.
-func (c *call) inferred(add func(reason string)) {
+// order the plan lists them, until add returns false: the loose bucket
+// merge's, the selector's, the profile's inferred rules that touch the
+// rank, the state kernel chunk of mamba cache mode all, and the drafter's
+// pipeline stage.
+func (c *call) inferred(add func(reason string) bool) {
 	r, e, s := c.r, &c.e, &c.sum
 	for _, reason := range r.loose {
-		add(reason)
+		if !add(reason) {
+			return
+		}
 	}
-	if s.Selector == PaddingBytes && e.GroupSize == 0 && c.prof.Selector != vllm.SelectorPaddingBytes {
-		add(c.pe.paddingBy)
+	if s.Selector == PaddingBytes && e.GroupSize == 0 && c.prof.Selector != vllm.SelectorPaddingBytes && !add(c.pe.paddingBy) {
+		return
 	}
-	if s.Selector == Balanced && e.GroupSize == 0 {
-		add(reasonBalanced)
+	if s.Selector == Balanced && e.GroupSize == 0 && !add(reasonBalanced) {
+		return
 	}
 	for _, reason := range r.profile {
-		add(reason)
+		if !add(reason) {
+			return
+		}
 	}
-	if e.MambaCacheMode == "all" && r.state {
-		add(reasonMambaAll)
+	if e.MambaCacheMode == "all" && r.state && !add(reasonMambaAll) {
+		return
 	}
 	if e.PipelineParallelSize > 1 && c.pl.drafts {
 		add(reasonDraftStage)
