@@ -71,40 +71,40 @@ func (f *Flag) setJSON(e *Engine, key string, raw json.RawMessage, negated bool,
 	if f.Kind == ToggleFlag {
 		return f.setToggleJSON(e, key, raw, negated, obj)
 	}
-	switch p := e.field(f.slot).(type) {
-	case *int:
+	switch f.Kind {
+	case IntFlag:
 		n, err := jsonInt(raw)
 		if err != nil {
 			return jsonKeyErr(key, raw, "a whole number")
 		}
-		*p = n
-	case *int64:
+		*f.int(e) = n
+	case BytesFlag:
 		var s string
 		if json.Unmarshal(raw, &s) == nil {
 			n, err := ParseBytes(s)
 			if err != nil {
 				return jsonKeyErr(key, raw, "a byte count, or a size such as \"40GiB\"")
 			}
-			*p = n
+			*f.int64(e) = n
 			return nil
 		}
 		n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
 		if err != nil {
 			return jsonKeyErr(key, raw, "a byte count, or a size such as \"40GiB\"")
 		}
-		*p = n
-	case *float64:
-		if err := json.Unmarshal(raw, p); err != nil {
+		*f.int64(e) = n
+	case FloatFlag:
+		if err := json.Unmarshal(raw, f.float(e)); err != nil {
 			return jsonKeyErr(key, raw, "a number")
 		}
-	case *string, *Selector, *BucketMerge:
+	case ChoiceFlag:
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return jsonKeyErr(key, raw, "a string")
 		}
 		return f.Set(e, s)
-	case *bool:
-		if err := json.Unmarshal(raw, p); err != nil {
+	case BoolFlag:
+		if err := json.Unmarshal(raw, f.bool(e)); err != nil {
 			return jsonKeyErr(key, raw, "true or false")
 		}
 	}
@@ -135,12 +135,12 @@ func (f *Flag) setToggleJSON(e *Engine, key string, raw json.RawMessage, negated
 	on := b != negated
 	switch {
 	case !both:
-		e.setToggle(f.slot, onOff(on))
+		f.setToggle(e, onOff(on))
 	case b:
-		if v := e.toggle(f.slot); v != "" && v != onOff(on) {
+		if v := f.toggle(e); v != "" && v != onOff(on) {
 			return fmt.Errorf("plan: engine: %s and %s are both true: they contradict each other", f.JSON(), "no_"+f.JSON())
 		}
-		e.setToggle(f.slot, onOff(on))
+		f.setToggle(e, onOff(on))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/kvscope/kvscope/core/vllm"
 )
@@ -84,8 +85,11 @@ type Flag struct {
 	// cache dtype by the per-rank specs, for one).
 	planned bool
 
-	def  func(p *vllm.Profile) string // the default in a version, as a user reads it
-	slot slot                         // where the flag lives in an Engine
+	def func(p *vllm.Profile) string // the default in a version, as a user reads it
+	// at is where the flag's field lies in an Engine (see fieldAt); a
+	// toggle stored as two switches (--x and --no-x) has its second at no.
+	at, no uintptr
+	pair   bool
 	// log says where a vLLM startup log states the flag.
 	log LogSource
 }
@@ -112,34 +116,27 @@ func (f *Flag) Log() LogSource { return f.log }
 // Get is the flag's value in e as it is written on a command line or in
 // a URL, and whether e sets it ("" and false at the default).
 func (f *Flag) Get(e *Engine) (string, bool) {
-	if f.Kind == ToggleFlag {
-		v := e.toggle(f.slot)
+	switch f.Kind {
+	case ToggleFlag:
+		v := f.toggle(e)
 		return v, v != ""
-	}
-	switch p := e.field(f.slot).(type) {
-	case *int:
-		if *p == 0 {
-			return "", false
+	case IntFlag:
+		if p := f.int(e); *p != 0 {
+			return strconv.Itoa(*p), true
 		}
-		return strconv.Itoa(*p), true
-	case *int64:
-		if *p == 0 {
-			return "", false
+	case BytesFlag:
+		if p := f.int64(e); *p != 0 {
+			return FormatBytes(*p), true
 		}
-		return FormatBytes(*p), true
-	case *float64:
-		if *p == 0 {
-			return "", false
+	case FloatFlag:
+		if p := f.float(e); *p != 0 {
+			return strconv.FormatFloat(*p, 'g', -1, 64), true
 		}
-		return strconv.FormatFloat(*p, 'g', -1, 64), true
-	case *string:
+	case ChoiceFlag:
+		p := f.string(e)
 		return *p, *p != ""
-	case *Selector:
-		return string(*p), *p != ""
-	case *BucketMerge:
-		return string(*p), *p != ""
-	case *bool:
-		if *p {
+	case BoolFlag:
+		if *f.bool(e) {
 			return "true", true
 		}
 	}
@@ -151,23 +148,21 @@ func (f *Flag) Get(e *Engine) (string, bool) {
 // with the text, without the flag's name (the caller knows how the user
 // spelled it).
 func (f *Flag) Set(e *Engine, text string) error {
-	if f.Kind == ToggleFlag {
+	switch f.Kind {
+	case ToggleFlag:
 		switch strings.ToLower(text) {
 		case "":
-			e.setToggle(f.slot, "")
+			f.setToggle(e, "")
 		case "on", "true", "1", "yes":
-			e.setToggle(f.slot, "on")
+			f.setToggle(e, "on")
 		case "off", "false", "0", "no":
-			e.setToggle(f.slot, "off")
+			f.setToggle(e, "off")
 		default:
 			return fmt.Errorf("want on or off")
 		}
-		return nil
-	}
-	switch p := e.field(f.slot).(type) {
-	case *int:
+	case IntFlag:
 		if text == "" {
-			*p = 0
+			*f.int(e) = 0
 			return nil
 		}
 		n, err := strconv.Atoi(text)
@@ -177,56 +172,52 @@ func (f *Flag) Set(e *Engine, text string) error {
 			}
 			return fmt.Errorf("want a positive integer")
 		}
-		*p = n
-	case *int64:
+		*f.int(e) = n
+	case BytesFlag:
 		if text == "" {
-			*p = 0
+			*f.int64(e) = 0
 			return nil
 		}
 		n, err := ParseBytes(text)
 		if err != nil {
 			return err
 		}
-		*p = n
-	case *float64:
+		*f.int64(e) = n
+	case FloatFlag:
 		if text == "" {
-			*p = 0
+			*f.float(e) = 0
 			return nil
 		}
 		x, err := strconv.ParseFloat(text, 64)
 		if err != nil || x <= 0 {
 			return fmt.Errorf("want a positive number")
 		}
-		*p = x
-	case *string:
-		*p = text
-	case *Selector:
-		*p = Selector(text)
-	case *BucketMerge:
-		*p = BucketMerge(text)
-	case *bool:
+		*f.float(e) = x
+	case ChoiceFlag:
+		*f.string(e) = text
+	case BoolFlag:
 		if text == "" {
-			*p = false
+			*f.bool(e) = false
 			return nil
 		}
 		b, err := strconv.ParseBool(text)
 		if err != nil {
 			return fmt.Errorf("want true or false")
 		}
-		*p = b
+		*f.bool(e) = b
 	}
 	return nil
 }
 
 // number is the value of a numeric flag, for the range check.
 func (f *Flag) number(e *Engine) (float64, bool) {
-	switch p := e.field(f.slot).(type) {
-	case *int:
-		return float64(*p), true
-	case *int64:
-		return float64(*p), true
-	case *float64:
-		return *p, true
+	switch f.Kind {
+	case IntFlag:
+		return float64(*f.int(e)), true
+	case BytesFlag:
+		return float64(*f.int64(e)), true
+	case FloatFlag:
+		return *f.float(e), true
 	}
 	return 0, false
 }
@@ -251,11 +242,11 @@ func (f *Flag) checkRange(e *Engine) error {
 	if reason == "" {
 		reason = fmt.Sprintf("must be between %s and %s", fmtNum(f.Min), fmtNum(f.Max))
 	}
-	switch p := e.field(f.slot).(type) {
-	case *int:
-		return flagErr("--"+f.Name, *p, reason)
-	case *int64:
-		return flagErr("--"+f.Name, *p, reason)
+	switch f.Kind {
+	case IntFlag:
+		return flagErr("--"+f.Name, *f.int(e), reason)
+	case BytesFlag:
+		return flagErr("--"+f.Name, *f.int64(e), reason)
 	}
 	return flagErr("--"+f.Name, v, reason)
 }
@@ -263,7 +254,7 @@ func (f *Flag) checkRange(e *Engine) error {
 // checkChoice refuses a ChoiceFlag's value that is none of its choices;
 // only the flags the planner itself checks have choices checked here.
 func (f *Flag) checkChoice(e *Engine) error {
-	v, _ := f.Get(e)
+	v := *f.string(e)
 	for _, c := range f.Choices {
 		if v == c {
 			return nil
@@ -340,64 +331,64 @@ func fixed(s string) func(*vllm.Profile) string { return func(*vllm.Profile) str
 var flagTable = [...]Flag{
 	{Name: "tensor-parallel-size", Example: "2", Kind: IntFlag, Origin: VLLMFlag, Help: "tensor-parallel size: ranks that split each layer's heads",
 		Min: 1, Max: 1024, def: fixed("1"),
-		slot: slotTensorParallelSize, Unset: []string{"1"}, log: LogSource{Config: true, Args: true}},
+		at: fieldAt(func(e *Engine) any { return &e.TensorParallelSize }), Unset: []string{"1"}, log: LogSource{Config: true, Args: true}},
 	{Name: "pipeline-parallel-size", Example: "2", Kind: IntFlag, Origin: VLLMFlag, Help: "pipeline-parallel size: stages that split the layers",
 		Min: 1, Max: 256, def: fixed("1"),
-		slot: slotPipelineParallelSize, Unset: []string{"1"}, log: LogSource{Config: true, Args: true}},
+		at: fieldAt(func(e *Engine) any { return &e.PipelineParallelSize }), Unset: []string{"1"}, log: LogSource{Config: true, Args: true}},
 	{Name: "max-model-len", Example: "4096", Kind: IntFlag, Origin: VLLMFlag, Help: "the most tokens one request holds",
 		Min: 1, Max: 1 << 26, def: fixed("the model config's maximum"),
-		slot: slotMaxModelLen},
+		at: fieldAt(func(e *Engine) any { return &e.MaxModelLen })},
 	{Name: "max-num-batched-tokens", Example: "2048", Kind: IntFlag, Origin: VLLMFlag, Help: "tokens one scheduler step takes (sliding windows keep them in flight)",
 		Min: 1, Max: 1 << 26, def: fixed(strconv.Itoa(DefaultMaxNumBatchedTokens)),
-		slot: slotMaxNumBatchedTokens},
+		at: fieldAt(func(e *Engine) any { return &e.MaxNumBatchedTokens })},
 	{Name: "block-size", Example: "32", Kind: IntFlag, Origin: VLLMFlag, Help: "tokens per KV cache block",
 		Min: 0, Max: 1 << 20, RangeReason: "must be between 1 and 1048576", def: fixed("16, raised to fit a hybrid model's state pages"),
-		slot: slotBlockSize, log: LogSource{Args: true}},
+		at: fieldAt(func(e *Engine) any { return &e.BlockSize }), log: LogSource{Args: true}},
 	{Name: "num-gpu-blocks-override", Example: "100000", Kind: IntFlag, Origin: VLLMFlag, Help: "force num_blocks, whatever the memory",
 		Min: 0, Max: maxBlocksOverride, def: fixed("none: the memory decides"),
-		slot: slotNumGPUBlocksOverride, log: LogSource{Args: true}},
+		at: fieldAt(func(e *Engine) any { return &e.NumGPUBlocksOverride }), log: LogSource{Args: true}},
 	{Name: "num-speculative-tokens", Example: "2", Kind: IntFlag, Origin: SpeculativeFlag, Help: "speculative tokens per step",
 		Min: 0, Max: 64, ZeroOK: true, def: fixed("0"),
-		slot: slotNumSpeculativeTokens},
+		at: fieldAt(func(e *Engine) any { return &e.NumSpeculativeTokens })},
 	{Name: "kv-cache-dtype", Example: "fp8", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "the KV cache's element type",
 		Choices: []string{"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}, def: fixed("auto: the model's dtype"),
-		slot: slotKVCacheDType, Unset: []string{"auto"}, log: LogSource{Config: true, Args: true}},
+		at: fieldAt(func(e *Engine) any { return &e.KVCacheDType }), Unset: []string{"auto"}, log: LogSource{Config: true, Args: true}},
 	{Name: "mamba-ssm-cache-dtype", Example: "float32", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "the Mamba/GDN SSM state's element type",
 		Choices: []string{"auto", "float32", "bfloat16", "float16"}, def: fixed("auto: the version's rule for the model"),
-		slot: slotMambaSSMCacheDType, Unset: []string{"auto"}, log: LogSource{Config: true, Args: true}},
+		at: fieldAt(func(e *Engine) any { return &e.MambaSSMCacheDType }), Unset: []string{"auto"}, log: LogSource{Config: true, Args: true}},
 	{Name: "mamba-cache-mode", Example: "align", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "how Mamba/GDN state is cached for prefix caching (vLLM 0.15 on)",
 		Choices: []string{"none", "align", "all"}, def: mambaModeDefault,
-		slot: slotMambaCacheMode, log: LogSource{Args: true}},
+		at: fieldAt(func(e *Engine) any { return &e.MambaCacheMode }), log: LogSource{Args: true}},
 	{Name: "selector", Example: "balanced", Kind: ChoiceFlag, Origin: BranchFlag, Help: "the group-size selector of hybrid models",
 		Choices: []string{string(Classic), string(Min), string(Balanced), string(PaddingBytes)}, def: selectorDefault, planned: true,
-		slot: slotSelector},
+		at: fieldAt(func(e *Engine) any { return &e.Selector })},
 	{Name: "attention-backend", Example: "FLASHINFER", Kind: ChoiceFlag, Origin: VLLMFlag, Help: "the attention backend, whose kernel block aligns hybrid block sizes",
 		Choices: []string{"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLASH_ATTN_MLA", "FLASHMLA", "CUTLASS_MLA", "TRITON_MLA"}, def: fixed("FLASH_ATTN, or FLASH_ATTN_MLA for MLA models"),
-		slot: slotAttentionBackend},
+		at: fieldAt(func(e *Engine) any { return &e.AttentionBackend })},
 	{Name: "enable-prefix-caching", Example: "off", Kind: ToggleFlag, Origin: VLLMFlag, Help: "prefix caching",
-		def:  prefixDefault,
-		slot: slotPrefixCaching, log: LogSource{Config: true, Args: true}},
+		def: prefixDefault,
+		at:  fieldAt(func(e *Engine) any { return &e.PrefixCaching }), log: LogSource{Config: true, Args: true}},
 	{Name: "async-scheduling", Example: "off", Kind: ToggleFlag, Origin: VLLMFlag, Help: "async scheduling: two batches in flight at PP 1",
-		def:  asyncDefault,
-		slot: slotAsyncScheduling, log: LogSource{Args: true}},
+		def: asyncDefault,
+		at:  fieldAt(func(e *Engine) any { return &e.AsyncScheduling }), no: fieldAt(func(e *Engine) any { return &e.NoAsyncScheduling }), pair: true, log: LogSource{Args: true}},
 	{Name: "disable-hybrid-kv-cache-manager", Example: "true", Kind: BoolFlag, Origin: VLLMFlag, Help: "one KV cache group: sliding and chunked layers plan as full attention",
-		def:  fixed("off"),
-		slot: slotDisableHybrid, log: LogSource{Args: true}},
+		def: fixed("off"),
+		at:  fieldAt(func(e *Engine) any { return &e.DisableHybrid }), log: LogSource{Args: true}},
 	{Name: "kv-cache-memory-bytes", Example: "8GiB", Kind: BytesFlag, Origin: VLLMFlag, Help: "KV cache memory per rank (bytes, or with a GiB/MiB suffix)",
 		Min: 1, Max: 1 << 50, RangeReason: "must be between 1 and 2^50", def: fixed(FormatBytes(DefaultKVCacheMemoryBytes) + " (kvscope's; vLLM sizes it from --gpu-memory-utilization)"),
-		slot: slotKVCacheMemoryBytes},
+		at: fieldAt(func(e *Engine) any { return &e.KVCacheMemoryBytes })},
 	{Name: "min-kv-cache-group-layers", Example: "2", Kind: IntFlag, Origin: BranchFlag, Help: "the padding-bytes selector's smallest group size",
 		Min: 1, Max: 1 << 16, RangeReason: "must be positive", def: fixed("3"),
-		slot: slotMinGroupLayers},
+		at: fieldAt(func(e *Engine) any { return &e.MinGroupLayers })},
 	{Name: "kv-cache-group-size", Example: "4", Kind: IntFlag, Origin: BranchFlag, Help: "a fixed group size g, overriding the selector",
 		Min: 0, Max: 1 << 16, RangeReason: "must be positive", def: fixed("none: the selector chooses"),
-		slot: slotGroupSize},
+		at: fieldAt(func(e *Engine) any { return &e.GroupSize })},
 	{Name: "kv-cache-bucket-merge", Example: "strict", Kind: ChoiceFlag, Origin: ModelFlag, Help: "how layers of other head layouts share a bucket (inferred)",
 		Choices: []string{string(MergeAuto), string(Strict), string(Loose)}, def: fixed("auto: loose with padding-bytes in pr58207, strict otherwise"), planned: true,
-		slot: slotBucketMerge},
+		at: fieldAt(func(e *Engine) any { return &e.BucketMerge })},
 	{Name: "balanced-lambda", Example: "2.5", Kind: FloatFlag, Origin: ModelFlag, Help: "the balanced selector's cost of one group, in padding layers",
 		Min: 0, Max: 1e9, Open: true, RangeReason: "must be positive", def: fixed("1"),
-		slot: slotBalancedLambda},
+		at: fieldAt(func(e *Engine) any { return &e.BalancedLambda })},
 }
 
 func selectorDefault(p *vllm.Profile) string {
@@ -438,121 +429,125 @@ func asyncDefault(p *vllm.Profile) string {
 }
 
 // checkRanges refuses a resolved engine's value out of its flag's range,
-// in the table's order, then a choice the planner does not know.
+// in the table's order, then a choice the planner does not know. It runs
+// for every plan a search makes, so it reads the table's ranges as
+// rangeChecks lays them out, not flag by flag.
 func (e *Engine) checkRanges() error {
-	for i := range flagTable {
-		if err := flagTable[i].checkRange(e); err != nil {
+	base := unsafe.Pointer(e)
+	for i := range rangeChecks {
+		c := &rangeChecks[i]
+		switch c.kind {
+		case IntFlag:
+			if v := int64(*(*int)(unsafe.Add(base, c.at))); v >= c.min && v <= c.max {
+				continue
+			}
+		case BytesFlag:
+			if v := *(*int64)(unsafe.Add(base, c.at)); v >= c.min && v <= c.max {
+				continue
+			}
+		default:
+			if flagTable[c.flag].checkRange(e) == nil {
+				continue
+			}
+		}
+		return flagTable[c.flag].checkRange(e)
+	}
+	for _, i := range choiceChecks {
+		if err := flagTable[i].checkChoice(e); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// rangeCheck is one numeric flag's range where checkRanges reads it: a
+// whole number's bounds as integers (a float's range is its flag's).
+type rangeCheck struct {
+	at       uintptr
+	kind     FlagKind
+	min, max int64
+	flag     int // its row in flagTable
+}
+
+// rangeChecks and choiceChecks are the table's ranges and the choices the
+// planner checks, taken from flagTable once: data, never written.
+var rangeChecks, choiceChecks = func() ([]rangeCheck, []int) {
+	var ranges []rangeCheck
+	var choices []int
 	for i := range flagTable {
-		if f := &flagTable[i]; f.planned {
-			if err := f.checkChoice(e); err != nil {
-				return err
-			}
+		f := &flagTable[i]
+		switch {
+		case f.planned:
+			choices = append(choices, i)
+		case f.Min != 0 || f.Max != 0:
+			ranges = append(ranges, rangeCheck{at: f.at, kind: f.Kind, min: int64(f.Min), max: int64(f.Max), flag: i})
 		}
 	}
-	return nil
-}
+	return ranges, choices
+}()
 
-// slot names an Engine field that a flag sets. Engine.field is the one
-// map from slots to fields: methods, not closures, so that checking a
-// plan's engine does not move it to the heap.
-type slot uint8
-
-const (
-	slotTensorParallelSize slot = iota + 1
-	slotPipelineParallelSize
-	slotMaxModelLen
-	slotMaxNumBatchedTokens
-	slotBlockSize
-	slotNumGPUBlocksOverride
-	slotNumSpeculativeTokens
-	slotKVCacheDType
-	slotMambaSSMCacheDType
-	slotMambaCacheMode
-	slotSelector
-	slotAttentionBackend
-	slotPrefixCaching
-	slotAsyncScheduling
-	slotDisableHybrid
-	slotKVCacheMemoryBytes
-	slotMinGroupLayers
-	slotGroupSize
-	slotBucketMerge
-	slotBalancedLambda
-)
-
-// field is a pointer to the field a slot names: *int, *int64, *float64,
-// *string, *Selector, *BucketMerge or *bool; nil for a toggle's slot.
-func (e *Engine) field(s slot) any {
-	switch s {
-	case slotTensorParallelSize:
-		return &e.TensorParallelSize
-	case slotPipelineParallelSize:
-		return &e.PipelineParallelSize
-	case slotMaxModelLen:
-		return &e.MaxModelLen
-	case slotMaxNumBatchedTokens:
-		return &e.MaxNumBatchedTokens
-	case slotBlockSize:
-		return &e.BlockSize
-	case slotNumGPUBlocksOverride:
-		return &e.NumGPUBlocksOverride
-	case slotNumSpeculativeTokens:
-		return &e.NumSpeculativeTokens
-	case slotKVCacheDType:
-		return &e.KVCacheDType
-	case slotMambaSSMCacheDType:
-		return &e.MambaSSMCacheDType
-	case slotMambaCacheMode:
-		return &e.MambaCacheMode
-	case slotSelector:
-		return &e.Selector
-	case slotAttentionBackend:
-		return &e.AttentionBackend
-	case slotDisableHybrid:
-		return &e.DisableHybrid
-	case slotKVCacheMemoryBytes:
-		return &e.KVCacheMemoryBytes
-	case slotMinGroupLayers:
-		return &e.MinGroupLayers
-	case slotGroupSize:
-		return &e.GroupSize
-	case slotBucketMerge:
-		return &e.BucketMerge
-	case slotBalancedLambda:
-		return &e.BalancedLambda
+// fieldAt is the offset in an Engine of the field addr takes the address
+// of: the table names each flag's field once, in its row, and reading or
+// writing a flag is then a typed access at that offset (no map and no
+// switch from flags to fields, and nothing that moves an Engine to the
+// heap: a plan's hot path resolves its engine through the table).
+func fieldAt(addr func(e *Engine) any) uintptr {
+	var e Engine
+	var p unsafe.Pointer
+	switch q := addr(&e).(type) {
+	case *int:
+		p = unsafe.Pointer(q)
+	case *int64:
+		p = unsafe.Pointer(q)
+	case *float64:
+		p = unsafe.Pointer(q)
+	case *string:
+		p = unsafe.Pointer(q)
+	case *Selector:
+		p = unsafe.Pointer(q)
+	case *BucketMerge:
+		p = unsafe.Pointer(q)
+	case *bool:
+		p = unsafe.Pointer(q)
+	default:
+		panic(fmt.Sprintf("plan: flag table: a field of type %T", q)) // the table's own mistake, caught at start
 	}
-	return nil
+	return uintptr(p) - uintptr(unsafe.Pointer(&e))
 }
+
+// The typed fields of a flag in e; TestFlagFieldsHaveTheirKindsType holds
+// each flag's kind to its field's type.
+func (f *Flag) ptr(e *Engine) unsafe.Pointer { return unsafe.Add(unsafe.Pointer(e), f.at) }
+func (f *Flag) int(e *Engine) *int           { return (*int)(f.ptr(e)) }
+func (f *Flag) int64(e *Engine) *int64       { return (*int64)(f.ptr(e)) }
+func (f *Flag) float(e *Engine) *float64     { return (*float64)(f.ptr(e)) }
+func (f *Flag) string(e *Engine) *string     { return (*string)(f.ptr(e)) }
+func (f *Flag) bool(e *Engine) *bool         { return (*bool)(f.ptr(e)) }
 
 // toggle is a toggle's state: "on", "off" or "" (the version's default).
-// Async scheduling is two fields (--async-scheduling and
-// --no-async-scheduling, as a resolved engine reports both); both set
-// reads as unset, and resolving refuses it.
-func (e *Engine) toggle(s slot) string {
-	switch s {
-	case slotPrefixCaching:
-		return e.PrefixCaching
-	case slotAsyncScheduling:
-		switch {
-		case e.AsyncScheduling && !e.NoAsyncScheduling:
-			return "on"
-		case e.NoAsyncScheduling && !e.AsyncScheduling:
-			return "off"
-		}
+// A toggle stored as two switches (async scheduling: --async-scheduling
+// and --no-async-scheduling, as a resolved engine reports both) reads
+// both set as unset, and resolving refuses it.
+func (f *Flag) toggle(e *Engine) string {
+	if !f.pair {
+		return *f.string(e)
+	}
+	on, off := *f.bool(e), *(*bool)(unsafe.Add(unsafe.Pointer(e), f.no))
+	switch {
+	case on && !off:
+		return "on"
+	case off && !on:
+		return "off"
 	}
 	return ""
 }
 
-func (e *Engine) setToggle(s slot, v string) {
-	switch s {
-	case slotPrefixCaching:
-		e.PrefixCaching = v
-	case slotAsyncScheduling:
-		e.AsyncScheduling, e.NoAsyncScheduling = v == "on", v == "off"
+func (f *Flag) setToggle(e *Engine, v string) {
+	if !f.pair {
+		*f.string(e) = v
+		return
 	}
+	*f.bool(e), *(*bool)(unsafe.Add(unsafe.Pointer(e), f.no)) = v == "on", v == "off"
 }
 
 // FlagArgs are the command-line arguments that set e's flags, in the
@@ -580,7 +575,7 @@ func FlagArgs(e Engine, keep func(f *Flag) bool, plainBytes bool) []string {
 			}
 		case BytesFlag:
 			if plainBytes {
-				v = strconv.FormatInt(*e.field(f.slot).(*int64), 10)
+				v = strconv.FormatInt(*f.int64(&e), 10)
 			}
 			args = append(args, "--"+f.Name, v)
 		default:

@@ -204,3 +204,44 @@ func TestFlagArgsWriteWhatIsSet(t *testing.T) {
 		t.Errorf("vLLM's flags in plain bytes: %q", got)
 	}
 }
+
+// TestFlagFieldsHaveTheirKindsType: each flag's field, found at its offset
+// in Engine, has the Go type its kind reads and writes (a wrong row would
+// read another field's bytes).
+func TestFlagFieldsHaveTheirKindsType(t *testing.T) {
+	typ := reflect.TypeOf(Engine{})
+	fieldAtOffset := func(at uintptr) (reflect.StructField, bool) {
+		for i := 0; i < typ.NumField(); i++ {
+			if typ.Field(i).Offset == at {
+				return typ.Field(i), true
+			}
+		}
+		return reflect.StructField{}, false
+	}
+	want := map[FlagKind]reflect.Kind{IntFlag: reflect.Int, BytesFlag: reflect.Int64, FloatFlag: reflect.Float64, ChoiceFlag: reflect.String, BoolFlag: reflect.Bool}
+	used := map[uintptr]string{}
+	for _, f := range Flags() {
+		sf, ok := fieldAtOffset(f.at)
+		if !ok {
+			t.Errorf("--%s: no Engine field at offset %d", f.Name, f.at)
+			continue
+		}
+		k, ok := want[f.Kind]
+		if f.Kind == ToggleFlag {
+			k, ok = reflect.String, true
+			if f.pair {
+				k = reflect.Bool
+				if no, _ := fieldAtOffset(f.no); no.Type.Kind() != reflect.Bool || f.no == f.at {
+					t.Errorf("--%s: its no- field %s is not a second bool", f.Name, no.Name)
+				}
+			}
+		}
+		if !ok || sf.Type.Kind() != k {
+			t.Errorf("--%s (%s) is stored in %s, a %s", f.Name, f.Kind, sf.Name, sf.Type)
+		}
+		if other, dup := used[f.at]; dup {
+			t.Errorf("--%s and --%s share the field %s", f.Name, other, sf.Name)
+		}
+		used[f.at] = f.Name
+	}
+}
