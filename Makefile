@@ -4,8 +4,10 @@
 
 GO       ?= go
 BIN      := bin/kvscope
-MODELS   := $(wildcard testdata/models/*.json)
 GOFILES  := $(shell find app core server static web agent -name '*.go' 2>/dev/null) go.mod go.sum
+# The bundled model configs, embedded by core/catalog (the app.wasm too);
+# the directory itself changes when a config is added or removed.
+CATALOG  := core/catalog/models $(wildcard core/catalog/models/*.json)
 ECHARTS  := static/assets/vendor/echarts.min.js
 WASM     := web/app.wasm
 # A count, not a duration: go1.26's fuzz coordinator can fail a clean run with
@@ -28,21 +30,13 @@ wasm: $(WASM)
 
 # The browser app: core and app compiled to WebAssembly, and a gzip copy
 # the server sends to browsers that accept it.
-$(WASM): app/bundled/.stamp $(ECHARTS) $(GOFILES)
+$(WASM): $(ECHARTS) $(GOFILES) $(CATALOG)
 	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='-s -w' -o $@ ./app/wasm
 	gzip -9 -k -f $@
 
-# The bundled model configs (embedded by app/bundled) and ECharts from npm.
-assets: app/bundled/.stamp $(ECHARTS)
-
-# The stamp holds the list of models it copied: a model removed from
-# testdata (which leaves every other file older than the stamp) copies again.
-BUNDLED := $(sort $(notdir $(MODELS)))
-ifneq ($(BUNDLED),$(strip $(shell cat app/bundled/.stamp 2>/dev/null)))
-.PHONY: app/bundled/.stamp
-endif
-app/bundled/.stamp: $(MODELS)
-	rm -f app/bundled/*.json && cp $(MODELS) app/bundled/ && echo $(BUNDLED) > $@
+# ECharts from npm. (The bundled model configs need no step: core/catalog
+# embeds them where they are.)
+assets: $(ECHARTS)
 
 $(ECHARTS): static/package.json static/package-lock.json
 	cd static && npm ci --ignore-scripts --no-audit --no-fund
@@ -57,11 +51,11 @@ test: build check fuzz unit test-nixl
 NIXL_ENV := agent/transfer/nixl-env.sh
 NIXL_AGENT := bin/kvscope-agent-nixl
 
-nixl: app/bundled/.stamp
+nixl:
 	@env=$$(./$(NIXL_ENV)) && eval "$$env" && $(GO) build -tags nixl -o $(NIXL_AGENT) ./agent && \
 		echo "built $(NIXL_AGENT); run it with: eval \"\$$(./$(NIXL_ENV))\"; ./$(NIXL_AGENT) --backend nixl"
 
-test-nixl: app/bundled/.stamp
+test-nixl:
 	@why=$$(mktemp); trap 'rm -f $$why' EXIT; \
 	if env=$$(./$(NIXL_ENV) 2>$$why); then \
 		eval "$$env" && $(GO) test -tags nixl -count=1 ./agent/...; \
@@ -138,4 +132,4 @@ site: build
 	./$(BIN) site --out site
 
 clean:
-	rm -rf bin site web/app.wasm web/app.wasm.gz app/bundled/*.json app/bundled/.stamp static/assets/vendor static/node_modules
+	rm -rf bin site web/app.wasm web/app.wasm.gz static/assets/vendor static/node_modules

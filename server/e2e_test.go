@@ -18,7 +18,6 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/web"
 )
 
@@ -48,8 +47,7 @@ func browser(t *testing.T) (context.Context, *httptest.Server, *[]string) {
 	if path == "" {
 		skip("no Chromium on PATH: apt-get install chromium (.ci/run does)")
 	}
-	cat := model.NewCatalog(os.DirFS(filepath.Join("..", "testdata")), "models")
-	ts := httptest.NewServer(newMux(cat, serveOptions{Addr: "127.0.0.1:0", Agent: "none", Logf: t.Logf}))
+	ts := httptest.NewServer(newMux(catalog(), serveOptions{Addr: "127.0.0.1:0", Agent: "none", Logf: t.Logf}))
 	t.Cleanup(ts.Close)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
