@@ -58,12 +58,13 @@ func withinBudget(t testing.TB, what string, got, budget float64, unit string) b
 	line := fmt.Sprintf("%s: %.1f %s, %s %s %g %s", what, got, unit, verdict, held, limit, unit)
 	if measuringBudgets() {
 		fmt.Printf("budget: %s: %s\n", t.Name(), line)
-	} else {
-		t.Log(line)
 	}
 	if got > limit {
 		t.Errorf("%s", line)
 		return false
+	}
+	if !measuringBudgets() {
+		t.Log(line)
 	}
 	return true
 }
