@@ -37,7 +37,7 @@ import (
 	"github.com/kvscope/kvscope/agent/runner"
 	"github.com/kvscope/kvscope/agent/scenario"
 	"github.com/kvscope/kvscope/agent/stream"
-	"github.com/kvscope/kvscope/app/bundled"
+	modelcatalog "github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
@@ -434,10 +434,5 @@ func parseSideChannel(v string) (runner.SideChannel, error) {
 	return sc, nil
 }
 
-// catalog is the bundled models, or testdata/models in a source tree.
-func catalog() model.Catalog {
-	if c := bundled.Catalog(); len(c.Names()) > 0 {
-		return c
-	}
-	return model.NewCatalog(os.DirFS("."), "testdata/models")
-}
+// catalog is the bundled model configs, embedded in the binary.
+func catalog() model.Catalog { return modelcatalog.Bundled() }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
@@ -32,7 +33,7 @@ func computed(t *testing.T, s Settings) *Root {
 // writes it (in text_config for a multimodal checkpoint).
 func configMaxLen(t *testing.T, file string) int {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "testdata", "models", file+".json"))
+	data, err := os.ReadFile(filepath.Join(modeltest.Dir(), file+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}

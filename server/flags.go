@@ -4,10 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 
-	"github.com/kvscope/kvscope/app/bundled"
+	modelcatalog "github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 )
@@ -85,11 +84,5 @@ func displayName(ref string) string {
 	return strings.Replace(base, "__", "/", 1)
 }
 
-// catalog finds the bundled configs: embedded in the binary when make has
-// copied them there, else testdata/models under the working directory.
-func catalog() model.Catalog {
-	if c := bundled.Catalog(); len(c.Names()) > 0 {
-		return c
-	}
-	return model.NewCatalog(os.DirFS("."), "testdata/models")
-}
+// catalog is the bundled model configs, embedded in the binary.
+func catalog() model.Catalog { return modelcatalog.Bundled() }
