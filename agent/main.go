@@ -37,9 +37,11 @@ import (
 	"github.com/kvscope/kvscope/agent/runner"
 	"github.com/kvscope/kvscope/agent/scenario"
 	"github.com/kvscope/kvscope/agent/stream"
-	"github.com/kvscope/kvscope/app/bundled"
+	modelcatalog "github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/plan/planflag"
 )
 
 func main() {
@@ -82,15 +84,15 @@ type options struct {
 	model       string
 	draft       string
 	connector   string
-	pTP, dTP    int
-	version     string
-	kvMiB       int64
+	engines     *planflag.Set // every engine flag, plainly and with p- / d-
+	kvMiB       int64         // --kv-cache-memory-mib, the older spelling of --kv-cache-memory-bytes
 	rate        float64
 	requests    int
 	duration    float64
 	verifyEvery int
 	metricsAddr string
 	hostMiB     int64
+	warnings    []string // what the command line said in an older form
 }
 
 func parse(args []string) (*options, error) {
@@ -113,10 +115,11 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.model, "model", "", "override the scenario's model (a bundled model name)")
 	fs.StringVar(&o.draft, "draft", "", "override the scenario's draft: a bundled model or mtp")
 	fs.StringVar(&o.connector, "connector", "", "override the scenario's connector: nixl (D pulls) or nixl-push (P pushes)")
-	fs.StringVar(&o.version, "vllm-version", "", "override both engines' vLLM version profile (a release, main or pr58207; transfers between different plans need pr58207)")
-	fs.IntVar(&o.pTP, "p-tensor-parallel-size", 0, "override P's tensor-parallel size")
-	fs.IntVar(&o.dTP, "d-tensor-parallel-size", 0, "override D's tensor-parallel size")
-	fs.Int64Var(&o.kvMiB, "kv-cache-memory-mib", 0, "override both engines' KV cache memory per rank, MiB (host memory with --backend host)")
+	// The scenario's engines take every engine flag kvscope pd takes, by
+	// vLLM's names: plain for both engines, --p-NAME or --d-NAME for one
+	// (--kv-cache-memory-bytes is host memory with --backend host).
+	o.engines = planflag.Add(fs, "p", "d")
+	fs.Int64Var(&o.kvMiB, "kv-cache-memory-mib", 0, "deprecated: --kv-cache-memory-bytes NMiB")
 	fs.Float64Var(&o.rate, "rate", 0, "override the scenario's requests per second (0: as fast as the backend goes)")
 	fs.IntVar(&o.requests, "requests", 0, "override the scenario's request count (0: unlimited)")
 	fs.Float64Var(&o.duration, "duration", 0, "override the scenario's duration in seconds (0: until stopped)")
@@ -163,20 +166,23 @@ func parse(args []string) (*options, error) {
 	if set["connector"] {
 		s.Connector = o.connector
 	}
-	if set["vllm-version"] {
-		s.P.VLLMVersion, s.D.VLLMVersion = o.version, o.version
-	}
-	if set["p-tensor-parallel-size"] {
-		s.P.TensorParallelSize = o.pTP
-	}
-	if set["d-tensor-parallel-size"] {
-		s.D.TensorParallelSize = o.dTP
-	}
 	if set["kv-cache-memory-mib"] {
 		if o.kvMiB <= 0 || o.kvMiB > 1<<30 {
 			return nil, fmt.Errorf("--kv-cache-memory-mib %d: must be positive", o.kvMiB)
 		}
+		if set["kv-cache-memory-bytes"] {
+			return nil, &usageError{fmt.Errorf("--kv-cache-memory-mib and --kv-cache-memory-bytes: give one (--kv-cache-memory-mib is the older spelling)")}
+		}
+		o.warnings = append(o.warnings, fmt.Sprintf("--kv-cache-memory-mib is deprecated: give --kv-cache-memory-bytes %dMiB", o.kvMiB))
 		s.P.KVCacheMemoryBytes, s.D.KVCacheMemoryBytes = o.kvMiB<<20, o.kvMiB<<20
+	}
+	for _, side := range []struct {
+		name string
+		e    *plan.Engine
+	}{{"p", &s.P}, {"d", &s.D}} {
+		if err := o.engines.Overlay(side.name, side.e, nil); err != nil {
+			return nil, &usageError{err}
+		}
 	}
 	if set["rate"] {
 		s.Rate = o.rate
@@ -277,6 +283,9 @@ func run(ctx context.Context, args []string, logf func(string, ...any)) error {
 	c := o.config
 	c.Catalog = catalog()
 	c.Logf = logf
+	for _, w := range o.warnings {
+		logf("%s", w)
+	}
 	c.Metrics = metrics.New()
 	if o.metricsAddr != "" {
 		ln, err := net.Listen("tcp", o.metricsAddr)
@@ -425,10 +434,5 @@ func parseSideChannel(v string) (runner.SideChannel, error) {
 	return sc, nil
 }
 
-// catalog is the bundled models, or testdata/models in a source tree.
-func catalog() model.Catalog {
-	if c := bundled.Catalog(); len(c.Names()) > 0 {
-		return c
-	}
-	return model.NewCatalog(os.DirFS("."), "testdata/models")
-}
+// catalog is the bundled model configs, embedded in the binary.
+func catalog() model.Catalog { return modelcatalog.Bundled() }

@@ -38,6 +38,21 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || o.config.Scenario.Connector != "nixl-push" || o.config.Scenario.P.TensorParallelSize != 4 || o.config.Scenario.D.TensorParallelSize != 2 || o.config.Scenario.Draft != "mtp" {
 		t.Fatalf("engine overrides: %+v, %v", o, err)
 	}
+	// Every engine flag of the table overrides the scenario's engines, plain
+	// for both and with p- / d- for one; the older MiB spelling still
+	// works, with a warning that names the flag to use.
+	o, err = parse([]string{"--kv-cache-memory-bytes", "1.5GiB", "--d-block-size", "32", "--p-no-async-scheduling", "--vllm-version", "pr58207", "--selector", "balanced"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, d := o.config.Scenario.P, o.config.Scenario.D; p.KVCacheMemoryBytes != 3<<29 || d.KVCacheMemoryBytes != 3<<29 || d.BlockSize != 32 || p.BlockSize != 0 ||
+		!p.NoAsyncScheduling || d.NoAsyncScheduling || p.VLLMVersion != "pr58207" || d.VLLMVersion != "pr58207" || p.Selector != "balanced" || d.Selector != "balanced" {
+		t.Errorf("engine flags: P %+v, D %+v", p, d)
+	}
+	o, err = parse([]string{"--kv-cache-memory-mib", "64"})
+	if err != nil || o.config.Scenario.P.KVCacheMemoryBytes != 64<<20 || len(o.warnings) != 1 || !strings.Contains(o.warnings[0], "--kv-cache-memory-bytes 64MiB") {
+		t.Errorf("--kv-cache-memory-mib 64: %+v, warnings %q, %v", o.config.Scenario.P, o.warnings, err)
+	}
 	if o, _ := parse([]string{"--server", "https://kv.example/ws/agent"}); o.config.ServerURL != "wss://kv.example/ws/agent" {
 		t.Fatalf("https server: %q", o.config.ServerURL)
 	}
@@ -55,6 +70,10 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--connector", "rdma"}, "connector = rdma"},
 		{[]string{"--nats", "nats://127.0.0.1:4222", "--server", "ws://x:1"}, "give one"},
 		{[]string{"--nats", "http://127.0.0.1:4222"}, "want nats://HOST:PORT"},
+		{[]string{"--d-tensor-parallel-size", "0"}, `--d-tensor-parallel-size "0": want a positive integer`},
+		{[]string{"--p-kv-cache-memory-bytes", "lots"}, `--p-kv-cache-memory-bytes "lots": want a positive size`},
+		{[]string{"--kv-cache-memory-mib", "8", "--kv-cache-memory-bytes", "8MiB"}, "give one"},
+		{[]string{"--block-size", "7", "--vllm-version", "0.19.0"}, "--block-size 7"},
 	} {
 		if _, err := parse(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parse(%q) = %v, want an error containing %q", c.args, err, c.want)

@@ -218,8 +218,10 @@ func TestNIXLAgentFailures(t *testing.T) {
 	t.Run("P killed and restarted", func(t *testing.T) {
 		addr := freePort(t)
 		p := startP(t, addr)
+		// D runs until the test interrupts it: its duration is a hang's
+		// ceiling (the subtest takes about 6 s here).
 		d := startAgent(t, "tcp,self", "--role", "d", "--backend", "nixl", "--peer", addr, "--peer-token", "tok", "--name", "kvs-d",
-			"--duration", "30", "--verify-every", "1", "--rate", "0")
+			"--duration", "180", "--verify-every", "1", "--rate", "0")
 		d.waitLog(t, exact, 30*time.Second)
 		p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done

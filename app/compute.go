@@ -216,21 +216,11 @@ func loadModel(cat model.Catalog, name, custom string) (*model.Model, error) {
 	return m, nil
 }
 
-// Engine converts the form's engine to the planner's, on a vLLM version.
-func (e Engine) Engine(version string) plan.Engine {
-	return plan.Engine{
-		VLLMVersion:        version,
-		TensorParallelSize: e.TP, PipelineParallelSize: e.PP, BlockSize: e.BlockSize, MaxModelLen: e.MaxModelLen,
-		MaxNumBatchedTokens: e.MNBT, NumSpeculativeTokens: e.Spec, KVCacheDType: e.KVDType,
-		Selector: plan.Selector(e.Selector), MinGroupLayers: e.MinLayers, GroupSize: e.GroupSize,
-		KVCacheMemoryBytes: int64(e.MemGiB) << 30, MambaCacheMode: e.MambaMode, MambaSSMCacheDType: e.SSMDType,
-		PrefixCaching: e.Prefix, AsyncScheduling: e.Async, NoAsyncScheduling: e.NoAsync, DisableHybrid: e.DisableHybrid,
-	}
-}
-
 // Engines are P's and D's planner engines on the settings' version.
 func (s Settings) Engines() (plan.Engine, plan.Engine) {
-	return s.P.Engine(s.Version), s.D.Engine(s.Version)
+	p, d := s.P, s.D
+	p.VLLMVersion, d.VLLMVersion = s.Version, s.Version
+	return p, d
 }
 
 // CLI is the kvscope command line that computes the same thing.
@@ -249,25 +239,18 @@ func (s Settings) CLI(command string) string {
 		}
 		parts = append(parts, "--draft", d)
 	}
-	q := s.Query()
-	for _, side := range []string{"p-", "d-"} {
-		for _, f := range engineFields {
-			v := q.Get(side + f.key)
-			switch {
-			case v == "":
-			case f.key == "kv-cache-memory-gib":
-				parts = append(parts, "--"+side+"kv-cache-memory-bytes", v+"GiB")
-			case f.key == "enable-prefix-caching" && v == "off":
-				parts = append(parts, "--"+side+"no-enable-prefix-caching")
-			case f.key == "enable-prefix-caching":
-				parts = append(parts, "--"+side+"enable-prefix-caching")
-			case v == "true":
-				parts = append(parts, "--"+side+f.key)
-			default:
-				parts = append(parts, "--"+side+f.key, v)
+	for _, side := range []struct {
+		prefix string
+		e      plan.Engine
+	}{{"--p-", s.P}, {"--d-", s.D}} {
+		for _, a := range plan.FlagArgs(side.e, nil, false) {
+			if name, ok := strings.CutPrefix(a, "--"); ok {
+				a = side.prefix + name
 			}
+			parts = append(parts, a)
 		}
 	}
+	q := s.Query()
 	for _, k := range []string{"connector", "plans", "layout", "prompt-tokens", "prefix-hit-tokens"} {
 		if v := q.Get(k); v != "" {
 			parts = append(parts, "--"+k, v)

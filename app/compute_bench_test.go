@@ -1,15 +1,14 @@
 package app
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/model"
 )
 
 func testCatalog() model.Catalog {
-	return model.NewCatalog(os.DirFS(filepath.Join("..", "testdata")), "models")
+	return catalog.Bundled()
 }
 
 // BenchmarkCompute is the app's recompute after an input change, natively:
@@ -31,7 +30,7 @@ func BenchmarkCompute(b *testing.B) {
 func BenchmarkTransfer(b *testing.B) {
 	cat := testCatalog()
 	s := DefaultSettings()
-	s.D.TP = 8
+	s.D.TensorParallelSize = 8
 	r := Compute(s, cat, nil)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -38,6 +38,30 @@ func TestWasmDependencies(t *testing.T) {
 	}
 }
 
+// TestOnlyTheServerImportsTheApp: the app's packages are imported by the
+// server (which serves the page) and the app's own packages, nothing else:
+// the agent, core and the bundled model catalog (core/catalog) never
+// depend on the UI.
+func TestOnlyTheServerImportsTheApp(t *testing.T) {
+	const mod = "github.com/kvscope/kvscope"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, mod+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	inApp := func(pkg string) bool { return pkg == mod+"/app" || strings.HasPrefix(pkg, mod+"/app/") }
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || inApp(fields[0]) || fields[0] == mod+"/server" {
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if inApp(imp) {
+				t.Errorf("%s imports %s: only the server may import the app", fields[0], imp)
+			}
+		}
+	}
+}
+
 // TestBuiltWasmBudget checks the app.wasm make built: no net/http server
 // code, and at most 3 MB gzipped.
 func TestBuiltWasmBudget(t *testing.T) {

@@ -305,6 +305,9 @@ func (c *Root) Render() app.UI {
 	return root.Body(
 		c.renderHeader(),
 		app.If(r != nil && r.Err != "", func() app.UI { return app.Div().Class("banner error").Text(r.Err) }),
+		app.If(len(s.Warnings) > 0, func() app.UI {
+			return app.Div().ID("legacy-keys").Class("banner warning").Text("This link is written in an older form, read as it meant: " + strings.Join(s.Warnings, "; ") + ".")
+		}),
 		app.If(len(s.Unknown) > 0, func() app.UI {
 			return app.Div().ID("unknown-keys").Class("banner warning").Text("The link has settings kvscope does not know, ignored: " + strings.Join(s.Unknown, ", "))
 		}),

@@ -10,19 +10,21 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvscope/kvscope/core/plan"
 )
 
 // Settings is everything the app shows, as it lives in the URL query: a
 // view is a shareable link. Engine flags use vLLM's names with a p- or d-
 // prefix, as kvscope pd does on the command line.
 type Settings struct {
-	View      string // configure, plan, pd, flow, charts or check
-	Version   string // the vLLM version profile ("" = the newest release)
-	Model     string // a bundled model name, or "custom"
-	Config    string // a pasted config.json when Model is "custom"
-	Draft     string // "", a bundled model, "mtp" or "custom"
-	DraftJSON string // a pasted draft config.json
-	P, D      Engine
+	View      string      // configure, plan, pd, flow, charts or check
+	Version   string      // the vLLM version profile ("" = the newest release)
+	Model     string      // a bundled model name, or "custom"
+	Config    string      // a pasted config.json when Model is "custom"
+	Draft     string      // "", a bundled model, "mtp" or "custom"
+	DraftJSON string      // a pasted draft config.json
+	P, D      plan.Engine // the engines' flags; their versions are Version
 	Connector string
 	Plans     string // auto, independent or invariant
 	Layout    string // split or blocks-first
@@ -30,31 +32,11 @@ type Settings struct {
 	Hit       int
 	Dark      bool
 	Tune      TuneSettings
-	// Unknown lists the query keys kvscope does not know: shown as a
-	// warning, never silently dropped. It is not part of the query.
-	Unknown []string
-}
-
-// Engine is one side's engine flags as the form edits them; 0 and "" mean
-// vLLM's default.
-type Engine struct {
-	TP            int
-	PP            int
-	BlockSize     int
-	MaxModelLen   int
-	MNBT          int
-	Spec          int
-	KVDType       string
-	Selector      string
-	MinLayers     int
-	GroupSize     int
-	MemGiB        int
-	MambaMode     string
-	SSMDType      string
-	Prefix        string // --enable-prefix-caching: "on", "off" or "" (the version's default)
-	Async         bool
-	NoAsync       bool
-	DisableHybrid bool
+	// Unknown lists the query keys kvscope does not know, and Warnings
+	// what a link said in a form that is no longer current (an old key):
+	// shown, never silently dropped. Neither is part of the query.
+	Unknown  []string
+	Warnings []string
 }
 
 // TuneSettings is the Tune view's search, as kvscope tune's flags take it
@@ -96,8 +78,8 @@ func DefaultSettings() Settings {
 	s := blankSettings()
 	s.Version = "pr58207"
 	s.Model, s.Draft = "Qwen/Qwen3.6-35B-A3B", "z-lab/Qwen3.6-35B-A3B-DFlash"
-	s.P = Engine{TP: 2, Spec: 7, MaxModelLen: 262144}
-	s.D = Engine{TP: 4, Spec: 7, MaxModelLen: 262144}
+	s.P = plan.Engine{TensorParallelSize: 2, NumSpeculativeTokens: 7, MaxModelLen: 262144}
+	s.D = plan.Engine{TensorParallelSize: 4, NumSpeculativeTokens: 7, MaxModelLen: 262144}
 	return s
 }
 
@@ -112,32 +94,30 @@ var Views = []struct{ ID, Title string }{
 	{"tune", "Tune"},
 }
 
-// engineField is one engine flag: its query key (vLLM's flag name) and how
-// to read and write it.
-type engineField struct {
-	key  string
-	help string
-	ptr  func(e *Engine) any // *int, *string or *bool
-}
-
-var engineFields = []engineField{
-	{"tensor-parallel-size", "TP size", func(e *Engine) any { return &e.TP }},
-	{"pipeline-parallel-size", "PP size", func(e *Engine) any { return &e.PP }},
-	{"block-size", "tokens per block (16, raised for hybrids)", func(e *Engine) any { return &e.BlockSize }},
-	{"max-model-len", "from the config", func(e *Engine) any { return &e.MaxModelLen }},
-	{"max-num-batched-tokens", "8192", func(e *Engine) any { return &e.MNBT }},
-	{"num-speculative-tokens", "speculative tokens", func(e *Engine) any { return &e.Spec }},
-	{"kv-cache-dtype", "auto, bfloat16, float16, fp8", func(e *Engine) any { return &e.KVDType }},
-	{"selector", "classic (the version's rule), min, balanced, padding-bytes", func(e *Engine) any { return &e.Selector }},
-	{"min-kv-cache-group-layers", "padding-bytes: 3", func(e *Engine) any { return &e.MinLayers }},
-	{"kv-cache-group-size", "the selector decides", func(e *Engine) any { return &e.GroupSize }},
-	{"kv-cache-memory-gib", "KV memory per rank, GiB (40)", func(e *Engine) any { return &e.MemGiB }},
-	{"enable-prefix-caching", "on, off (hybrids: the version's default)", func(e *Engine) any { return &e.Prefix }},
-	{"mamba-cache-mode", "none, align, all (what prefix caching implies)", func(e *Engine) any { return &e.MambaMode }},
-	{"mamba-ssm-cache-dtype", "auto, float32, bfloat16, float16", func(e *Engine) any { return &e.SSMDType }},
-	{"async-scheduling", "two batches in flight (the default from 0.14)", func(e *Engine) any { return &e.Async }},
-	{"no-async-scheduling", "one batch in flight", func(e *Engine) any { return &e.NoAsync }},
-	{"disable-hybrid-kv-cache-manager", "one group", func(e *Engine) any { return &e.DisableHybrid }},
+// legacyKeys are engine query keys of older links, read into their
+// flag with a warning that names the key to use now.
+func legacyKeys() map[string]func(e *plan.Engine, v string) (warning string, err error) {
+	return map[string]func(*plan.Engine, string) (string, error){
+		"kv-cache-memory-gib": func(e *plan.Engine, v string) (string, error) {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || !(n > 0 && n <= 1<<20) {
+				return "", fmt.Errorf("%q is not a positive number of GiB", v)
+			}
+			e.KVCacheMemoryBytes = int64(n * (1 << 30))
+			return "kv-cache-memory-bytes=" + plan.FormatBytes(e.KVCacheMemoryBytes), nil
+		},
+		"no-async-scheduling": func(e *plan.Engine, v string) (string, error) {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return "", fmt.Errorf("%q is not true or false", v)
+			}
+			if !b {
+				return "without it (false is the default)", nil
+			}
+			e.AsyncScheduling, e.NoAsyncScheduling = false, true
+			return "async-scheduling=off", nil
+		},
+	}
 }
 
 // FieldErrors maps a field's query key to what is wrong with its value.
@@ -197,23 +177,44 @@ func ParseQuery(q url.Values) (Settings, FieldErrors) {
 	}
 	// An engine key without a side applies to both, as the CLI's flags do;
 	// a p- or d- key then overrides it on its side.
+	legacy := legacyKeys()
 	for _, side := range []string{"", "p-", "d-"} {
-		for _, f := range engineFields {
-			key := side + f.key
-			v, ok := q[key]
+		targets := map[string][]*plan.Engine{"": {&s.P, &s.D}, "p-": {&s.P}, "d-": {&s.D}}[side]
+		for _, f := range plan.Flags() {
+			v, ok := q[side+f.Name]
 			if !ok {
 				continue
 			}
-			targets := map[string][]*Engine{"": {&s.P, &s.D}, "p-": {&s.P}, "d-": {&s.D}}[side]
 			for _, e := range targets {
-				setEngineField(e, f, key, v[0], errs)
+				if err := f.Set(e, strings.TrimSpace(v[0])); err != nil {
+					errs[side+f.Name] = fmt.Sprintf("%q: %v", v[0], err)
+				}
+			}
+		}
+		for _, key := range sortedNames(legacy) {
+			v, ok := q[side+key]
+			if !ok {
+				continue
+			}
+			for _, e := range targets {
+				now, err := legacy[key](e, v[0])
+				if err != nil {
+					errs[side+key] = err.Error()
+					continue
+				}
+				s.Warnings = appendNew(s.Warnings, fmt.Sprintf("the link's %s%s=%s is now written %s%s", side, key, v[0], side, now))
 			}
 		}
 	}
 	known := map[string]bool{"view": true, "vllm-version": true, "model": true, "draft": true, "connector": true, "plans": true, "layout": true,
 		"prompt-tokens": true, "prefix-hit-tokens": true, "theme": true, "config": true, "draft-config": true}
-	for _, f := range engineFields {
-		known[f.key], known["p-"+f.key], known["d-"+f.key] = true, true, true
+	for _, side := range []string{"", "p-", "d-"} {
+		for _, f := range plan.Flags() {
+			known[side+f.Name] = true
+		}
+		for key := range legacy {
+			known[side+key] = true
+		}
 	}
 	for _, f := range tuneFields {
 		known[f.key] = true
@@ -235,26 +236,24 @@ func ParseQuery(q url.Values) (Settings, FieldErrors) {
 	return s, errs
 }
 
-// setEngineField parses one engine value into e, or records why not.
-func setEngineField(e *Engine, f engineField, key, raw string, errs FieldErrors) {
-	switch dst := f.ptr(e).(type) {
-	case *int:
-		n, err := strconv.Atoi(strings.TrimSpace(raw))
-		if err != nil || n < 0 {
-			errs[key] = fmt.Sprintf("%q is not a non-negative integer", raw)
-			return
-		}
-		*dst = n
-	case *string:
-		*dst = raw
-	case *bool:
-		b, err := strconv.ParseBool(raw)
-		if err != nil {
-			errs[key] = fmt.Sprintf("%q is not true or false", raw)
-			return
-		}
-		*dst = b
+// sortedNames are a map's keys in order.
+func sortedNames[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
+	sort.Strings(keys)
+	return keys
+}
+
+// appendNew appends s unless list holds it already.
+func appendNew(list []string, s string) []string {
+	for _, have := range list {
+		if have == s {
+			return list
+		}
+	}
+	return append(list, s)
 }
 
 // Query writes the settings as a URL query: the model always, everything
@@ -288,21 +287,10 @@ func (s Settings) Query() url.Values {
 	if s.Draft == "custom" && s.DraftJSON != "" {
 		q.Set("draft-config", pack(s.DraftJSON))
 	}
-	for side, e := range map[string]Engine{"p-": s.P, "d-": s.D} {
-		for _, f := range engineFields {
-			switch v := f.ptr(&e).(type) {
-			case *int:
-				if *v != 0 {
-					q.Set(side+f.key, strconv.Itoa(*v))
-				}
-			case *string:
-				if *v != "" {
-					q.Set(side+f.key, *v)
-				}
-			case *bool:
-				if *v {
-					q.Set(side+f.key, "true")
-				}
+	for side, e := range map[string]plan.Engine{"p-": s.P, "d-": s.D} {
+		for _, f := range plan.Flags() {
+			if v, ok := f.Get(&e); ok {
+				q.Set(side+f.Name, v)
 			}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvscope/kvscope/app/bundled"
+	"github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/tune"
 )
 
@@ -19,7 +19,7 @@ import (
 // JSON, and a cancelled search says so and ranks only what it evaluated.
 // A query the app cannot read is refused with the field at fault.
 func TestTuneJob(t *testing.T) {
-	cat := bundled.Catalog()
+	cat := catalog.Bundled()
 	s := DefaultSettings()
 	s.Tune = TuneSettings{TPPairs: "2:4,4:4", BlockSizes: "0,32:512:32", MNBT: "4096,8192"}
 	search, err := NewTuneSearch(s.Query().Encode(), cat, 0, 1)

@@ -1,10 +1,10 @@
 package app
 
 import (
-	"math"
 	"strconv"
 
 	"github.com/kvscope/kvscope/core/check"
+	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/vlog"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
@@ -56,13 +56,12 @@ func (c *Root) loadCheckedPlan(ctx app.Context) {
 	if res == nil {
 		return
 	}
-	e := res.Setup.Engine
-	eng := Engine{TP: e.TensorParallelSize, PP: e.PipelineParallelSize, BlockSize: e.BlockSize, MaxModelLen: e.MaxModelLen,
-		MNBT: e.MaxNumBatchedTokens, Spec: e.NumSpeculativeTokens, KVDType: e.KVCacheDType, MambaMode: e.MambaCacheMode,
-		SSMDType: e.MambaSSMCacheDType, Prefix: e.PrefixCaching, Async: e.AsyncScheduling, NoAsync: e.NoAsyncScheduling,
-		DisableHybrid: e.DisableHybrid, GroupSize: e.GroupSize}
+	// The engine the log implies, its memory as check's kvscope plan line
+	// writes it (the logged GiB, to the byte).
+	eng := res.Setup.Engine
+	eng.VLLMVersion = ""
 	if res.Setup.HasMem && res.Setup.MemGiB > 0 {
-		eng.MemGiB = max(1, int(math.Round(res.Setup.MemGiB)))
+		eng.KVCacheMemoryBytes, _ = plan.ParseBytes(strconv.FormatFloat(res.Setup.MemGiB, 'f', 2, 64) + "GiB")
 	}
 	name := res.Model
 	draft := ""

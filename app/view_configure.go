@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +51,7 @@ func (c *Root) selectOf(id, value string, choices []string, set func(s *Settings
 func (c *Root) renderConfigure() app.UI {
 	s := c.settings
 	models := append(c.Catalog.Names(), "custom")
+	flags, prof := plan.Flags(), profileOf(s.Version)
 	drafts := append(append([]string{"", "mtp"}, c.Catalog.Names()...), "custom")
 	return app.Div().Class("configure").Body(
 		app.Section().Class("card").Body(
@@ -72,13 +74,13 @@ func (c *Root) renderConfigure() app.UI {
 			c.fieldError("vllm-version"),
 			app.Table().Class("engine-form").Body(
 				app.THead().Body(app.Tr().Body(app.Th().Text("flag"), app.Th().Text("P (prefill)"), app.Th().Text("D (decode)"), app.Th().Text("default"))),
-				app.TBody().Body(app.Range(engineFields).Slice(func(i int) app.UI {
-					f := engineFields[i]
-					return app.Tr().Body(
-						app.Td().Body(app.Code().Text("--"+f.key)),
-						app.Td().Body(c.engineInput("p-", f), c.fieldError("p-"+f.key)),
-						app.Td().Body(c.engineInput("d-", f), c.fieldError("d-"+f.key)),
-						app.Td().Class("muted").Text(f.help),
+				app.TBody().Body(app.Range(flags).Slice(func(i int) app.UI {
+					f := &flags[i]
+					return app.Tr().DataSet("flag", f.Name).Body(
+						app.Td().Body(app.Code().Text("--"+f.Name), app.Div().Class("muted").Text(f.Help+originNote(f))),
+						app.Td().Body(c.engineInput("p-", f), c.fieldError("p-"+f.Name)),
+						app.Td().Body(c.engineInput("d-", f), c.fieldError("d-"+f.Name)),
+						app.Td().Class("muted flag-default").Text(f.Default(&prof)),
 					)
 				})),
 			),
@@ -101,65 +103,103 @@ func (c *Root) renderConfigure() app.UI {
 	)
 }
 
-func (c *Root) engineInput(side string, f engineField) app.UI {
+// profileOf is the profile of a settings' version, the newest release's
+// when the version is unknown (its field shows the error).
+func profileOf(version string) vllm.Profile {
+	if p, err := vllm.Lookup(version); err == nil {
+		return p
+	}
+	return vllm.For(vllm.Newest())
+}
+
+// originNote says when a flag is not one of released vLLM's.
+func originNote(f *plan.Flag) string {
+	switch f.Origin {
+	case plan.BranchFlag:
+		return " (vLLM PR #58207 only)"
+	case plan.ModelFlag:
+		return " (kvscope's model of vLLM; inferred)"
+	case plan.SpeculativeFlag:
+		return " (in vLLM's --speculative-config)"
+	}
+	return ""
+}
+
+// defaultChoice is the value of a select's option that leaves a flag at
+// its default; no flag has a choice of that name.
+const defaultChoice = "(default)"
+
+// engineInput is one side's field of an engine flag, by the flag's kind:
+// a text field for numbers and sizes (empty at the default, whose
+// effective value is the placeholder), a select of the choices or of on
+// and off (first the default), a checkbox for a switch. What the user
+// enters goes through the flag table, as on the command line.
+func (c *Root) engineInput(side string, f *plan.Flag) app.UI {
 	e := &c.settings.P
 	if side == "d-" {
 		e = &c.settings.D
 	}
-	id := side + f.key
-	switch v := f.ptr(e).(type) {
-	case *int:
-		return c.numberInputPH(id, *v, c.effective(side, f.key), func(s *Settings, n int) {
+	id := side + f.Name
+	value, _ := f.Get(e)
+	set := func(ctx app.Context, text string) {
+		var probe plan.Engine
+		if err := f.Set(&probe, text); err != nil {
+			c.result.Errors[id] = fmt.Sprintf("%q: %v", text, err)
+			ctx.Update()
+			return
+		}
+		c.change(ctx, func(s *Settings) {
 			t := &s.P
 			if side == "d-" {
 				t = &s.D
 			}
-			*f.ptr(t).(*int) = n
-		})
-	case *string:
-		return app.Input().ID(id).Type("text").Value(*v).Placeholder(c.effective(side, f.key)).OnChange(func(ctx app.Context, ev app.Event) {
-			val := ctx.JSSrc().Get("value").String()
-			c.change(ctx, func(s *Settings) {
-				t := &s.P
-				if side == "d-" {
-					t = &s.D
-				}
-				*f.ptr(t).(*string) = val
-			})
-		})
-	case *bool:
-		return app.Input().ID(id).Type("checkbox").Checked(*v).OnChange(func(ctx app.Context, ev app.Event) {
-			val := ctx.JSSrc().Get("checked").Bool()
-			c.change(ctx, func(s *Settings) {
-				t := &s.P
-				if side == "d-" {
-					t = &s.D
-				}
-				*f.ptr(t).(*bool) = val
-			})
+			f.Set(t, text)
 		})
 	}
-	return nil
+	switch f.Kind {
+	case plan.BoolFlag:
+		return app.Input().ID(id).Type("checkbox").Checked(value == "true").OnChange(func(ctx app.Context, ev app.Event) {
+			set(ctx, strconv.FormatBool(ctx.JSSrc().Get("checked").Bool()))
+		})
+	case plan.ChoiceFlag, plan.ToggleFlag:
+		choices := f.Choices
+		if f.Kind == plan.ToggleFlag {
+			choices = []string{"on", "off"}
+		}
+		if value != "" && !slices.Contains(choices, value) {
+			choices = append(choices, value) // a link's value the planner refuses: shown with its error
+		}
+		// The first option is the version's default: its value is
+		// defaultChoice, not "", which a browser would read as the label.
+		all := append([]string{defaultChoice}, choices...)
+		return app.Select().ID(id).Body(app.Range(all).Slice(func(i int) app.UI {
+			label := all[i]
+			if label == defaultChoice {
+				label = "default: " + c.effective(side, f.Name)
+			}
+			return app.Option().Value(all[i]).Text(label).Selected(all[i] == value || all[i] == defaultChoice && value == "")
+		})).OnChange(func(ctx app.Context, ev app.Event) {
+			v := ctx.JSSrc().Get("value").String()
+			if v == defaultChoice {
+				v = ""
+			}
+			set(ctx, v)
+		})
+	}
+	in := app.Input().ID(id).Type("text").Value(value).Placeholder(c.effective(side, f.Name))
+	if f.Kind == plan.IntFlag {
+		in = in.Attr("inputmode", "numeric")
+	}
+	return in.OnChange(func(ctx app.Context, ev app.Event) {
+		set(ctx, strings.TrimSpace(ctx.JSSrc().Get("value").String()))
+	})
 }
 
 // numberInput is a non-negative integer field; text that is not one shows
 // an error next to the field and changes nothing.
 func (c *Root) numberInput(id string, v int, set func(s *Settings, n int)) app.UI {
-	return c.numberInputPH(id, v, "", set)
-}
-
-// numberInputPH is numberInput for an engine flag: 0 (the default) shows
-// as an empty field whose placeholder is the value the planner used.
-func (c *Root) numberInputPH(id string, v int, placeholder string, set func(s *Settings, n int)) app.UI {
-	value := strconv.Itoa(v)
-	if v == 0 && placeholder != "" {
-		value = ""
-	}
-	return app.Input().ID(id).Type("text").Attr("inputmode", "numeric").Value(value).Placeholder(placeholder).OnChange(func(ctx app.Context, e app.Event) {
+	return app.Input().ID(id).Type("text").Attr("inputmode", "numeric").Value(strconv.Itoa(v)).OnChange(func(ctx app.Context, e app.Event) {
 		raw := strings.TrimSpace(ctx.JSSrc().Get("value").String())
-		if raw == "" && placeholder != "" {
-			raw = "0"
-		}
 		n, err := strconv.Atoi(raw)
 		if err != nil || n < 0 {
 			c.result.Errors[id] = strconv.Quote(raw) + " is not a non-negative integer"
@@ -280,14 +320,30 @@ func (c *Root) effective(side, key string) string {
 			return "none needed (" + p.Dispatch + ")"
 		}
 		return n(p.GroupSize) + " chosen"
-	case "kv-cache-memory-gib":
-		return n(int(e.KVCacheMemoryBytes >> 30))
+	case "kv-cache-memory-bytes":
+		return plan.FormatBytes(e.KVCacheMemoryBytes)
 	case "enable-prefix-caching":
 		return e.PrefixCaching
+	case "async-scheduling":
+		if e.NoAsyncScheduling {
+			return "off"
+		}
+		return "on"
 	case "mamba-cache-mode":
 		return e.MambaCacheMode
 	case "mamba-ssm-cache-dtype":
 		return "auto"
+	case "attention-backend":
+		return p.Backend
+	case "num-gpu-blocks-override":
+		return "none: " + plan.Commas(p.NumBlocks) + " blocks"
+	case "kv-cache-bucket-merge":
+		if p.Merge == "" {
+			return "none needed (" + p.Dispatch + ")"
+		}
+		return string(p.Merge)
+	case "balanced-lambda":
+		return strconv.FormatFloat(e.BalancedLambda, 'g', -1, 64)
 	}
 	return "default"
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
@@ -31,7 +33,7 @@ func computed(t *testing.T, s Settings) *Root {
 // writes it (in text_config for a multimodal checkpoint).
 func configMaxLen(t *testing.T, file string) int {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "testdata", "models", file+".json"))
+	data, err := os.ReadFile(filepath.Join(modeltest.Dir(), file+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +104,10 @@ func TestConfigurePlaceholdersShowEffectiveValues(t *testing.T) {
 					asked = tt.s.D
 				}
 				want := map[string]string{"max-model-len": wantLen}
-				if asked.TP == 0 {
+				if asked.TensorParallelSize == 0 {
 					want["tensor-parallel-size"] = "1"
 				}
-				if asked.PP == 0 {
+				if asked.PipelineParallelSize == 0 {
 					want["pipeline-parallel-size"] = "1"
 				}
 				for k, f := range tt.want {
@@ -171,21 +173,21 @@ func noZeroPlaceholders(t *testing.T, s Settings) {
 	{
 		root := computed(t, s)
 		html := app.HTMLString(root.renderConfigure())
-		for _, f := range engineFields {
-			if _, isInt := f.ptr(&root.settings.P).(*int); !isInt {
+		for _, f := range plan.Flags() {
+			if f.Kind != plan.IntFlag && f.Kind != plan.BytesFlag && f.Kind != plan.FloatFlag {
 				continue
 			}
 			for _, side := range []string{"p-", "d-"} {
-				tag := inputTag(html, side+f.key)
+				tag := inputTag(html, side+f.Name)
 				ph, _ := attrOf(tag, "placeholder")
 				if v, _ := attrOf(tag, "value"); v == "0" {
-					t.Errorf("#%s%s shows 0", side, f.key)
+					t.Errorf("#%s%s shows 0", side, f.Name)
 				}
-				if f.key == "num-speculative-tokens" {
+				if f.Name == "num-speculative-tokens" {
 					continue // no drafter: 0 speculative tokens is the effective value
 				}
 				if ph == "" || ph == "0" || ph == "default" || strings.HasPrefix(ph, "0 ") {
-					t.Errorf("#%s%s placeholder %q is not an effective value", side, f.key, ph)
+					t.Errorf("#%s%s placeholder %q is not an effective value", side, f.Name, ph)
 				}
 			}
 		}
@@ -233,4 +235,79 @@ func TestComputeTimesItself(t *testing.T) {
 	if !strings.Contains(html, "computed in "+m[1]+" ms") {
 		t.Errorf("the footer text does not say computed in %s ms: %s", m[1], html)
 	}
+}
+
+// TestFormTakesEveryEngineFlag walks the engine-flag table: every flag is
+// a URL key under its vLLM name, plain and with p- or d-, that round-trips
+// through the link; the form has a field for it on each side, named by
+// the same key, showing the value; its default column says what
+// plan.Flag.Default says for the settings' version (the text kvscope help
+// and /api/flags show); and the equivalent command line names it.
+func TestFormTakesEveryEngineFlag(t *testing.T) {
+	for _, version := range []string{"", "0.19.0", "pr58207"} {
+		prof := profileOf(version)
+		for _, f := range plan.Flags() {
+			t.Run(version+"/"+f.Name, func(t *testing.T) {
+				q := url.Values{"model": {"Qwen/Qwen3-0.6B"}, "d-" + f.Name: {f.Example}}
+				if version != "" {
+					q.Set("vllm-version", version)
+				}
+				s, errs := ParseQuery(q)
+				if len(errs) > 0 || len(s.Unknown) > 0 {
+					t.Fatalf("d-%s=%s: errors %v, unknown %v", f.Name, f.Example, errs, s.Unknown)
+				}
+				if got, _ := f.Get(&s.D); got != f.Example {
+					t.Errorf("d-%s=%s reads as %q", f.Name, f.Example, got)
+				}
+				if got, set := f.Get(&s.P); set {
+					t.Errorf("d-%s set P's value to %q", f.Name, got)
+				}
+				if v := s.Query().Get("d-" + f.Name); v != f.Example {
+					t.Errorf("the link writes d-%s=%q, want %q", f.Name, v, f.Example)
+				}
+				both, errs := ParseQuery(url.Values{"model": {"Qwen/Qwen3-0.6B"}, f.Name: {f.Example}})
+				if gp, _ := f.Get(&both.P); len(errs) > 0 || gp != f.Example {
+					t.Errorf("plain %s=%s: P reads %q, errors %v", f.Name, f.Example, gp, errs)
+				}
+				if cli := s.CLI("pd"); !strings.Contains(cli, "--d-"+f.Name) && !strings.Contains(cli, "--d-no-"+f.Name) {
+					t.Errorf("the command line %q does not name --d-%s", cli, f.Name)
+				}
+				root := &Root{Catalog: testCatalog()}
+				root.settings = s
+				root.recompute(app.Context{})
+				html := app.HTMLString(root.renderConfigure())
+				for _, side := range []string{"p-", "d-"} {
+					if !regexp.MustCompile(`<(input|select)[^>]*\bid="` + regexp.QuoteMeta(side+f.Name) + `"`).MatchString(html) {
+						t.Errorf("the form has no field #%s%s", side, f.Name)
+					}
+				}
+				row := regexp.MustCompile(`(?s)<tr[^>]*data-flag="` + regexp.QuoteMeta(f.Name) + `".*?</tr>`).FindString(html)
+				def := regexp.MustCompile(`(?s)class="muted flag-default"[^>]*>([^<]*)<`).FindStringSubmatch(row)
+				if def == nil || html2text(def[1]) != f.Default(&prof) {
+					t.Errorf("the form's default for --%s on %q is %v, want %q", f.Name, version, def, f.Default(&prof))
+				}
+				shown := regexp.MustCompile(`(?s)id="d-` + regexp.QuoteMeta(f.Name) + `".*?(>|</select>)`).FindString(html)
+				switch f.Kind {
+				case plan.BoolFlag:
+					if !strings.Contains(inputTag(html, "d-"+f.Name), "checked") {
+						t.Errorf("#d-%s is not checked", f.Name)
+					}
+				case plan.ChoiceFlag, plan.ToggleFlag:
+					sel := regexp.MustCompile(`(?s)<select[^>]*id="d-` + regexp.QuoteMeta(f.Name) + `".*?</select>`).FindString(html)
+					if !regexp.MustCompile(`<option (selected value="` + regexp.QuoteMeta(f.Example) + `"|value="` + regexp.QuoteMeta(f.Example) + `" selected)[ >]`).MatchString(sel) {
+						t.Errorf("#d-%s does not select %s: %s", f.Name, f.Example, sel)
+					}
+				default:
+					if v, _ := attrOf(inputTag(html, "d-"+f.Name), "value"); v != f.Example {
+						t.Errorf("#d-%s shows %q, want %q (%s)", f.Name, v, f.Example, shown)
+					}
+				}
+			})
+		}
+	}
+}
+
+// html2text undoes the HTML escaping of a rendered text.
+func html2text(s string) string {
+	return strings.NewReplacer("&#39;", "'", "&amp;", "&", "&lt;", "<", "&gt;", ">", "&#34;", `"`, "&quot;", `"`).Replace(s)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/tune"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
@@ -206,7 +207,7 @@ func (c *Root) renderTune() app.UI {
 		app.H2().Text("Search P/D engine flags"),
 		app.P().Class("muted").Text(fmt.Sprintf("Every candidate keeps the Configure view's flags (P TP %d, D TP %d, vLLM %s) but what the ranges vary; "+
 			"each is planned for P and D, held against vLLM's and the handshake's rules, and costed by the descriptors of a %d-token request.",
-			max(s.P.TP, 1), max(s.D.TP, 1), c.profileName(), s.Prompt)),
+			max(s.P.TensorParallelSize, 1), max(s.D.TensorParallelSize, 1), c.profileName(), s.Prompt)),
 		app.Div().Class("fields").Body(app.Range(tuneFields).Slice(field)),
 		app.Div().Class("actions").Body(
 			app.Button().DataSet("testid", "tune-run").Disabled(running).Text("Search").OnClick(func(ctx app.Context, e app.Event) { c.startTune(ctx) }),
@@ -481,22 +482,22 @@ func yesNo(b bool) string {
 // vs D view.
 func (c *Root) openCandidate(ctx app.Context, x tune.Candidate) {
 	c.change(ctx, func(s *Settings) {
-		s.P.TP, s.D.TP = x.TP.P, x.TP.D
+		s.P.TensorParallelSize, s.D.TensorParallelSize = x.TP.P, x.TP.D
 		if x.PBlockSize != 0 {
 			s.P.BlockSize = x.PBlockSize
 		}
 		s.D.BlockSize = x.DBlockSize
 		if x.MinGroupLayers != 0 {
-			s.P.MinLayers, s.D.MinLayers = x.MinGroupLayers, x.MinGroupLayers
+			s.P.MinGroupLayers, s.D.MinGroupLayers = x.MinGroupLayers, x.MinGroupLayers
 		}
 		if x.Selector != "" {
-			s.P.Selector, s.D.Selector = x.Selector, x.Selector
+			s.P.Selector, s.D.Selector = plan.Selector(x.Selector), plan.Selector(x.Selector)
 		}
 		if x.MaxBatched != 0 {
-			s.D.MNBT = x.MaxBatched
+			s.D.MaxNumBatchedTokens = x.MaxBatched
 		}
 		if x.KVCacheDType != "" {
-			s.P.KVDType, s.D.KVDType = x.KVCacheDType, x.KVCacheDType
+			s.P.KVCacheDType, s.D.KVCacheDType = x.KVCacheDType, x.KVCacheDType
 		}
 		s.Connector = x.Connector
 		s.View = "pd"

@@ -56,10 +56,8 @@ func TestHostileBodiesAreRefusedFromTheirEstimate(t *testing.T) {
 	if err != nil || code != 413 || out["error_type"] != "too_large" || !strings.Contains(out["error"].(string), "--max-pairs") || out["estimate"].(float64) <= 20e6 {
 		t.Fatalf("the hostile body: %d %v (%v)", code, out, err)
 	}
-	t.Logf("refused in %v: %s", took, out["error"])
-	if took > 100*time.Millisecond*time.Duration(slack()) {
-		t.Errorf("refusing the hostile body took %v, want under 100 ms", took)
-	}
+	t.Logf("refused: %s", out["error"])
+	withinBudget(t, "refusing the hostile /api/pd body", millis(took), 100, "ms")
 	// An oracle whose estimate (its pairs: 1.8 million for D at TP 8)
 	// exceeds --max-memory (here 512 MiB).
 	code, _, out, _ = post(t, context.Background(), srv.URL+"/api/oracle", `{"model":"Qwen/Qwen3-0.6B","prompt_tokens":8192,"d":{"tensor_parallel_size":8}}`)
@@ -100,9 +98,7 @@ func TestAdmission(t *testing.T) {
 	if code, _, _, _ := post(t, context.Background(), srv.URL+"/api/plan", `{"model":"Qwen/Qwen3-0.6B"}`); code != 200 {
 		t.Errorf("a plan during the storm: %d", code)
 	}
-	if d := time.Since(start); d > 100*time.Millisecond*time.Duration(slack()) {
-		t.Errorf("a plan during the storm took %v", d)
-	}
+	withinBudget(t, "a plan while oracles queue for memory", millis(time.Since(start)), 100, "ms")
 	wg.Wait()
 	ok, busy := 0, 0
 	for _, c := range codes {
@@ -136,10 +132,10 @@ func TestAdmission(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	stopped := time.Since(hung)
-	t.Logf("the computation stopped %v after the client hung up", stopped)
-	if s.api.adm.held() != 0 || stopped > 100*time.Millisecond*time.Duration(slack()) {
+	if s.api.adm.held() != 0 {
 		t.Errorf("memory still held %v after the client hung up", stopped)
 	}
+	withinBudget(t, "an oracle's memory given back after its client hung up", millis(stopped), 100, "ms")
 }
 
 // oracleEstimate is the memory admission reserves for an oracle request.
@@ -340,7 +336,7 @@ const heavyPD = `{"model":"Qwen/Qwen3-0.6B","prompt_tokens":1048576,` +
 
 // TestPDHangUp: a client that hangs up on a heavy /api/pd (a 2^20-token
 // prompt: about 1.5 s of pairs on this machine) stops the computation
-// within 100 ms, and its memory is given back.
+// within 100 ms (a budget: budget_test.go), and its memory is given back.
 func TestPDHangUp(t *testing.T) {
 	s := newServer(catalog(), serveOptions{Agent: "none", Limits: limits{MaxMemory: 4 << 30, MaxPairs: 20_000_000,
 		MaxResponse: 64 << 20, QueueWait: time.Second, MaxQueue: 2}}, nil)
@@ -370,10 +366,10 @@ func TestPDHangUp(t *testing.T) {
 	}
 	stopped := time.Since(hung)
 	<-answered
-	t.Logf("the computation stopped %v after the client hung up", stopped)
-	if s.api.adm.held() != 0 || stopped > 100*time.Millisecond*time.Duration(slack()) {
-		t.Errorf("the computation went on %v after the client hung up, want under 100 ms", stopped)
+	if s.api.adm.held() != 0 {
+		t.Errorf("the computation went on %v after the client hung up", stopped)
 	}
+	withinBudget(t, "a heavy /api/pd stopped after its client hung up", millis(stopped), 100, "ms")
 }
 
 // TestAdmissionRunsAtMostMaxRunning: with memory to spare, at most

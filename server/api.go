@@ -15,6 +15,7 @@ import (
 	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/tune"
+	"github.com/kvscope/kvscope/core/vllm"
 	"github.com/kvscope/kvscope/core/vlog"
 	"github.com/kvscope/kvscope/core/xfer"
 )
@@ -394,5 +395,26 @@ func apiModels(cat model.Catalog) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(cat.Names())
+	})
+}
+
+// apiFlags lists the engine flags (the engine-flag table) with their
+// defaults in the version the query names (?vllm_version=0.19.0; the
+// newest release by default): what every engine JSON, command line, URL
+// and form field takes.
+func apiFlags() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		prof, err := vllm.Lookup(r.URL.Query().Get("vllm_version"))
+		if err != nil {
+			writeAPIError(w, http.StatusBadRequest, &badData{fmt.Errorf("vllm_version: %w", err)})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(struct {
+			VLLMVersion string         `json:"vllm_version"`
+			Flags       []plan.FlagDoc `json:"flags"`
+		}{prof.Name, plan.Docs(&prof)})
 	})
 }

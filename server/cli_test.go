@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,7 +14,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files (presentation only: key layout, never numbers)")
 
-func modelPath(name string) string { return filepath.Join("..", "testdata", "models", name+".json") }
+func modelPath(name string) string { return filepath.Join(modeltest.Dir(), name+".json") }
 
 // runCLI runs a command line as main does and returns its exit code and output.
 func runCLI(t *testing.T, args ...string) (int, string, string) {

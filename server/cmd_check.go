@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvscope/kvscope/core/check"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/plan/planflag"
 	"github.com/kvscope/kvscope/core/vlog"
 )
 
@@ -56,7 +57,7 @@ func (e *tooLargeError) Error() string {
 func runCheck(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	mf := newModelFlags(fs)
-	ef := newEngineFlags(fs)
+	ef := planflag.Add(fs)
 	asJSON := fs.Bool("json", false, "print the check as JSON")
 	pos, err := parseWithArgs(fs, args)
 	if err != nil {
@@ -73,9 +74,9 @@ func runCheck(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
-	in := check.Input{Log: l, Version: *ef.version, Catalog: catalog()}
+	in := check.Input{Log: l, Version: ef.Version(), Catalog: catalog()}
 	var overlayErr error
-	in.Adjust = func(e *plan.Engine) { overlayErr = ef.overlay(e) }
+	in.Adjust = func(e *plan.Engine) { overlayErr = ef.Overlay("", e, checkRefuses()) }
 	if *mf.model != "" {
 		if in.Model, err = readModel(in.Catalog, *mf.model); err != nil {
 			return err
@@ -138,4 +139,9 @@ func writeCheckText(w io.Writer, name string, r *check.Result) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+}
+
+// checkRefuses are the engine flags kvscope check does not take, and why.
+func checkRefuses() map[string]string {
+	return map[string]string{"kv-cache-memory-bytes": `kvscope check takes the memory from the log's "Available KV cache memory" line`}
 }

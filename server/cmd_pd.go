@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/plan/planflag"
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
@@ -14,7 +15,7 @@ import (
 type pdFlags struct {
 	fs        *flag.FlagSet
 	mf        modelFlags
-	ef        *engineFlags
+	ef        *planflag.Set
 	connector *string
 	plans     *string
 	layout    *string
@@ -28,7 +29,7 @@ func newPDFlags(fs *flag.FlagSet) *pdFlags {
 	return &pdFlags{
 		fs:        fs,
 		mf:        newModelFlags(fs),
-		ef:        newEngineFlags(fs, "p", "d"),
+		ef:        planflag.Add(fs, "p", "d"),
 		connector: fs.String("connector", "nixl", "nixl (D pulls), nixl-push (P pushes), offloading, simple-cpu-offload, or multi:a+b"),
 		plans:     fs.String("plans", "auto", "auto (the TP-invariant plan where the connector needs matching groups), independent or invariant"),
 		layout:    fs.String("layout", "split", "attention cache layout: split (K and V regions, HND) or blocks-first"),
@@ -70,11 +71,11 @@ func (f *pdFlags) run(s xfer.Setup, need func(xfer.Cost) int64) (*xfer.PD, error
 
 // setup builds the P/D setup from the parsed flags.
 func (f *pdFlags) setup(keepPairs bool) (xfer.Setup, error) {
-	pe, err := f.ef.engine("p")
+	pe, err := f.ef.Engine("p")
 	if err != nil {
 		return xfer.Setup{}, &usageError{err}
 	}
-	de, err := f.ef.engine("d")
+	de, err := f.ef.Engine("d")
 	if err != nil {
 		return xfer.Setup{}, &usageError{err}
 	}

@@ -10,17 +10,18 @@ import (
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/plan/planflag"
 )
 
 func runPlan(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	mf := newModelFlags(fs)
-	ef := newEngineFlags(fs)
+	ef := planflag.Add(fs)
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	e, err := ef.engine("")
+	e, err := ef.Engine("")
 	if err != nil {
 		return &usageError{err}
 	}

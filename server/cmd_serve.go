@@ -232,6 +232,7 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	mux.Handle("/api/tune", a.api(apiTune))
 	mux.Handle("/api/check", a.api(apiCheck))
 	mux.Handle("/api/models", apiModels(cat))
+	mux.Handle("/api/flags", apiFlags())
 	var emb *embeddedAgent
 	if o.Agent == "embedded" {
 		emb = &embeddedAgent{}

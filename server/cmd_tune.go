@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/plan/planflag"
 	"github.com/kvscope/kvscope/core/tune"
 	"github.com/kvscope/kvscope/core/xfer"
 )
@@ -17,7 +18,7 @@ import (
 // (as kvscope pd takes them), the ranges searched and the objective.
 type tuneFlags struct {
 	mf        modelFlags
-	ef        *engineFlags
+	ef        *planflag.Set
 	ranges    tune.Ranges
 	prompt    *int
 	objective *string
@@ -26,7 +27,7 @@ type tuneFlags struct {
 }
 
 func newTuneFlags(fs *flag.FlagSet) *tuneFlags {
-	f := &tuneFlags{mf: newModelFlags(fs), ef: newEngineFlags(fs, "p", "d")}
+	f := &tuneFlags{mf: newModelFlags(fs), ef: planflag.Add(fs, "p", "d")}
 	r := &f.ranges
 	fs.StringVar(&r.TPPairs, "tp-pairs", "", "P:D tensor-parallel pairs (2:4,1:2), or P sizes x D sizes (1,2x2,4,8); default the engines' own")
 	fs.StringVar(&r.BlockSizes, "block-sizes", tune.DefaultBlockSizes, "D's --block-size values: a list and/or from:to:step spans; 0 is the version's own")
@@ -45,11 +46,11 @@ func newTuneFlags(fs *flag.FlagSet) *tuneFlags {
 
 // space builds the search from the parsed flags.
 func (f *tuneFlags) space() (tune.Space, error) {
-	pe, err := f.ef.engine("p")
+	pe, err := f.ef.Engine("p")
 	if err != nil {
 		return tune.Space{}, &usageError{err}
 	}
-	de, err := f.ef.engine("d")
+	de, err := f.ef.Engine("d")
 	if err != nil {
 		return tune.Space{}, &usageError{err}
 	}

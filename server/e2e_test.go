@@ -18,7 +18,6 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/web"
 )
 
@@ -48,8 +47,7 @@ func browser(t *testing.T) (context.Context, *httptest.Server, *[]string) {
 	if path == "" {
 		skip("no Chromium on PATH: apt-get install chromium (.ci/run does)")
 	}
-	cat := model.NewCatalog(os.DirFS(filepath.Join("..", "testdata")), "models")
-	ts := httptest.NewServer(newMux(cat, serveOptions{Addr: "127.0.0.1:0", Agent: "none", Logf: t.Logf}))
+	ts := httptest.NewServer(newMux(catalog(), serveOptions{Addr: "127.0.0.1:0", Agent: "none", Logf: t.Logf}))
 	t.Cleanup(ts.Close)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
@@ -60,7 +58,9 @@ func browser(t *testing.T) (context.Context, *httptest.Server, *[]string) {
 	t.Cleanup(cancelAlloc)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(cancel)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	// A hang's ceiling, not a budget: the longest browser test takes under
+	// 40 s here.
+	ctx, cancelTimeout := context.WithTimeout(ctx, 5*time.Minute)
 	t.Cleanup(cancelTimeout)
 	var mu sync.Mutex
 	var urls []string
@@ -139,11 +139,7 @@ func TestBrowserApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReady(t, ctx)
-	firstPlan := time.Since(start)
-	t.Logf("first plan visible %v after navigation", firstPlan)
-	if budget := time.Duration(2 * slack() * float64(time.Second)); firstPlan > budget {
-		t.Errorf("first plan visible after %v, budget %v", firstPlan, budget)
-	}
+	withinBudget(t, "first plan visible after navigation", time.Since(start).Seconds(), 2, "s")
 	p := attr(t, ctx, `[data-testid="kv-tokens-p"]`, "data-value")
 	d := attr(t, ctx, `[data-testid="kv-tokens-d"]`, "data-value")
 	wantP := planTokens(t, "--model", modelPath("openai__gpt-oss-20b"), "--tensor-parallel-size", "2")
@@ -219,7 +215,7 @@ func TestBrowserApp(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#chart-tokens canvas`))); err != nil {
 		t.Fatalf("charts view: %v", err)
 	}
-	waitFor(t, ctx, "the three charts are drawn", `['chart-tokens', 'chart-groups', 'chart-descs'].every(id => +document.getElementById(id).dataset.drawn > 0)`, 10*time.Second)
+	waitFor(t, ctx, "the three charts are drawn", `['chart-tokens', 'chart-groups', 'chart-descs'].every(id => +document.getElementById(id).dataset.drawn > 0)`, time.Minute)
 	shot, _ = chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	artifact(t, "charts", shot)
 
@@ -232,6 +228,8 @@ func TestBrowserApp(t *testing.T) {
 
 // TestRecomputeBudget times a recompute of Qwen3.6-35B-A3B + DFlash (both
 // plans, the TP-invariant plan and the transfer) after an input change.
+// Its budget is 50 ms (budget_test.go: make budgets holds it, make test
+// only to ten times as much).
 func TestRecomputeBudget(t *testing.T) {
 	ctx, ts, _ := browser(t)
 	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/")); err != nil {
@@ -263,7 +261,8 @@ func TestRecomputeBudget(t *testing.T) {
 		ms, _ := strconv.ParseFloat(attr(t, ctx, `#recompute`, "data-ms"), 64)
 		return ms
 	}
-	budget := 50 * slack()
+	const budget = 50 // ms
+	limit := budget * slack()
 	var worst float64
 	for _, step := range []struct {
 		tp   string
@@ -272,7 +271,7 @@ func TestRecomputeBudget(t *testing.T) {
 		// A VM that stalls one recompute (a GC, another process) gets two
 		// more tries at the same change; a slow recompute is slow in all.
 		best := math.Inf(1)
-		for try := 0; try < 3 && best > budget; try++ {
+		for try := 0; try < 3 && best > limit; try++ {
 			if try > 0 {
 				setTP("1") // away, so that the next change recomputes again
 			}
@@ -282,18 +281,7 @@ func TestRecomputeBudget(t *testing.T) {
 		}
 		worst = max(worst, best)
 	}
-	if worst > budget {
-		t.Errorf("a recompute took %.1f ms, budget %.0f ms", worst, budget)
-	}
-}
-
-// slack widens the time budgets on a loaded CI runner
-// (KVSCOPE_BUDGET_SLACK, default 1: the budgets of the issue).
-func slack() float64 {
-	if v, err := strconv.ParseFloat(os.Getenv("KVSCOPE_BUDGET_SLACK"), 64); err == nil && v >= 1 {
-		return v
-	}
-	return 1
+	withinBudget(t, "the slowest recompute (five changes, the best of three tries each)", worst, budget, "ms")
 }
 
 // TestStaticSite writes the static website and runs it from a plain file

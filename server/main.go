@@ -45,6 +45,7 @@ func commands() []command {
 		{"replay", "serve the app and play a recorded event file (serve --record) into its live view", runReplay},
 		{"site", "write the browser app as a static website (no server needed)", runSite},
 		{"models", "list the bundled model configs", runModels},
+		{"help", "a command's flags (kvscope help COMMAND), or the engine flags (kvscope help flags)", runHelp},
 	}
 }
 
@@ -52,7 +53,7 @@ func commands() []command {
 // success, 1 on an error, 2 on a usage error, 3 when kvscope check finds
 // that a log and the plan differ.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
 		if len(args) == 0 {
 			return 2
@@ -64,8 +65,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		err := c.run(args[1:], stdout)
+		var hr *helpRequest
 		switch {
 		case err == nil:
+			return 0
+		case errors.As(err, &hr):
+			writeHelp(stderr, c, hr.fs)
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
@@ -89,7 +94,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "Run kvscope <command> -h for its flags.")
+	fmt.Fprintln(w, "Run kvscope help <command> for its flags, kvscope help flags for the engine flags.")
 }
 
 // usageError is a bad command line, as opposed to a failed computation.
@@ -103,9 +108,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fs.PrintDefaults()
-			return err
+			return &helpRequest{fs}
 		}
 		return &usageError{err}
 	}

@@ -215,9 +215,18 @@ func TestSoak(t *testing.T) {
 // soakAcks is how many frames the soak's agent sends.
 const soakAcks = 400
 
+// ackCeiling is the longest one frame of the soak's agent may wait for its
+// ack: ten times the soak's p99 budget of 100 ms, a hang rather than a
+// slow ack (TestSoak checks the p99).
+const ackCeiling = time.Second
+
 // TestSoakAgent is the soak's agent, run by TestSoak in a process of its
 // own (KVSCOPE_SOAK_AGENT is the server's address): it sends soakAcks
-// frames 25 ms apart and prints how long each waited for its ack.
+// frames 25 ms apart and prints how long each waited for its ack. What it
+// prints it checks first: the server welcomes it with nothing stored
+// (ack 0), every answer acknowledges the frame just sent (its sequence
+// number, nothing else), each within ackCeiling; TestSoak then holds
+// their p99 to 100 ms.
 func TestSoakAgent(t *testing.T) {
 	addr := os.Getenv("KVSCOPE_SOAK_AGENT")
 	if addr == "" {
@@ -230,8 +239,24 @@ func TestSoakAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer agent.CloseNow()
-	if _, _, err := agent.Read(ctx); err != nil { // the welcome
-		t.Fatal(err)
+	// readAck reads the server's answer: {"ack": the last sequence number
+	// it stored for this agent}.
+	readAck := func() uint64 {
+		t.Helper()
+		_, msg, err := agent.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ack struct {
+			Ack *uint64 `json:"ack"`
+		}
+		if err := json.Unmarshal(msg, &ack); err != nil || ack.Ack == nil {
+			t.Fatalf("the server answered %q, want {\"ack\": N} (%v)", msg, err)
+		}
+		return *ack.Ack
+	}
+	if welcome := readAck(); welcome != 0 {
+		t.Fatalf("a new agent is welcomed with ack %d, want 0 (nothing stored)", welcome)
 	}
 	var acks []time.Duration
 	for seq := uint64(1); len(acks) < soakAcks; seq++ {
@@ -244,10 +269,15 @@ func TestSoakAgent(t *testing.T) {
 		if err := agent.Write(ctx, websocket.MessageText, frame); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := agent.Read(ctx); err != nil {
-			t.Fatal(err)
+		got := readAck()
+		waited := time.Since(t0)
+		if got != seq {
+			t.Fatalf("frame %d was acknowledged with %d", seq, got)
 		}
-		acks = append(acks, time.Since(t0))
+		if waited <= 0 || waited > ackCeiling {
+			t.Fatalf("frame %d waited %v for its ack, want under %v", seq, waited, ackCeiling)
+		}
+		acks = append(acks, waited)
 		time.Sleep(25 * time.Millisecond)
 	}
 	for _, d := range acks {

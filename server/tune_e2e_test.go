@@ -95,13 +95,22 @@ func TestTuneViewWithoutWorkers(t *testing.T) {
 	if worker := attr(t, ctx, `[data-testid="tune-status"]`, "data-worker"); worker != "false" || done != 256 || total != 256 {
 		t.Errorf("without workers: %d of %d candidates, in a worker: %s", done, total, worker)
 	}
-	waitFor(t, ctx, "the result's summary, table and chart", `!!document.querySelector('[data-testid="tune-counts"]') && document.querySelectorAll('[data-testid="tune-row"]').length > 0 && !!document.querySelector('#chart-tune canvas')`, 10*time.Second)
+	waitFor(t, ctx, "the result's summary, table and chart", `!!document.querySelector('[data-testid="tune-counts"]') && document.querySelectorAll('[data-testid="tune-row"]').length > 0 && !!document.querySelector('#chart-tune canvas')`, time.Minute)
 	counts, block := tuneMatchesCLI(t, ctx, ranges)
 	if offscreen, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#chart-tune canvas[data-offscreen]').length`)); offscreen != 0 {
 		t.Errorf("the chart was handed to a worker in a browser without workers")
 	}
 	t.Logf("on the page: %d candidates in %.0f ms; %s; D block %s", done, ms, counts, block)
 }
+
+// pageCeiling is make test's ceiling, in milliseconds, on the page's
+// stalls and on a keystroke's wait and time to show while the Tune view
+// searches and draws (budgets of 50 to 150 ms): the search's own budget. Ten
+// times those budgets failed with two make tests on this 2-core machine (a
+// 657 ms stall as the search began, a keystroke waiting 499 ms), where the
+// page's thread waits for a core, not for the page's work; a page that
+// blocks its thread for as long as a search still fails.
+const pageCeiling = 2000
 
 // TestTuneView: in Chromium, the Tune view searches 10,240 candidates of
 // the seed deployment (Qwen3.6-35B-A3B + DFlash, P TP2 -> D TP4, branch
@@ -120,7 +129,10 @@ func TestTuneViewWithoutWorkers(t *testing.T) {
 // two rows a frame, the chart off the page's thread) holds the page at
 // most 150 ms, and the workers' warm-up at most 150 ms. (The last two are
 // regression guards over what this 2-core VM measures while it also
-// types, 17–109 ms and 16–87 ms.)
+// types, 17–109 ms and 16–87 ms.) Those timings are budgets
+// (budget_test.go): make budgets holds them and reports the figures, make
+// test only holds them to a ceiling (ten times the search's budget,
+// pageCeiling for the page's).
 // It names the D block size whose pages divide P's, as kvscope tune does,
 // draws the Pareto chart and lists candidates whose Open button sets the
 // engines and shows the P vs D view. A second search is cancelled midway;
@@ -193,7 +205,9 @@ func TestTuneView(t *testing.T) {
 		typed++
 	}
 	seen := map[int]bool{}
-	deadline := time.Now().Add(60 * time.Second)
+	// A hang's ceiling for the three searches below, not a budget (they
+	// take seconds).
+	deadline := time.Now().Add(5 * time.Minute)
 	var done, total int
 	var state string
 	var ms float64
@@ -234,12 +248,8 @@ func TestTuneView(t *testing.T) {
 	if len(seen) < 2 {
 		t.Errorf("the progress bar showed %d counts while running", len(seen))
 	}
-	if budget := 2000 * slack(); ms > budget {
-		t.Errorf("a 10,240-candidate search took %.0f ms, budget %.0f ms", ms, budget)
-	}
-	if budget := 50 * slack(); stall["search"] > budget {
-		t.Errorf("the page stalled %.1f ms during the search, budget %.0f ms", stall["search"], budget)
-	}
+	withinBudget(t, "a 10,240-candidate search, from the click to the drawn result", ms, 2000, "ms")
+	withinCeiling(t, "the page's longest stall during the search", stall["search"], 50, pageCeiling, "ms")
 	type keyTiming struct {
 		Phase, Name     string
 		Duration, Delay float64
@@ -268,20 +278,11 @@ func TestTuneView(t *testing.T) {
 	// budget) while the search runs and while its result is drawn, and is
 	// on the screen within 100 ms while it runs (the browser's other
 	// threads share the cores with the workers).
-	for _, k := range keys {
-		if budget := 50 * slack(); k.Delay > budget {
-			t.Errorf("a keystroke (%s) waited %.0f ms for the page while it %s, budget %.0f ms", k.Name, k.Delay, map[string]string{"search": "searched", "draw": "drew the result"}[k.Phase], budget)
-		}
-	}
-	if budget := 100 * slack(); worst["search"].Duration > budget {
-		t.Errorf("a keystroke while searching took %.0f ms to show (%s), budget %.0f ms", worst["search"].Duration, worst["search"].Name, budget)
-	}
-	if budget := 150 * slack(); stall["draw"] > budget {
-		t.Errorf("drawing the result stalled the page %.1f ms, budget %.0f ms", stall["draw"], budget)
-	}
-	if budget := 150 * slack(); stall["warm"] > budget {
-		t.Errorf("the search workers' warm-up stalled the page %.1f ms, budget %.0f ms", stall["warm"], budget)
-	}
+	withinCeiling(t, "a keystroke's longest wait for the page while searching", waited["search"], 50, pageCeiling, "ms")
+	withinCeiling(t, "a keystroke's longest wait for the page while drawing the result", waited["draw"], 50, pageCeiling, "ms")
+	withinCeiling(t, "the slowest keystroke to show while searching ("+worst["search"].Name+")", worst["search"].Duration, 100, pageCeiling, "ms")
+	withinCeiling(t, "the page's longest stall while drawing the result", stall["draw"], 150, pageCeiling, "ms")
+	withinCeiling(t, "the page's longest stall while the search workers warm up", stall["warm"], 150, pageCeiling, "ms")
 	// What kvscope tune names for the same deployment and ranges.
 	counts, block := tuneMatchesCLI(t, ctx, ranges)
 	if canvases, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#chart-tune canvas').length`)); err != nil || canvases == 0 {
@@ -360,12 +361,12 @@ func TestTuneView(t *testing.T) {
 	}
 	// The canceled search's ranking is drawn, and drawn again in the dark
 	// theme (a chart of a new canvas, from the option the page holds).
-	waitFor(t, ctx, "the canceled search's table and chart", `!document.querySelector('.tune-table-card').hidden && !!document.querySelector('[data-testid="tune-open"]') && !!document.getElementById('chart-tune').dataset.drawn`, 10*time.Second)
+	waitFor(t, ctx, "the canceled search's table and chart", `!document.querySelector('.tune-table-card').hidden && !!document.querySelector('[data-testid="tune-open"]') && !!document.getElementById('chart-tune').dataset.drawn`, time.Minute)
 	light, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('chart-tune').dataset.drawn`))
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[title^="dark mode"]`))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the chart drawn in the dark theme", `!!document.querySelector('#chart-tune canvas[data-dark="true"]') && !!document.getElementById('chart-tune').dataset.drawn`, 10*time.Second)
+	waitFor(t, ctx, "the chart drawn in the dark theme", `!!document.querySelector('#chart-tune canvas[data-dark="true"]') && !!document.getElementById('chart-tune').dataset.drawn`, time.Minute)
 	if dark, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('chart-tune').dataset.drawn`)); dark != light || light == "0" {
 		t.Errorf("the canceled search's chart drew %s points, %s in the dark theme", light, dark)
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/kvscope/kvscope/core/check"
 	"github.com/kvscope/kvscope/core/model"
-	"github.com/kvscope/kvscope/core/vllm"
 	"github.com/kvscope/kvscope/core/vlog"
 )
 
@@ -190,21 +189,5 @@ func TestHybridCountReadsTheModel(t *testing.T) {
 				t.Errorf("hybrid %v, want %v", got, tt.hybrid)
 			}
 		})
-	}
-}
-
-// TestREADMEShowsTheVersionTable: README's version table is the table in
-// core/vllm, row for row (kvscope versions --json prints it).
-func TestREADMEShowsTheVersionTable(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(data)
-	for _, c := range vllm.Changes() {
-		row := "| " + c.From + " | " + c.What() + " | " + strings.ReplaceAll(c.Rule, "|", `\|`) + " | " + c.Source + " | " + string(c.Evidence) + " |"
-		if !strings.Contains(readme, row) {
-			t.Errorf("README lacks the row %s", row)
-		}
 	}
 }

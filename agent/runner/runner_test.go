@@ -5,7 +5,6 @@ import (
 	"context"
 	"github.com/kvscope/kvscope/core/plan"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/kvscope/kvscope/agent/metrics"
 	"github.com/kvscope/kvscope/agent/scenario"
 	"github.com/kvscope/kvscope/agent/transfer"
+	modelcatalog "github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/xfer"
@@ -38,7 +38,7 @@ func (s *sink) all() []event.Event {
 	return append([]event.Event(nil), s.events...)
 }
 
-func catalog() model.Catalog { return model.NewCatalog(os.DirFS("../.."), "testdata/models") }
+func catalog() model.Catalog { return modelcatalog.Bundled() }
 
 func testScenario(requests int) scenario.Scenario {
 	s := scenario.Default()

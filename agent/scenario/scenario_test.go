@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/event"
-	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
 )
@@ -20,7 +20,7 @@ func TestExampleScenarioPlans(t *testing.T) {
 	if s.Model != "Qwen/Qwen3.5-0.8B" || s.D.TensorParallelSize != 2 || s.PromptMax != 2048 || s.Seed != 7 {
 		t.Fatalf("loaded %+v", s)
 	}
-	m, err := s.LoadModel(model.NewCatalog(os.DirFS("../.."), "testdata/models"))
+	m, err := s.LoadModel(catalog.Bundled())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestLoadCapsTheFile(t *testing.T) {
 // plan's groups, slots and block sizes unchanged, and max_model_len
 // brought down to the prompt; what cannot fit is refused.
 func TestFitHost(t *testing.T) {
-	cat := model.NewCatalog(os.DirFS("../.."), "testdata/models")
+	cat := catalog.Bundled()
 	for _, c := range []struct {
 		model  string
 		pTP    int

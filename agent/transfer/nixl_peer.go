@@ -15,13 +15,13 @@ import (
 )
 
 // Two agents over NIXL: each process holds one side's NIXL agent and
-// registers only that side's regions. The TCP connection of peer.go is
-// the control channel: D's hello carries D's agent name and getLocalMD
-// blob, P loads it once the token is checked and answers with its
-// version-15 metadata (real base addresses) and its own blob, which D
-// loads once that metadata matches what D planned. Then D READs P's
-// blocks (pull) over UCX, and P learns that each request's reads landed
-// from the notifications D attaches to them.
+// registers only that side's regions. The TCP connection of package peer
+// (peer_client.go, peer_server.go) is the control channel: D's hello
+// carries D's agent name and getLocalMD blob, P loads it once the token is
+// checked and answers with its version-15 metadata (real base addresses)
+// and its own blob, which D loads once that metadata matches what D
+// planned. Then D READs P's blocks (pull) over UCX, and P learns that each
+// request's reads landed from the notifications D attaches to them.
 
 // NewNIXLSide creates a backend holding one side of a two-agent
 // deployment: an agent "<name>-<side>" with a UCX backend.

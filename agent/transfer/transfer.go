@@ -10,7 +10,7 @@
 //     copies, rank pairs in parallel, timed per layer batch (measured). P
 //     and D can live in one process, or in two agents where D reads P's
 //     bytes over TCP after a handshake carrying the version-15 metadata
-//     (PeerServer and Remote).
+//     (PeerServer and Remote, speaking the protocol of package peer).
 //   - NIXL (build tag nixl, with cgo): the same operations through NIXL's
 //     UCX backend, over a small C++ shim of our own against NIXL's installed
 //     headers, both sides in one process (NewNIXL) or one per agent process

@@ -9,18 +9,18 @@ import (
 	"runtime/debug"
 
 	"github.com/kvscope/kvscope/app"
-	"github.com/kvscope/kvscope/app/bundled"
+	"github.com/kvscope/kvscope/core/catalog"
 	goapp "github.com/maxence-charriere/go-app/v10/pkg/app"
 )
 
 func main() {
 	if inWorker() {
-		serveTune(bundled.Catalog())
+		serveTune(catalog.Bundled())
 		return
 	}
 	// Recomputes allocate a few MB that die at once; collecting less often
 	// keeps a keystroke's recompute short in the single-threaded browser.
 	debug.SetGCPercent(400)
-	app.Register(bundled.Catalog())
+	app.Register(catalog.Bundled())
 	goapp.RunWhenOnBrowser()
 }

@@ -6,12 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	modelcatalog "github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/vlog"
 )
 
 func catalog() model.Catalog {
-	return model.NewCatalog(os.DirFS(filepath.Join("..", "..", "testdata")), "models")
+	return modelcatalog.Bundled()
 }
 
 // gptOSSLog is a startup log of gpt-oss-20b at TP 1 with 40 GiB of KV

@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -58,61 +59,30 @@ func SetupOf(l *vlog.Log, version string) (*Setup, error) {
 		s.Notes = append(s.Notes, fmt.Sprintf("%s is a development build; it is planned as %s", l.Version, ver.Name()))
 	}
 	e := plan.Engine{VLLMVersion: ver.Name()}
-	setInt := func(dst *int, _ string, n int) { *dst = n }
-	if n, ok := firstInt(l, "tensor_parallel_size"); ok && n > 1 {
-		setInt(&e.TensorParallelSize, "--tensor-parallel-size", n)
+	// The flags a log states where the engine-flag table says it does.
+	for _, f := range plan.Flags() {
+		if v, ok := loggedValue(l, &f); ok {
+			f.Set(&e, v) // loggedValue returns only values the flag takes
+		}
 	}
-	if n, ok := firstInt(l, "pipeline_parallel_size"); ok && n > 1 {
-		setInt(&e.PipelineParallelSize, "--pipeline-parallel-size", n)
-	}
+	// The figures vLLM resolves and prints, before the arguments asked.
 	switch {
 	case l.MaxModelLen != nil:
-		setInt(&e.MaxModelLen, "--max-model-len", l.MaxModelLen.Value)
+		e.MaxModelLen = l.MaxModelLen.Value
 	default:
 		if n, ok := firstInt(l, "max_model_len", "max_seq_len"); ok && n > 0 {
-			setInt(&e.MaxModelLen, "--max-model-len", n)
+			e.MaxModelLen = n
 		}
 	}
 	switch {
 	case l.MNBT != nil:
-		setInt(&e.MaxNumBatchedTokens, "--max-num-batched-tokens", l.MNBT.Value)
+		e.MaxNumBatchedTokens = l.MNBT.Value
 	default:
 		if n, ok := l.ArgInt("max_num_batched_tokens"); ok && n > 0 {
-			setInt(&e.MaxNumBatchedTokens, "--max-num-batched-tokens", n)
+			e.MaxNumBatchedTokens = n
 		} else {
 			s.Notes = append(s.Notes, fmt.Sprintf("the log prints no max_num_batched_tokens: assuming %d (the API server's default on GPUs of 70 GiB and more)", plan.DefaultMaxNumBatchedTokens))
 		}
-	}
-	if n, ok := l.ArgInt("block_size"); ok && n > 0 {
-		setInt(&e.BlockSize, "--block-size", n)
-	}
-	if n, ok := l.ArgInt("num_gpu_blocks_override"); ok && n > 0 {
-		setInt(&e.NumGPUBlocksOverride, "--num-gpu-blocks-override", n)
-	}
-	if d := stringSetting(l, "kv_cache_dtype"); d != "" && d != "auto" {
-		e.KVCacheDType = d
-	}
-	if d := stringSetting(l, "mamba_ssm_cache_dtype"); d != "" && d != "auto" {
-		e.MambaSSMCacheDType = d
-	}
-	if m, ok := l.ArgString("mamba_cache_mode"); ok && m != "" {
-		e.MambaCacheMode = m
-	}
-	if b, ok := boolSetting(l, "enable_prefix_caching"); ok {
-		e.PrefixCaching = "off"
-		if b {
-			e.PrefixCaching = "on"
-		}
-	}
-	if b, ok := l.Args["async_scheduling"].(bool); ok {
-		if b {
-			e.AsyncScheduling = true
-		} else {
-			e.NoAsyncScheduling = true
-		}
-	}
-	if b, ok := l.Args["disable_hybrid_kv_cache_manager"].(bool); ok && b {
-		e.DisableHybrid = true
 	}
 	if l.Backend != nil {
 		if name, ok := backendFor(l.Backend.Value); ok {
@@ -131,55 +101,88 @@ func SetupOf(l *vlog.Log, version string) (*Setup, error) {
 	return s, nil
 }
 
-// FlagsOf writes an engine's settings as kvscope's flags: the ones that
-// differ from the defaults, and the logged memory.
+// FlagsOf writes an engine's settings as kvscope's flags: the version,
+// the flags the engine sets (in the engine-flag table's order), and the
+// logged memory.
 func FlagsOf(e plan.Engine, memGiB float64, hasMem bool) []string {
-	flags := []string{"--vllm-version", e.VLLMVersion}
-	num := func(flag string, n int) {
-		if n > 0 {
-			flags = append(flags, flag, strconv.Itoa(n))
-		}
-	}
-	str := func(flag, v string) {
-		if v != "" && v != "auto" {
-			flags = append(flags, flag, v)
-		}
-	}
-	if e.TensorParallelSize > 1 {
-		num("--tensor-parallel-size", e.TensorParallelSize)
-	}
-	if e.PipelineParallelSize > 1 {
-		num("--pipeline-parallel-size", e.PipelineParallelSize)
-	}
-	num("--max-model-len", e.MaxModelLen)
-	num("--max-num-batched-tokens", e.MaxNumBatchedTokens)
-	num("--block-size", e.BlockSize)
-	num("--num-gpu-blocks-override", e.NumGPUBlocksOverride)
-	num("--num-speculative-tokens", e.NumSpeculativeTokens)
-	str("--kv-cache-dtype", e.KVCacheDType)
-	str("--mamba-ssm-cache-dtype", e.MambaSSMCacheDType)
-	str("--mamba-cache-mode", e.MambaCacheMode)
-	str("--selector", string(e.Selector))
-	str("--attention-backend", e.AttentionBackend)
-	switch e.PrefixCaching {
-	case "on":
-		flags = append(flags, "--enable-prefix-caching")
-	case "off":
-		flags = append(flags, "--no-enable-prefix-caching")
-	}
-	if e.AsyncScheduling {
-		flags = append(flags, "--async-scheduling")
-	}
-	if e.NoAsyncScheduling {
-		flags = append(flags, "--no-async-scheduling")
-	}
-	if e.DisableHybrid {
-		flags = append(flags, "--disable-hybrid-kv-cache-manager")
-	}
+	flags := append([]string{"--vllm-version", e.VLLMVersion}, plan.FlagArgs(e, nil, false)...)
 	if hasMem {
 		flags = append(flags, "--kv-cache-memory-bytes", strconv.FormatFloat(memGiB, 'f', 2, 64)+"GiB")
 	}
 	return flags
+}
+
+// loggedValue is a flag's value as the log states it, in kvscope's
+// syntax: from the first place the flag's LogSource names (the engine
+// config line, then the non-default arguments) that holds a value the
+// flag takes; false when none does, or when the value is one that states
+// vLLM's default (the flag's Unset).
+func loggedValue(l *vlog.Log, f *plan.Flag) (string, bool) {
+	src := f.Log()
+	var found []string
+	if src.Config {
+		if raw, ok := l.ConfigValue(f.JSON()); ok && raw != "None" {
+			found = append(found, configLiteral(f, raw))
+		}
+	}
+	if src.Args {
+		if v, ok := argLiteral(f, l.Args[f.JSON()]); ok {
+			found = append(found, v)
+		}
+	}
+	for _, v := range found {
+		if slices.Contains(f.Unset, v) {
+			return "", false
+		}
+		var probe plan.Engine
+		if v != "" && f.Set(&probe, v) == nil {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// configLiteral is a value of the engine config line in kvscope's
+// syntax: unquoted, without a "torch." prefix, True and False as true
+// and false.
+func configLiteral(f *plan.Flag, raw string) string {
+	switch raw {
+	case "True":
+		return "true"
+	case "False":
+		return "false"
+	}
+	if f.Kind == plan.IntFlag {
+		if _, err := strconv.Atoi(raw); err != nil {
+			return ""
+		}
+	}
+	return strings.TrimPrefix(vlog.Unquote(raw), "torch.")
+}
+
+// argLiteral is a non-default argument in kvscope's syntax, when it has
+// the flag's kind: a whole number, a string or a boolean.
+func argLiteral(f *plan.Flag, v any) (string, bool) {
+	switch f.Kind {
+	case plan.IntFlag:
+		switch n := v.(type) {
+		case int64:
+			return strconv.FormatInt(n, 10), true
+		case float64:
+			if n == float64(int64(n)) {
+				return strconv.FormatInt(int64(n), 10), true
+			}
+		}
+	case plan.ChoiceFlag:
+		if s, ok := v.(string); ok {
+			return strings.TrimPrefix(s, "torch."), true
+		}
+	case plan.BoolFlag, plan.ToggleFlag:
+		if b, ok := v.(bool); ok {
+			return strconv.FormatBool(b), true
+		}
+	}
+	return "", false
 }
 
 // backendFor maps a logged backend to one kvscope plans with.
@@ -203,31 +206,6 @@ func firstInt(l *vlog.Log, keys ...string) (int, bool) {
 		}
 	}
 	return 0, false
-}
-
-// stringSetting is a setting from the engine config line or the
-// non-default arguments, unquoted and without a "torch." prefix.
-func stringSetting(l *vlog.Log, key string) string {
-	if v, ok := l.ConfigValue(key); ok && v != "None" {
-		return strings.TrimPrefix(vlog.Unquote(v), "torch.")
-	}
-	if s, ok := l.ArgString(key); ok {
-		return strings.TrimPrefix(s, "torch.")
-	}
-	return ""
-}
-
-func boolSetting(l *vlog.Log, key string) (bool, bool) {
-	if v, ok := l.ConfigValue(key); ok {
-		switch v {
-		case "True":
-			return true, true
-		case "False":
-			return false, true
-		}
-	}
-	b, ok := l.Args[key].(bool)
-	return b, ok
 }
 
 // speculativeOf reads the speculative config: the engine config line's

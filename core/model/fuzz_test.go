@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 	"github.com/kvscope/kvscope/core/plan"
 )
 
@@ -14,7 +15,7 @@ import (
 // names a field, and that every config that parses gives a plan that places
 // each KV-owning layer exactly once (or a typed error naming a flag).
 func FuzzParse(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "models", "*.json"))
+	files, _ := filepath.Glob(filepath.Join(modeltest.Dir(), "*.json"))
 	for _, file := range files {
 		data, err := os.ReadFile(file)
 		if err != nil {

@@ -8,9 +8,13 @@ import (
 	"testing"
 )
 
+// catalogDir holds the bundled configs (core/catalog/models; tests of
+// packages that may import modeltest find it with modeltest.Dir).
+var catalogDir = filepath.Join("..", "catalog", "models")
+
 func load(t testing.TB, name string) *Model {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", name+".json"))
+	data, err := os.ReadFile(filepath.Join(catalogDir, name+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,9 +78,9 @@ func TestEveryBundledModelParses(t *testing.T) {
 		{"openai__gpt-oss-20b", 24, map[Kind]int{Full: 12, Sliding: 12}, 24, 0},
 		{"z-lab__Qwen3.6-35B-A3B-DFlash", 6, map[Kind]int{Full: 1, Sliding: 5}, 6, 0},
 	}
-	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "models", "*.json"))
+	files, _ := filepath.Glob(filepath.Join(catalogDir, "*.json"))
 	if len(files) != len(tests) {
-		t.Errorf("testdata/models holds %d configs, the table covers %d", len(files), len(tests))
+		t.Errorf("core/catalog/models holds %d configs, the table covers %d", len(files), len(tests))
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -326,7 +330,7 @@ func TestBundledConfigsAreComplete(t *testing.T) {
 		// --mamba-cache-mode all reads.
 		"nvidia__NVIDIA-Nemotron-Nano-9B-v2": "chunk_size missing",
 	}
-	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "models", "*.json"))
+	files, _ := filepath.Glob(filepath.Join(catalogDir, "*.json"))
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
 		t.Run(name, func(t *testing.T) {

@@ -8,10 +8,11 @@ import (
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/model/modeltest"
 )
 
 func testLoader(name string) (*model.Model, error) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", strings.Replace(name, "/", "__", 1)+".json"))
+	data, err := os.ReadFile(filepath.Join(modeltest.Dir(), strings.Replace(name, "/", "__", 1)+".json"))
 	if err != nil {
 		return nil, err
 	}

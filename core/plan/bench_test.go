@@ -14,15 +14,13 @@ import (
 // keystroke. gpt-oss-20b (24 layers, 2 buckets) runs in the same
 // benchmark as a reference, so figures can be quoted as ratios.
 //
-// Each engine runs four ways: New from scratch (<model>/tp<n>); the
-// step-by-step planner New was before the Planner, kept as the tests'
-// reference (stepwise/<model>/tp<n>); a Planner prepared once outside the
-// timer, whose cache holds the engine after the first call, as a search
-// over one model's engines runs it (planner/<model>/tp<n>: the whole
-// Plan); the same Planner planning into one Plan it reuses
-// (into/<model>/tp<n>: PlanInto, the whole plan, allocating only its two
-// capacity log lines); and its Summary (summary/<model>/tp<n>: the
-// figures only, no allocation).
+// Each engine runs four ways: New from scratch (<model>/tp<n>); a Planner
+// prepared once outside the timer, whose cache holds the engine after the
+// first call, as a search over one model's engines runs it
+// (planner/<model>/tp<n>: the whole Plan); the same Planner planning into
+// one Plan it reuses (into/<model>/tp<n>: PlanInto, the whole plan,
+// allocating only its two capacity log lines); and its Summary
+// (summary/<model>/tp<n>: the figures only, no allocation).
 func BenchmarkPlan(b *testing.B) {
 	seed := withDraft(b, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
 	gpt := modeltest.Load(b, "openai__gpt-oss-20b")
@@ -42,16 +40,6 @@ func BenchmarkPlan(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := New(c.m, c.e); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-	for _, c := range cases {
-		b.Run("stepwise/"+c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := newPlan(c.m, c.e, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -66,9 +66,9 @@ type Engine struct {
 	NumSpeculativeTokens int         `json:"num_speculative_tokens"` // --num-speculative-tokens (0)
 	Selector             Selector    `json:"selector"`               // --selector (the version's rule)
 	MinGroupLayers       int         `json:"min_kv_cache_group_layers"`
-	GroupSize            int         `json:"kv_cache_group_size"` // --kv-cache-group-size: fixed g
-	BalancedLambda       float64     `json:"balanced_lambda"`     // padding_per_group of the balanced selector (1.0)
-	BucketMerge          BucketMerge `json:"bucket_merge"`        // --kv-cache-bucket-merge (auto)
+	GroupSize            int         `json:"kv_cache_group_size"`   // --kv-cache-group-size: fixed g
+	BalancedLambda       float64     `json:"balanced_lambda"`       // padding_per_group of the balanced selector (1.0)
+	BucketMerge          BucketMerge `json:"kv_cache_bucket_merge"` // --kv-cache-bucket-merge (auto)
 	DisableHybrid        bool        `json:"disable_hybrid_kv_cache_manager"`
 	MambaCacheMode       string      `json:"mamba_cache_mode"`      // --mamba-cache-mode (none, or what prefix caching implies)
 	MambaSSMCacheDType   string      `json:"mamba_ssm_cache_dtype"` // --mamba-ssm-cache-dtype (auto)
@@ -194,41 +194,9 @@ func (e Engine) resolve(prof *vllm.Profile, modelMaxLen int, hybrid, mambaAll bo
 	if e.MambaSSMCacheDType == "" {
 		e.MambaSSMCacheDType = "auto"
 	}
-	// The range checks, in the order they are reported. A value is boxed
-	// for the error only when its check fails.
-	switch {
-	case !(e.TensorParallelSize > 0 && e.TensorParallelSize <= 1024):
-		return e, 0, flagErr("--tensor-parallel-size", e.TensorParallelSize, "must be between 1 and 1024")
-	case !(e.PipelineParallelSize > 0 && e.PipelineParallelSize <= 256):
-		return e, 0, flagErr("--pipeline-parallel-size", e.PipelineParallelSize, "must be between 1 and 256")
-	case !(e.BlockSize >= 0 && e.BlockSize <= 1<<20):
-		return e, 0, flagErr("--block-size", e.BlockSize, "must be between 1 and 1048576")
-	case !(e.MaxModelLen > 0 && e.MaxModelLen <= 1<<26):
-		return e, 0, flagErr("--max-model-len", e.MaxModelLen, "must be between 1 and 67108864")
-	case !(e.MaxNumBatchedTokens > 0 && e.MaxNumBatchedTokens <= 1<<26):
-		return e, 0, flagErr("--max-num-batched-tokens", e.MaxNumBatchedTokens, "must be between 1 and 67108864")
-	case !(e.KVCacheMemoryBytes > 0 && e.KVCacheMemoryBytes <= 1<<50):
-		return e, 0, flagErr("--kv-cache-memory-bytes", e.KVCacheMemoryBytes, "must be between 1 and 2^50")
-	case !(e.NumSpeculativeTokens >= 0 && e.NumSpeculativeTokens <= 64):
-		return e, 0, flagErr("--num-speculative-tokens", e.NumSpeculativeTokens, "must be between 0 and 64")
-	case !(e.MinGroupLayers > 0 && e.MinGroupLayers <= 1<<16):
-		return e, 0, flagErr("--min-kv-cache-group-layers", e.MinGroupLayers, "must be positive")
-	case !(e.GroupSize >= 0 && e.GroupSize <= 1<<16):
-		return e, 0, flagErr("--kv-cache-group-size", e.GroupSize, "must be positive")
-	case !(e.BalancedLambda > 0 && e.BalancedLambda < 1e9):
-		return e, 0, flagErr("--balanced-lambda", e.BalancedLambda, "must be positive")
-	case !(e.NumGPUBlocksOverride >= 0 && e.NumGPUBlocksOverride <= maxBlocksOverride):
-		return e, 0, flagErr("--num-gpu-blocks-override", e.NumGPUBlocksOverride, "must be between 0 and 4294967296")
-	}
-	switch e.Selector {
-	case Classic, Min, Balanced, PaddingBytes:
-	default:
-		return e, 0, flagErr("--selector", e.Selector, "want classic, min, balanced or padding-bytes")
-	}
-	switch e.BucketMerge {
-	case MergeAuto, Strict, Loose:
-	default:
-		return e, 0, flagErr("--kv-cache-bucket-merge", e.BucketMerge, "want auto, strict or loose")
+	// The range checks of the flag table, in its order.
+	if err := e.checkRanges(); err != nil {
+		return e, 0, err
 	}
 	return e, notes, nil
 }

@@ -266,26 +266,29 @@ func TestSelectorsOnBucketVectors(t *testing.T) {
 }
 
 func TestSplitIsStrided(t *testing.T) {
-	// 52 layers at g=10 give 6 groups of 9,9,9,9,8,8, each layers[i::6].
-	b := bucket{}
-	for i := 0; i < 52; i++ {
-		b.layers = append(b.layers, i)
+	// 10 full layers and 52 sliding ones at g=10: the full bucket is one
+	// group, and the sliding one gives 6 groups of 9,9,9,9,8,8, each
+	// layers[i::6] of the bucket.
+	specs := cat(repeat(10, fullSpec(64)), repeat(52, swSpec(64, 1)))
+	p, err := FromSpecs(layers(specs...), Engine{MaxModelLen: 16, GroupSize: 10})
+	if err != nil {
+		t.Fatal(err)
 	}
-	groups, warnings := splitBuckets([]bucket{b}, 10)
-	if len(groups) != 6 {
-		t.Fatalf("groups = %d, want 6", len(groups))
+	if len(p.Groups) != 1+6 {
+		t.Fatalf("groups = %d, want 1 full and 6 sliding", len(p.Groups))
 	}
 	for i, want := range []int{9, 9, 9, 9, 8, 8} {
-		if len(groups[i].layers) != want {
-			t.Errorf("group %d has %d layers, want %d", i, len(groups[i].layers), want)
+		g := p.Groups[1+i]
+		if len(g.Layers) != want {
+			t.Errorf("group %d has %d layers, want %d", i, len(g.Layers), want)
 		}
-		for k, li := range groups[i].layers {
-			if li != i+6*k {
-				t.Errorf("group %d slot %d = layer %d, want %d", i, k, li, i+6*k)
+		for k, name := range g.Layers {
+			if li := i + 6*k; name != fmt.Sprintf("l%d", 10+li+1) {
+				t.Errorf("group %d slot %d = layer %s, want bucket layer %d (l%d)", i, k, name, li, 10+li+1)
 			}
 		}
 	}
-	if len(warnings) != 1 || warnings[0] != "Add 8 padding layers, may waste at most 15.38% KV cache memory" {
-		t.Errorf("warnings = %q", warnings)
+	if len(p.Warnings) != 1 || p.Warnings[0] != "Add 8 padding layers, may waste at most 15.38% KV cache memory" {
+		t.Errorf("warnings = %q", p.Warnings)
 	}
 }

@@ -184,7 +184,7 @@ func invariantLayout(m *model.Model, pp, dp *Plan, bs int) (*Layout, []string, e
 	g := chooseGroupSize(p, pp.Profile, sizes, costs)
 	l := &Layout{GroupSize: g}
 	for bi, b := range buckets {
-		n := (len(b.names) + g - 1) / g
+		n := strided(len(b.names), g)
 		for i := 0; i < n; i++ {
 			var members []string
 			for k := i; k < len(b.names); k += n {

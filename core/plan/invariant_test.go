@@ -78,7 +78,7 @@ func TestCompareReportsBlockSizeChanges(t *testing.T) {
 // Every bundled model plans at TP 1, 2, 4 and 8, or is refused with an
 // error naming --tensor-parallel-size; TP 1 always plans.
 func TestEveryBundledModelPlans(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "models", "*.json"))
+	files, _ := filepath.Glob(filepath.Join(modeltest.Dir(), "*.json"))
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
 		m := modeltest.Load(t, name)

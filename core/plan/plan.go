@@ -2,7 +2,6 @@ package plan
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/kvscope/kvscope/core/kvspec"
 	"github.com/kvscope/kvscope/core/model"
@@ -58,7 +57,7 @@ type Plan struct {
 	Backend   string            `json:"attention_backend"`
 
 	layerIndex map[string]int // layer name -> index in Layers, built with the plan
-	strs       []string       // the array every string slice of the plan lies in (Planner plans)
+	strs       []string       // the array every string slice of the plan lies in
 }
 
 // Group is one KV cache group: layers that share block ids, one per slot.
@@ -116,374 +115,31 @@ func New(m *model.Model, e Engine) (*Plan, error) {
 	return pl.Plan(e)
 }
 
-// WithLayout plans m for one engine with a fixed grouping.
+// WithLayout plans m for one engine with a fixed grouping: the layout's
+// groups and group size in place of the buckets and the selector's split
+// (dispatch "fixed"); every other step is New's.
 func WithLayout(m *model.Model, e Engine, l *Layout) (*Plan, error) {
-	return newPlan(m, e, l)
-}
-
-// newPlan is the planner computed step by step for every engine: WithLayout
-// plans with it, and the tests hold the Planner's plans equal to its.
-func newPlan(m *model.Model, e Engine, fixed *Layout) (*Plan, error) {
-	hybrid := hasState(m)
-	e, prof, engineNotes, err := e.resolved(m.MaxModelLen, hybrid, m.MambaAll == "supported")
+	pl, err := NewPlanner(m)
 	if err != nil {
 		return nil, err
 	}
-	rank, err := kvspec.ForRank(m, e.specOptions(prof))
-	if err != nil {
-		return nil, err
-	}
-	specs := rank.Layers
-	if extra := extraRetained(m, e); extra > 0 && prof.ExtraRetained {
-		for i := range specs {
-			if specs[i].Spec.Kind == model.Sliding {
-				specs[i].Spec.ExtraRetained = extra
-			}
-		}
-	}
-	p, err := fromSpecs(specs, e, prof, fixed, stagesOf(m, e.PipelineParallelSize))
-	if err != nil {
-		return nil, err
-	}
-	p.Model = m.Name
-	p.BlockSize = rank.BlockSize
-	p.Alignment = rank.Alignment
-	p.Backend = rank.Backend.Name
-	p.Logs = append(append([]string(nil), rank.Logs...), p.Logs...)
-	p.Notes = append(append(append(append([]string{}, m.Notes...), engineNotes...), rank.Notes...), p.Notes...)
-	if e.PipelineParallelSize > 1 && hasRole(m, model.Draft, model.MTP) {
-		p.addInferred(reasonDraftStage)
-	}
-	p.finish()
-	if err := p.startupCheck(); err != nil {
-		return p, err
-	}
-	return p, nil
+	pl.fixed = l
+	return pl.Plan(e)
 }
 
 // FromSpecs plans layers whose per-rank specs are given directly (one
 // pipeline stage). It is the planner without the model and platform steps,
-// which is how vLLM's own unit tests drive get_kv_cache_configs.
+// which is how vLLM's own unit tests drive get_kv_cache_configs: the specs
+// stand for the rank's (their first block size is the engine's), there is
+// no model (its max model len is 1, its notes none), the engine's notes
+// are not told, and the start-up check does not run.
 func FromSpecs(specs []kvspec.LayerSpec, e Engine) (*Plan, error) {
-	hybrid := false
+	pl := newPlanner(&model.Model{MaxModelLen: 1})
+	pl.fromSpecs, pl.specs, pl.mambaAll = true, specs, true
 	for _, s := range specs {
-		hybrid = hybrid || s.Spec.Kind.IsState()
+		pl.state = pl.state || s.Spec.Kind.IsState()
 	}
-	e, prof, _, err := e.resolved(1, hybrid, true)
-	if err != nil {
-		return nil, err
-	}
-	if len(specs) > 0 {
-		e.BlockSize = specs[0].Spec.BlockSize
-	}
-	p, err := fromSpecs(specs, e, prof, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	if len(specs) > 0 {
-		p.BlockSize = specs[0].Spec.BlockSize
-	}
-	p.finish()
-	return p, nil
-}
-
-func hasState(m *model.Model) bool {
-	for _, l := range m.Layers {
-		if l.Kind.IsState() {
-			return true
-		}
-	}
-	return false
-}
-
-// relevant reports whether an inferred rule of the profile touches this
-// plan: the rules about state layers for models with state layers, the
-// sliding-window reserve for models with windows; the connector's and the
-// refusal's rules belong to the transfer and the start-up check.
-func relevant(rule string, specs []kvspec.LayerSpec, e Engine) bool {
-	state, window := false, false
-	for _, s := range specs {
-		state = state || s.Spec.Kind.IsState()
-		window = window || s.Spec.Kind == model.Sliding || s.Spec.Kind == model.ChunkedLocal
-	}
-	for _, k := range []struct {
-		behaviour string
-		need      bool
-	}{
-		{vllm.BStateDType, state}, {vllm.BSSMHook, state}, {vllm.BPrefix, state},
-		{vllm.BMambaMode, state}, {vllm.BStateSpec, state}, {vllm.BSpecRows, state && e.NumSpeculativeTokens > 0},
-		{vllm.BAlign, state}, {vllm.BInFlight, window}, {vllm.BAsync, window}, {vllm.BExtraRetained, window && e.NumSpeculativeTokens > 1},
-		{vllm.BSelector, true}, {vllm.BBucketMerge, true},
-	} {
-		if strings.HasPrefix(rule, k.behaviour+" ") {
-			return k.need
-		}
-	}
-	return false
-}
-
-// profileReasons are the inferred rules of the profile that touch a plan
-// of these specs, as inferred reasons.
-func profileReasons(prof vllm.Profile, specs []kvspec.LayerSpec, e Engine) []string {
-	var out []string
-	for _, r := range prof.Inferred() {
-		if relevant(r, specs, e) {
-			out = append(out, "profile "+prof.Name+": "+r)
-		}
-	}
-	return out
-}
-
-func hasRole(m *model.Model, roles ...model.Role) bool {
-	for _, l := range m.Layers {
-		for _, r := range roles {
-			if l.Role == r {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// extraRetained is vLLM's extra_retained_tokens: with multi-layer MTP
-// drafting (more than one MTP layer and more than one speculative token),
-// sliding windows retain num_speculative_tokens-1 extra tokens.
-func extraRetained(m *model.Model, e Engine) int {
-	mtp := 0
-	for _, l := range m.Layers {
-		if l.Role == model.MTP {
-			mtp++
-		}
-	}
-	if min(mtp, e.NumSpeculativeTokens) > 1 {
-		return e.NumSpeculativeTokens - 1
-	}
-	return 0
-}
-
-// stagesOf maps each layer name to its pipeline stage, as vLLM's
-// get_pp_indices partitions num_hidden_layers: every stage gets
-// layers/pp, and the remainder goes one each to the stages before the last.
-// Draft and MTP layers run on the last stage.
-func stagesOf(m *model.Model, pp int) map[string]int {
-	if pp <= 1 {
-		return nil
-	}
-	n := m.HiddenLayers
-	sizes := make([]int, pp)
-	for i := range sizes {
-		sizes[i] = n / pp
-	}
-	for i := 2; i < n%pp+2; i++ {
-		sizes[pp-i]++
-	}
-	bounds := make([]int, pp)
-	acc := 0
-	for i, s := range sizes {
-		acc += s
-		bounds[i] = acc
-	}
-	out := map[string]int{}
-	for _, l := range m.Layers {
-		stage := pp - 1
-		if l.Role == model.Target {
-			for s, b := range bounds {
-				if l.Index < b {
-					stage = s
-					break
-				}
-			}
-		}
-		out[l.Name] = stage
-	}
-	return out
-}
-
-func fromSpecs(specs []kvspec.LayerSpec, e Engine, prof vllm.Profile, fixed *Layout, stages map[string]int) (*Plan, error) {
-	g, err := groupLayers(specs, e, prof, fixed)
-	if err != nil {
-		return nil, err
-	}
-	lim := e.limits(prof)
-	p := &Plan{
-		Engine:          e,
-		VLLMVersion:     prof.Name,
-		VLLMProfile:     prof.Label,
-		Profile:         prof,
-		Selector:        e.Selector,
-		Merge:           e.merge(prof),
-		Dispatch:        g.dispatch,
-		GroupSize:       g.groupSize,
-		Warnings:        append([]string{}, g.warnings...),
-		InferredReasons: []string{},
-		Notes:           []string{},
-		Logs:            append([]string{}, g.logs...),
-	}
-	if g.dispatch != "hybrid" && g.dispatch != "fixed" {
-		p.Selector = ""
-		p.Merge = ""
-	}
-	p.Layers = make([]LayerPlan, 0, len(specs))
-	p.Groups = make([]Group, 0, len(g.groups))
-	for gi, dg := range g.groups {
-		first := g.specs[dg.layers[0]].Spec
-		grp := Group{Index: gi, Kind: first.Kind, BlockSize: first.BlockSize, Bucket: dg.bucket, UniformType: dg.uniformType, Spec: first}
-		for slot, li := range dg.layers {
-			ls := g.specs[li]
-			grp.Layers = append(grp.Layers, ls.Layer.Name)
-			if dg.uniformType {
-				grp.PageBytes += ls.Spec.PageBytes()
-				grp.BlocksPerRequest = max(grp.BlocksPerRequest, ls.Spec.MaxBlocks(lim))
-			}
-			p.Layers = append(p.Layers, LayerPlan{
-				Name: ls.Layer.Name, Kind: ls.Spec.Kind, Role: ls.Layer.Role, Group: gi, Slot: slot,
-				Stage: stages[ls.Layer.Name], Spec: ls.Spec, Page: ls.Spec.PageBytes(), Block: ls.Spec.BlockSize, KVHeads: ls.Spec.KVHeads,
-			})
-		}
-		if !dg.uniformType {
-			grp.PageBytes = first.PageBytes()
-			grp.BlocksPerRequest = first.MaxBlocks(lim)
-		}
-		p.Groups = append(p.Groups, grp)
-		p.Slots = max(p.Slots, len(dg.layers))
-		p.BlocksPerRequest += grp.BlocksPerRequest
-	}
-	p.layerIndex = make(map[string]int, len(p.Layers))
-	for i, l := range p.Layers {
-		p.layerIndex[l.Name] = i
-	}
-	p.NumGroups = len(p.Groups)
-	p.PageBytes = p.Groups[0].PageBytes
-	if !p.Groups[0].UniformType {
-		for _, grp := range p.Groups {
-			p.PaddingSlots += p.Slots - len(grp.Layers)
-			p.PaddingBytesPerRequest += int64(p.Slots-len(grp.Layers)) * grp.BlocksPerRequest * grp.PageBytes
-		}
-	}
-	p.memory(e, stages)
-	if e.merge(prof) == Loose && g.dispatch == "hybrid" {
-		for _, r := range looseReasons(g.specs, g.buckets) {
-			p.addInferred(r)
-		}
-	}
-	if p.Selector == PaddingBytes && e.GroupSize == 0 && prof.Selector != vllm.SelectorPaddingBytes {
-		p.addInferred(paddingBytesReason(prof.Label))
-	}
-	if p.Selector == Balanced && e.GroupSize == 0 {
-		p.addInferred(reasonBalanced)
-	}
-	for _, r := range profileReasons(prof, specs, e) {
-		p.addInferred(r)
-	}
-	if e.MambaCacheMode == "all" {
-		for _, s := range specs {
-			if s.Spec.Kind.IsState() {
-				p.addInferred(reasonMambaAll)
-				break
-			}
-		}
-	}
-	return p, nil
-}
-
-// memory sizes the pool: bytes per block is the largest group's total page
-// bytes (G * page when pages are uniform); num_blocks is the KV memory
-// divided by it, the minimum over pipeline stages.
-func (p *Plan) memory(e Engine, stages map[string]int) {
-	nstages := max(1, e.PipelineParallelSize)
-	if stages == nil {
-		nstages = 1
-	}
-	p.Stages = nil
-	// Per stage and group: the layers it holds there and their page bytes.
-	count := make([]int, nstages*len(p.Groups))
-	bytes := make([]int64, nstages*len(p.Groups))
-	for _, lp := range p.Layers {
-		stage := min(lp.Stage, nstages-1)
-		i := stage*len(p.Groups) + lp.Group
-		count[i]++
-		if p.Groups[lp.Group].UniformType {
-			bytes[i] += lp.Page
-		} else {
-			bytes[i] += p.Groups[lp.Group].PageBytes
-		}
-	}
-	for s := 0; s < nstages; s++ {
-		st := Stage{Index: s}
-		for g := range p.Groups {
-			n := count[s*len(p.Groups)+g]
-			st.Layers += n
-			st.Slots = max(st.Slots, n)
-			st.BytesPerBlock = max(st.BytesPerBlock, bytes[s*len(p.Groups)+g])
-		}
-		if st.BytesPerBlock > 0 {
-			st.NumBlocks = e.KVCacheMemoryBytes / st.BytesPerBlock
-		}
-		p.Stages = append(p.Stages, st)
-	}
-	p.NumBlocks = -1
-	for _, st := range p.Stages {
-		if st.Layers == 0 {
-			continue
-		}
-		if p.NumBlocks < 0 || st.NumBlocks < p.NumBlocks {
-			p.NumBlocks = st.NumBlocks
-		}
-		p.BytesPerBlock = max(p.BytesPerBlock, st.BytesPerBlock)
-	}
-	if p.NumBlocks < 0 {
-		p.NumBlocks = 0
-	}
-	if e.NumGPUBlocksOverride > 0 {
-		p.Logs = append(p.Logs, overrideLog(p.NumBlocks, e.NumGPUBlocksOverride))
-		p.NumBlocks = int64(e.NumGPUBlocksOverride)
-	}
-	if p.BlocksPerRequest > 0 {
-		p.MaxConcurrency = float64(p.NumBlocks) / float64(p.BlocksPerRequest)
-		p.CapacityTokens = int64(p.MaxConcurrency * float64(e.MaxModelLen))
-	}
-	p.KVCacheTokens, p.KVCacheTokensRule = p.CapacityTokens, "int(max_concurrency * max_model_len)"
-	if p.Profile.KVSizeLine == vllm.SizePerGroup && len(p.Groups) > 0 {
-		smallest := p.Groups[0].BlockSize
-		for _, g := range p.Groups {
-			smallest = min(smallest, g.BlockSize)
-		}
-		p.KVCacheTokens = p.NumBlocks / int64(len(p.Groups)) * int64(smallest)
-		p.KVCacheTokensRule = "num_blocks // groups * smallest block size"
-	}
-}
-
-func (p *Plan) addInferred(reason string) {
-	for _, r := range p.InferredReasons {
-		if r == reason {
-			return
-		}
-	}
-	p.InferredReasons = append(p.InferredReasons, reason)
-	p.Inferred = true
-}
-
-// finish appends the capacity log lines vLLM prints.
-func (p *Plan) finish() {
-	lines := p.capacityLines()
-	p.Logs = append(p.Logs, lines[0], lines[1])
-}
-
-// capacityLines are vLLM's two capacity log lines, "GPU KV cache size: N
-// tokens" and "Maximum concurrency for N tokens per request: X.XXx",
-// formatted as fmt's %s and %.2f would (a plan's concurrency is finite).
-func (p *Plan) capacityLines() [2]string {
-	var buf [96]byte
-	b := append(buf[:0], "GPU KV cache size: "...)
-	b = appendCommas(b, p.KVCacheTokens)
-	b = append(b, " tokens"...)
-	size := string(b)
-	b = append(buf[:0], "Maximum concurrency for "...)
-	b = appendCommas(b, int64(p.Engine.MaxModelLen))
-	b = append(b, " tokens per request: "...)
-	b = strconv.AppendFloat(b, p.MaxConcurrency, 'f', 2, 64)
-	b = append(b, 'x')
-	return [2]string{size, string(b)}
+	return pl.Plan(e)
 }
 
 // LogLines returns vLLM's log lines for the plan in the order vLLM prints

@@ -27,10 +27,15 @@ import (
 // strings, 64 group sizes of one rank) it starts over.
 type Planner struct {
 	m        *model.Model
-	state    bool // the model has state layers (what New passes as hybrid)
+	state    bool // the model has state layers (prefix caching and the mamba cache mode depend on it)
 	mambaAll bool // the model supports Mamba prefix caching
 	drafts   bool // the model carries draft or MTP layers
-	kvLayers int  // layers that own a KV cache
+
+	// What WithLayout and FromSpecs change in the one path (unexported:
+	// their Planners plan once and are never handed out).
+	fixed     *Layout            // a grouping imposed instead of the buckets and the selector's split
+	fromSpecs bool               // plan specs as given, not the model's (FromSpecs)
+	specs     []kvspec.LayerSpec // those specs
 
 	// The cache's bounds: a Planner fed arbitrary engines (a long-lived
 	// server) empties a map that reaches its bound before adding to it.
@@ -67,7 +72,13 @@ func NewPlanner(m *model.Model) (*Planner, error) {
 	if m == nil {
 		return nil, errors.New("plan: no model")
 	}
-	pl := &Planner{
+	return newPlanner(m), nil
+}
+
+// newPlanner is NewPlanner for a model known to be there (New's,
+// WithLayout's and FromSpecs' Planners, used once).
+func newPlanner(m *model.Model) *Planner {
+	return &Planner{
 		m:        m,
 		state:    hasState(m),
 		mambaAll: m.MambaAll == "supported",
@@ -80,12 +91,6 @@ func NewPlanner(m *model.Model) (*Planner, error) {
 		maxProfiles: 256,
 		maxSplits:   64,
 	}
-	for _, l := range m.Layers {
-		if l.OwnsKV() {
-			pl.kvLayers++
-		}
-	}
-	return pl, nil
 }
 
 // ForgetRanks empties the Planner's cache of prepared ranks (what it keeps
@@ -115,7 +120,7 @@ func (pl *Planner) Plan(e Engine) (*Plan, error) {
 		return nil, err
 	}
 	p := new(Plan)
-	c.plan(pl, p)
+	c.plan(p)
 	return p, c.refusal
 }
 
@@ -130,7 +135,7 @@ func (pl *Planner) PlanInto(e Engine, dst *Plan) error {
 	if err := pl.run(&c, e); err != nil {
 		return err
 	}
-	c.plan(pl, dst)
+	c.plan(dst)
 	return c.refusal
 }
 
@@ -227,7 +232,7 @@ func (pl *Planner) rank(e *Engine, pe *profileEntry) *rankEntry {
 	if r != nil {
 		return r
 	}
-	r = prepareRank(pl.m, *e, &pe.prof, k.merge)
+	r = pl.prepare(*e, &pe.prof, k.merge)
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if old := pl.ranks[k]; old != nil {
@@ -241,9 +246,10 @@ func (pl *Planner) rank(e *Engine, pe *profileEntry) *rankEntry {
 }
 
 // stagesOf returns the pipeline stage of each KV layer (in the order of
-// the rank's specs), nil at pipeline size 1.
+// the rank's specs), computing it once per pipeline size; nil at pipeline
+// size 1 and for specs planned as given (one stage).
 func (pl *Planner) stagesOf(pp int) []int {
-	if pp <= 1 {
+	if pp <= 1 || pl.fromSpecs {
 		return nil
 	}
 	pl.mu.RLock()
@@ -252,13 +258,7 @@ func (pl *Planner) stagesOf(pp int) []int {
 	if ok {
 		return st
 	}
-	byName := stagesOf(pl.m, pp)
-	st = make([]int, 0, pl.kvLayers)
-	for _, l := range pl.m.Layers {
-		if l.OwnsKV() {
-			st = append(st, byName[l.Name])
-		}
-	}
+	st = stagesOf(pl.m, pp)
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	pl.stages[pp] = st
@@ -285,9 +285,4 @@ func (pl *Planner) split(r *rankEntry, g int) *split {
 	}
 	r.splits[g] = sp
 	return sp
-}
-
-// limits is Engine.limits for a resolved engine.
-func limitsOf(e *Engine, prof *vllm.Profile) kvspec.Limits {
-	return kvspec.Limits{MaxModelLen: e.MaxModelLen, InFlightTokens: e.inFlight(*prof)}
 }

@@ -42,8 +42,8 @@ func plannerModels(t testing.TB) []*model.Model {
 	return append(out, seed)
 }
 
-// engineGrid is the engines the Planner is held against New's reference
-// on: every tensor-parallel size, block size, KV cache dtype and version
+// engineGrid is the engines a shared Planner is held against New (a
+// fresh Planner each call) on: every tensor-parallel size, block size, KV cache dtype and version
 // of the lists, each with the other settings drawn in turn from theirs
 // (the draw differs per model, so that across models every pair of
 // values meets).
@@ -95,8 +95,8 @@ func engineGrid(seed int) []Engine {
 	return out
 }
 
-// samePlan fails the test unless the Planner's outcome equals the
-// reference's: the whole plan (unexported index included) and the error.
+// samePlan fails the test unless a shared Planner's outcome equals a fresh
+// New's: the whole plan (unexported index included) and the error.
 func samePlan(t *testing.T, what string, got *Plan, gotErr error, want *Plan, wantErr error) {
 	t.Helper()
 	if !reflect.DeepEqual(gotErr, wantErr) {
@@ -216,13 +216,14 @@ func TestPlannerMatchesNewOnEveryBundledModel(t *testing.T) {
 				p *Plan
 			}
 			var keep []kept
+			into := new(Plan) // every engine of the grid planned into it in turn
 			grid := engineGrid(mi + 1)
 			if testing.Short() {
 				grid = grid[:len(grid)/8]
 			}
 			planned, refused, failed := 0, 0, 0
 			for _, e := range grid {
-				want, wantErr := newPlan(m, e, nil)
+				want, wantErr := New(m, e)
 				var re *RefusalError
 				switch {
 				case errors.As(wantErr, &re):
@@ -233,6 +234,12 @@ func TestPlannerMatchesNewOnEveryBundledModel(t *testing.T) {
 				got, gotErr := pl.Plan(e)
 				what := fmt.Sprintf("%+v", e)
 				samePlan(t, what, got, gotErr, want, wantErr)
+				switch intoErr := pl.PlanInto(e, into); {
+				case want != nil:
+					samePlan(t, "PlanInto "+what, into, intoErr, want, wantErr)
+				case !reflect.DeepEqual(intoErr, wantErr):
+					t.Fatalf("%s: PlanInto error %v, want %v", what, intoErr, wantErr)
+				}
 				sum, sumErr := pl.Summary(e)
 				if !reflect.DeepEqual(sumErr, wantErr) {
 					t.Fatalf("%s: Summary error %v, want %v", what, sumErr, wantErr)
@@ -250,7 +257,7 @@ func TestPlannerMatchesNewOnEveryBundledModel(t *testing.T) {
 			// Plans made early are still what they were after the rest of
 			// the grid went through the same Planner.
 			for _, k := range keep {
-				want, wantErr := newPlan(m, k.e, nil)
+				want, wantErr := New(m, k.e)
 				samePlan(t, "kept "+fmt.Sprintf("%+v", k.e), k.p, wantErr, want, wantErr)
 			}
 			t.Logf("%d engines: %d planned (%d of them refused to start), %d errors", len(grid), planned, refused, failed)
@@ -286,7 +293,7 @@ func TestPlannerPlansAreTheCallersOwn(t *testing.T) {
 	first.Warnings = append(first.Warnings, "scribbled")
 
 	second, err := pl.Plan(e)
-	want, wantErr := newPlan(m, e, nil)
+	want, wantErr := New(m, e)
 	samePlan(t, "after scribbling", second, err, want, wantErr)
 	if l, ok := second.LayerByName("draft.L0"); !ok || l.Name != "draft.L0" {
 		t.Errorf("LayerByName(draft.L0) = %+v, %v", l, ok)
@@ -306,7 +313,7 @@ func TestPlannerIsSafeForConcurrentUse(t *testing.T) {
 	}
 	want := make([]outcome, len(grid))
 	for i, e := range grid {
-		want[i].p, want[i].err = newPlan(m, e, nil)
+		want[i].p, want[i].err = New(m, e)
 	}
 	var wg sync.WaitGroup
 	errs := make(chan string, 8)
@@ -355,7 +362,7 @@ func TestPlannerStartsOverWhenItsCacheIsFull(t *testing.T) {
 		}
 	}
 	for i, e := range grid {
-		want, wantErr := newPlan(m, e, nil)
+		want, wantErr := New(m, e)
 		got, gotErr := pl.Plan(e)
 		samePlan(t, fmt.Sprintf("%+v", e), got, gotErr, want, wantErr)
 		samePlan(t, "kept "+fmt.Sprintf("%+v", e), kept[i], wantErr, want, wantErr)
@@ -385,9 +392,9 @@ func TestPlannerErrors(t *testing.T) {
 			}
 			for range 2 { // the second time from the cache
 				got, gotErr := pl.Plan(tt.engine)
-				want, wantErr := newPlan(tt.m, tt.engine, nil)
+				want, wantErr := New(tt.m, tt.engine)
 				if wantErr == nil {
-					t.Fatal("the reference plans it")
+					t.Fatal("New plans it")
 				}
 				samePlan(t, tt.name, got, gotErr, want, wantErr)
 				if _, err := pl.Summary(tt.engine); !reflect.DeepEqual(err, wantErr) {
@@ -440,7 +447,7 @@ func TestPlannerSummaryAllocatesNothing(t *testing.T) {
 }
 
 // TestPlannerForgetsRanks: after ForgetRanks a Planner plans as before
-// (every field, against the reference), and a plan handed out before is
+// (every field, against New), and a plan handed out before is
 // untouched by the plans after.
 func TestPlannerForgetsRanks(t *testing.T) {
 	m := withDraft(t, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
@@ -458,7 +465,7 @@ func TestPlannerForgetsRanks(t *testing.T) {
 		pl.ForgetRanks()
 		e.BlockSize = bs
 		got, gotErr := pl.Plan(e)
-		want, wantErr := newPlan(m, e, nil)
+		want, wantErr := New(m, e)
 		samePlan(t, fmt.Sprintf("block size %d after ForgetRanks", bs), got, gotErr, want, wantErr)
 	}
 	if again, _ := json.Marshal(first); string(again) != string(kept) {

@@ -30,7 +30,7 @@ const gib = 1 << 30
 
 // startupCheck is vLLM's check that one request of max_model_len fits the
 // KV cache memory of every worker (_check_enough_kv_cache_memory), with
-// the needed bytes sized as the engine's version sizes them:
+// the needed bytes sized as the engine's version sizes them (need):
 //   - layers (before 0.14): the sum of every layer's worst case, no padding;
 //   - first-group (0.14 to 0.17): slots * page * blocks of group 0 only;
 //   - all-groups (0.19 on): bytes per block * blocks per request.
@@ -40,23 +40,15 @@ const gib = 1 << 30
 // With pipeline parallelism every stage's worker checks its own layers
 // against its own memory (from 0.17; 0.14 to 0.16 held the whole model's
 // groups against the smallest worker's memory).
-func (p *Plan) startupCheck() error {
-	return startupCheck(p.Engine, &p.Profile, p.Stages, p.wholeBytesPerBlock(), p.neededBytes)
-}
-
-// startupCheck is the check on a plan's figures: its resolved engine, its
-// stages, the bytes per block of the whole model, and need, the bytes one
-// request of maxLen tokens needs on the worker of stage s (s < 0: the
-// whole model).
-func startupCheck(e Engine, prof *vllm.Profile, stages []Stage, whole int64, need func(s, maxLen int) int64) error {
-	for s := range stages {
-		st := stages[s]
+func (c *call) startupCheck() error {
+	e, prof := &c.e, c.prof
+	for s, st := range c.stages() {
 		if st.Layers == 0 {
 			continue
 		}
 		if !prof.RefusalPerWorker {
 			// The whole model's groups against the smallest worker's memory.
-			s, st = -1, Stage{BytesPerBlock: whole}
+			s, st = -1, Stage{BytesPerBlock: c.whole}
 		}
 		avail := e.KVCacheMemoryBytes
 		if e.NumGPUBlocksOverride > 0 && prof.RefusalOverride {
@@ -65,15 +57,14 @@ func startupCheck(e Engine, prof *vllm.Profile, stages []Stage, whole int64, nee
 		if prof.NullBlock {
 			avail -= st.BytesPerBlock
 		}
-		if need(s, e.MaxModelLen) <= avail {
+		if c.need(s, e.MaxModelLen) <= avail {
 			continue
 		}
-		stage := s
-		est := estimateMaxLen(func(maxLen int) int64 { return need(stage, maxLen) }, avail, e.MaxModelLen)
+		est := estimateMaxLen(func(maxLen int) int64 { return c.need(s, maxLen) }, avail, e.MaxModelLen)
 		if prof.NullBlock {
 			avail += st.BytesPerBlock // the message names the memory, not what the check compared
 		}
-		needed := need(s, e.MaxModelLen)
+		needed := c.need(s, e.MaxModelLen)
 		return &RefusalError{
 			Version: prof.Name, MaxModelLen: e.MaxModelLen, NeededBytes: needed, AvailableBytes: avail,
 			EstimatedMaxLen: est, Rule: prof.Refusal,
@@ -101,59 +92,56 @@ func estimateMaxLen(need func(int) int64, avail int64, hi int) int {
 	return best
 }
 
-// neededBytes is what one request of maxLen tokens needs on the worker of
-// pipeline stage s, by the version's rule.
-func (p *Plan) neededBytes(s, maxLen int) int64 {
-	lim := kvspec.Limits{MaxModelLen: maxLen, InFlightTokens: p.Engine.inFlight(p.Profile)}
-	bpb := p.wholeBytesPerBlock()
-	if s >= 0 {
-		bpb = p.Stages[s].BytesPerBlock
+// need is what one request of maxLen tokens needs on the worker of
+// pipeline stage s (s < 0: the whole model), by the version's rule.
+func (c *call) need(s, maxLen int) int64 {
+	r := c.r
+	blocks := c.blocks()
+	if maxLen != c.lim.MaxModelLen {
+		lim := kvspec.Limits{MaxModelLen: maxLen, InFlightTokens: c.lim.InFlightTokens}
+		var buf [16]int64
+		blocks = buf[:0]
+		for i := range r.classes {
+			blocks = append(blocks, r.classes[i].MaxBlocks(lim))
+		}
 	}
-	switch p.Profile.Refusal {
+	all := s < 0 || c.nstage == 1
+	bpb := c.whole
+	if s >= 0 {
+		bpb = c.stages()[s].BytesPerBlock
+	}
+	switch c.prof.Refusal {
 	case vllm.RefusalLayers:
 		var total int64
-		for _, l := range p.Layers {
-			if l.Stage == s || s < 0 || len(p.Stages) == 1 {
-				total += l.Spec.MaxMemoryBytes(lim)
+		for li, cl := range r.class {
+			if all || c.stageOf(li) == s {
+				total += blocks[cl] * r.pages[cl]
 			}
 		}
 		return total
 	case vllm.RefusalGroup0:
-		return bpb * p.groupBlocks(0, s, lim)
+		return bpb * c.groupBlocks(blocks, 0, 0, s, all)
 	}
-	var blocks int64
-	for g := range p.Groups {
-		blocks += p.groupBlocks(g, s, lim)
+	var total int64
+	for j := range r.buckets {
+		for i := 0; i < c.cuts()[j].n; i++ {
+			total += c.groupBlocks(blocks, j, i, s, all)
+		}
 	}
-	return bpb * blocks
+	return bpb * total
 }
 
-// wholeBytesPerBlock is one block id's bytes over the whole model (every
-// pipeline stage's layers together): the largest group's page bytes.
-func (p *Plan) wholeBytesPerBlock() int64 {
-	bytes := make([]int64, len(p.Groups))
+// groupBlocks is the worst-case blocks per request of group i of bucket
+// j, given each class's: the largest among its layers on stage s (every
+// stage when all is set; all equal unless the group is uniform-type).
+func (c *call) groupBlocks(blocks []int64, j, i, s int, all bool) int64 {
+	r := c.r
+	b, n := r.buckets[j], c.cuts()[j].n
 	var most int64
-	for _, l := range p.Layers {
-		if p.Groups[l.Group].UniformType {
-			bytes[l.Group] += l.Page
-		} else {
-			bytes[l.Group] += p.Groups[l.Group].PageBytes
+	for k := i; k < len(b); k += n {
+		if all || c.stageOf(b[k]) == s {
+			most = max(most, blocks[r.class[b[k]]])
 		}
-		most = max(most, bytes[l.Group])
 	}
 	return most
-}
-
-// groupBlocks is group g's worst-case blocks per request at lim, counting
-// only groups with a layer on stage s (every stage when s < 0): the
-// largest of its layers' worst cases (all equal unless the group is
-// uniform-type).
-func (p *Plan) groupBlocks(g, s int, lim kvspec.Limits) int64 {
-	var blocks int64
-	for _, l := range p.Layers {
-		if l.Group == g && (l.Stage == s || s < 0 || len(p.Stages) == 1) {
-			blocks = max(blocks, l.Spec.MaxBlocks(lim))
-		}
-	}
-	return blocks
 }

@@ -1,8 +1,11 @@
 package plan
 
+import "github.com/kvscope/kvscope/core/vllm"
+
 // This file holds the group-size selectors: given the bucket sizes L_j (and,
 // for padding-bytes, each bucket's worst-case bytes per layer b_j), each
-// returns the group size g that every bucket is split by.
+// returns the group size g that every bucket is split by; chooseGroupSize
+// picks the engine's.
 
 // mainThreshold is the classic rule's threshold in vLLM main
 // (kv_cache_utils.py at commit 002f10e0) and from release 0.18.
@@ -75,4 +78,27 @@ func paddingBytesGroupSize(sizes []int, bytes []int64, minLayers int) int {
 		}
 	}
 	return best
+}
+
+// chooseGroupSize applies the fixed override or the engine's selector to
+// buckets of sizes layers whose worst-case bytes per request of a layer
+// are bytes (what padding-bytes weighs). Classic is the version's
+// released rule (main's in the branch profile).
+func chooseGroupSize(e Engine, prof vllm.Profile, sizes []int, bytes []int64) int {
+	switch {
+	case e.GroupSize > 0:
+		return e.GroupSize
+	case e.Selector == Min:
+		return classicGroupSize(sizes, 0)
+	case e.Selector == Classic:
+		threshold := prof.Threshold
+		if prof.Selector == vllm.SelectorPaddingBytes {
+			threshold = mainThreshold
+		}
+		return classicGroupSize(sizes, threshold)
+	case e.Selector == Balanced:
+		return balancedGroupSize(sizes, e.BalancedLambda)
+	default:
+		return paddingBytesGroupSize(sizes, bytes, e.MinGroupLayers)
+	}
 }

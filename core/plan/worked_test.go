@@ -15,11 +15,34 @@ func withDraft(t testing.TB, target, draft string) *model.Model {
 	return m
 }
 
+// mustPlan plans m for e with New, and holds a Planner's PlanInto into a
+// Plan that held another model's plan to the same plan, so that every
+// hand-derived case through it checks the reused path too.
 func mustPlan(t testing.TB, m *model.Model, e Engine) *Plan {
 	t.Helper()
 	p, err := New(m, e)
 	if err != nil {
 		t.Fatal(err)
+	}
+	reused := new(Plan)
+	other := withDraft(t, "Qwen__Qwen3.6-35B-A3B", "z-lab__Qwen3.6-35B-A3B-DFlash")
+	for _, step := range []struct {
+		m *model.Model
+		e Engine
+	}{
+		{other, Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, PipelineParallelSize: 2, MaxModelLen: 262144, NumSpeculativeTokens: 7}},
+		{m, e},
+	} {
+		pl, err := NewPlanner(step.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pl.PlanInto(step.e, reused); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !sameIgnoringProfile(reused, p) {
+		t.Fatalf("PlanInto into a reused plan differs from New for %+v", e)
 	}
 	return p
 }

@@ -18,60 +18,16 @@ func (s *Search) serveLines(sc *Scored) {
 	sc.DServe = ServeCommand(name, s.space.DraftName, de, sc.Connector)
 }
 
-// ServeCommand is the vllm serve command line of an engine: the flags
-// that differ from vLLM's defaults, the speculative config when the
+// ServeCommand is the vllm serve command line of an engine: vLLM's own
+// flags the engine sets, in the engine-flag table's order (byte counts in
+// plain bytes, as vLLM reads them), the speculative config when the
 // engine drafts, and the KV transfer config of the connector. Settings
-// that only kvscope's planner models (a selector, a minimum group size or
-// a fixed group size: the planner flags of vLLM PR #58207) follow after
-// "#", as a comment: no released vLLM takes them.
+// that only kvscope's planner models (the planner flags of vLLM PR #58207
+// and kvscope's own knobs: a selector, a minimum or fixed group size, a
+// bucket merge rule, the balanced selector's lambda) follow after "#", as
+// a comment: no released vLLM takes them.
 func ServeCommand(model, draft string, e plan.Engine, connector string) string {
-	args := []string{"vllm", "serve", model}
-	add := func(flag string, v any) { args = append(args, flag, fmt.Sprint(v)) }
-	if e.TensorParallelSize > 1 {
-		add("--tensor-parallel-size", e.TensorParallelSize)
-	}
-	if e.PipelineParallelSize > 1 {
-		add("--pipeline-parallel-size", e.PipelineParallelSize)
-	}
-	if e.BlockSize > 0 {
-		add("--block-size", e.BlockSize)
-	}
-	if e.MaxModelLen > 0 {
-		add("--max-model-len", e.MaxModelLen)
-	}
-	if e.MaxNumBatchedTokens > 0 {
-		add("--max-num-batched-tokens", e.MaxNumBatchedTokens)
-	}
-	if e.KVCacheDType != "" && e.KVCacheDType != "auto" {
-		add("--kv-cache-dtype", e.KVCacheDType)
-	}
-	if e.KVCacheMemoryBytes > 0 {
-		add("--kv-cache-memory-bytes", e.KVCacheMemoryBytes)
-	}
-	if e.MambaSSMCacheDType != "" && e.MambaSSMCacheDType != "auto" {
-		add("--mamba-ssm-cache-dtype", e.MambaSSMCacheDType)
-	}
-	if e.MambaCacheMode != "" {
-		add("--mamba-cache-mode", e.MambaCacheMode)
-	}
-	switch e.PrefixCaching {
-	case "on":
-		args = append(args, "--enable-prefix-caching")
-	case "off":
-		args = append(args, "--no-enable-prefix-caching")
-	}
-	if e.AsyncScheduling {
-		args = append(args, "--async-scheduling")
-	}
-	if e.NoAsyncScheduling {
-		args = append(args, "--no-async-scheduling")
-	}
-	if e.AttentionBackend != "" {
-		add("--attention-backend", e.AttentionBackend)
-	}
-	if e.DisableHybrid {
-		args = append(args, "--disable-hybrid-kv-cache-manager")
-	}
+	args := append([]string{"vllm", "serve", model}, plan.FlagArgs(e, func(f *plan.Flag) bool { return f.Origin == plan.VLLMFlag }, true)...)
 	if e.NumSpeculativeTokens > 0 {
 		spec := fmt.Sprintf(`'{"model": %q, "num_speculative_tokens": %d}'`, draft, e.NumSpeculativeTokens)
 		if draft == "" || draft == "mtp" {
@@ -84,19 +40,14 @@ func ServeCommand(model, draft string, e plan.Engine, connector string) string {
 		class = "NixlPushConnector"
 	}
 	args = append(args, "--kv-transfer-config", fmt.Sprintf(`'{"kv_connector": %q, "kv_role": "kv_both"}'`, class))
-	var modelled []string
-	if e.Selector != "" {
-		modelled = append(modelled, "--selector "+string(e.Selector))
-	}
-	if e.MinGroupLayers > 0 {
-		modelled = append(modelled, fmt.Sprint("--min-kv-cache-group-layers ", e.MinGroupLayers))
-	}
-	if e.GroupSize > 0 {
-		modelled = append(modelled, fmt.Sprint("--kv-cache-group-size ", e.GroupSize))
-	}
 	line := strings.Join(args, " ")
-	if len(modelled) > 0 {
-		line += "  # kvscope planner settings (vLLM PR #58207, not in a release): " + strings.Join(modelled, " ")
+	branch := plan.FlagArgs(e, func(f *plan.Flag) bool { return f.Origin == plan.BranchFlag }, false)
+	own := plan.FlagArgs(e, func(f *plan.Flag) bool { return f.Origin == plan.ModelFlag }, false)
+	switch {
+	case len(own) > 0:
+		line += "  # kvscope planner settings (vLLM PR #58207's and kvscope's own, in no release): " + strings.Join(append(branch, own...), " ")
+	case len(branch) > 0:
+		line += "  # kvscope planner settings (vLLM PR #58207, not in a release): " + strings.Join(branch, " ")
 	}
 	return line
 }

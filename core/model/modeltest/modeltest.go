@@ -1,5 +1,5 @@
-// Package modeltest loads the repository's real model configs
-// (testdata/models) for tests in any package.
+// Package modeltest loads the repository's real model configs (the
+// bundled catalog, core/catalog/models) for tests in any package.
 package modeltest
 
 import (
@@ -11,14 +11,15 @@ import (
 	"github.com/kvscope/kvscope/core/model"
 )
 
-// Dir is testdata/models, found from this file's place in the source
-// tree, so a test in any package can use it.
+// Dir is core/catalog/models, the bundled catalog's directory, found from
+// this file's place in the source tree, so a test in any package can read
+// the files the binaries embed.
 func Dir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "models")
+	return filepath.Join(filepath.Dir(file), "..", "..", "catalog", "models")
 }
 
-// Load parses testdata/models/<file>.json (e.g. "openai__gpt-oss-20b"),
+// Load parses core/catalog/models/<file>.json (e.g. "openai__gpt-oss-20b"),
 // failing the test on any error. The model is named after the file.
 func Load(t testing.TB, file string) *model.Model {
 	t.Helper()
