@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,14 +15,14 @@ import (
 	"github.com/kvscope/kvscope/agent/runner"
 	"github.com/kvscope/kvscope/agent/scenario"
 	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/server/live/eventlog"
 )
 
-// testCatalog is the repository's model configs, for the agents the tests
-// run.
-func testCatalog() model.Catalog { return model.NewCatalog(os.DirFS("../.."), "testdata/models") }
+// testCatalog is the bundled model configs, for the agents the tests run.
+func testCatalog() model.Catalog { return catalog.Bundled() }
 
 // liveServer is a hub served on a real loopback port, as kvscope serve
 // mounts it: /ws/agent, /ws/live and /metrics.

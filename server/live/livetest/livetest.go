@@ -127,11 +127,13 @@ func StartAgents(ctx context.Context, wg, pubs *sync.WaitGroup, n, perAgent, rat
 	return streamers
 }
 
-// Slack widens the time budgets on a loaded machine
-// (KVSCOPE_BUDGET_SLACK, default 1: the budgets as written).
+// Slack is how many times its budget a wall-clock timing may take, as
+// server/budget_test.go has it: 1 under make budgets (KVSCOPE_BUDGETS
+// set: the timing is held to its budget), 10 in make test (a ceiling
+// that catches a hang, not a slower or busier machine).
 func Slack() float64 {
-	if v, err := strconv.ParseFloat(os.Getenv("KVSCOPE_BUDGET_SLACK"), 64); err == nil && v >= 1 {
-		return v
+	if os.Getenv("KVSCOPE_BUDGETS") != "" {
+		return 1
 	}
-	return 1
+	return 10
 }
