@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/kvscope/kvscope/server/api"
 )
 
 // do sends one request and returns its status and Location.
@@ -102,7 +104,7 @@ func TestAccessToken(t *testing.T) {
 		t.Fatalf("login: %d to %q, cookie %q", code, hdr.Get("Location"), cookie)
 	}
 	value := strings.SplitN(strings.SplitN(cookie, ";", 2)[0], "=", 2)[1]
-	if code, _ := do(t, h, "GET", "/metrics", "", map[string]string{"Host": "kvscope.lan:8080", "Cookie": sessionCookie + "=" + value}); code != 200 {
+	if code, _ := do(t, h, "GET", "/metrics", "", map[string]string{"Host": "kvscope.lan:8080", "Cookie": api.SessionCookie + "=" + value}); code != 200 {
 		t.Errorf("/metrics with the cookie: %d, want 200", code)
 	}
 	if code, hdr := do(t, h, "POST", "/login?next=//evil.example", url.Values{"token": {"s3cret"}}.Encode(), form); code != 303 || hdr.Get("Location") != "/" {

@@ -15,6 +15,7 @@ import (
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/oracle"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/server/api"
 )
 
 func runOracle(args []string, stdout io.Writer) error {
@@ -38,7 +39,7 @@ func runOracle(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r, err := f.run(s, oracleMemory)
+	r, err := f.run(s, api.OracleMemory)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/plan/planflag"
 	"github.com/kvscope/kvscope/core/xfer"
+	"github.com/kvscope/kvscope/server/api"
 )
 
 // pdFlags are the flags of kvscope pd (and kvscope oracle without --sweep).
@@ -35,14 +36,14 @@ func newPDFlags(fs *flag.FlagSet) *pdFlags {
 		layout:    fs.String("layout", "split", "attention cache layout: split (K and V regions, HND) or blocks-first"),
 		prompt:    fs.Int("prompt-tokens", 4096, "prompt tokens N of the request"),
 		hit:       fs.Int("prefix-hit-tokens", 0, "tokens D already holds in its prefix cache"),
-		maxPairs:  fs.Int64("max-pairs", defaultLimits().MaxPairs, "refuse a transfer estimated above this many descriptor pairs"),
+		maxPairs:  fs.Int64("max-pairs", api.DefaultLimits().MaxPairs, "refuse a transfer estimated above this many descriptor pairs"),
 		maxMemory: fs.String("max-memory", fmt.Sprintf("%dMiB", cliMemory()>>20), "refuse work estimated to hold more memory (default: a quarter of this machine's)"),
 	}
 }
 
 // cliMemory is a command's default memory bound: a quarter of the
 // machine (a server shares its sixteenth among requests).
-func cliMemory() int64 { return max(totalMemory()/4, 1<<30) }
+func cliMemory() int64 { return max(api.TotalMemory()/4, 1<<30) }
 
 // run plans the setup, bounds the transfer's cost from the plans and
 // refuses it over --max-pairs or --max-memory, then computes it.
@@ -61,8 +62,8 @@ func (f *pdFlags) run(s xfer.Setup, need func(xfer.Cost) int64) (*xfer.PD, error
 	if _, ok := s.Connector.Transport(); !ok {
 		return pd, nil
 	}
-	lim := limits{MaxPairs: *f.maxPairs, MaxMemory: mem}
-	if _, err := lim.admit(s, pd, false, need); err != nil {
+	lim := api.Limits{MaxPairs: *f.maxPairs, MaxMemory: mem}
+	if _, err := lim.Admit(s, pd, false, need); err != nil {
 		return nil, err
 	}
 	pd.Transfer, err = pd.Compute(s.Request, s.KeepPairs)
@@ -114,7 +115,7 @@ func runPD(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r, err := f.run(s, pdMemory)
+	r, err := f.run(s, api.PDMemory)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/kvscope/kvscope/agent/scenario"
 	kvapp "github.com/kvscope/kvscope/app"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/server/api"
 	"github.com/kvscope/kvscope/server/live"
 	"github.com/kvscope/kvscope/server/live/eventlog"
 	"github.com/kvscope/kvscope/static"
@@ -42,10 +43,10 @@ type serveOptions struct {
 	// RequireToken: the token was given (--token), so browsers and scripts
 	// need it too (see access).
 	RequireToken bool
-	AllowedHosts []string // --allowed-host: more Host names to answer to
-	Limits       limits   // the API's limits (zero: defaultLimits)
-	Agent        string   // embedded or none
-	Record       string   // --record: a JSONL file of every event
+	AllowedHosts []string   // --allowed-host: more Host names to answer to
+	Limits       api.Limits // the API's limits (zero: api.DefaultLimits)
+	Agent        string     // embedded or none
+	Record       string     // --record: a JSONL file of every event
 	// Bus is the JetStream event log (nil: the hub keeps events in memory
 	// only, as replay and the tests run it).
 	Bus *eventlog.Log
@@ -208,7 +209,7 @@ func newHTTPServer(h http.Handler) *http.Server {
 // server is the kvscope server's handlers and state.
 type server struct {
 	handler  http.Handler // the routes behind the access rules
-	api      *apiServer
+	api      *api.Server
 	hub      *live.Hub
 	metrics  *metrics.Registry
 	embedded *embeddedAgent // nil with --agent none
@@ -221,23 +222,13 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	reg := metrics.New()
 	h := live.New(live.Options{Metrics: reg, Log: o.Bus, Replay: o.Replay, Record: record, Logf: o.Logf})
 	mux := http.NewServeMux()
-	lim := o.Limits
-	if lim == (limits{}) {
-		lim = defaultLimits()
-	}
-	a := newAPIServer(cat, lim)
-	mux.Handle("/api/plan", a.api(apiPlan))
-	mux.Handle("/api/pd", a.api(apiPD))
-	mux.Handle("/api/oracle", a.api(apiOracle))
-	mux.Handle("/api/tune", a.api(apiTune))
-	mux.Handle("/api/check", a.api(apiCheck))
-	mux.Handle("/api/models", apiModels(cat))
-	mux.Handle("/api/flags", apiFlags())
+	a := api.New(cat, o.Limits)
+	a.Register(mux)
 	var emb *embeddedAgent
 	if o.Agent == "embedded" {
 		emb = &embeddedAgent{}
 	}
-	mux.Handle("/api/live/run", liveRunHandler(emb, cat, lim.MaxPairs))
+	mux.Handle("/api/live/run", liveRunHandler(emb, cat, a.Limits().MaxPairs))
 	mux.Handle("/ws/agent", h.AgentHandler(o.Token))
 	mux.Handle("/ws/live", h.LiveHandler())
 	mux.Handle("/metrics", reg.Handler())
@@ -246,7 +237,7 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	if o.RequireToken {
 		uiToken = o.Token
 	}
-	return &server{handler: newAccess(o.Addr, uiToken, o.AllowedHosts).wrap(mux), api: a, hub: h, metrics: reg, embedded: emb}
+	return &server{handler: api.NewAccess(o.Addr, uiToken, o.AllowedHosts).Wrap(mux), api: a, hub: h, metrics: reg, embedded: emb}
 }
 
 // newMux is the server's handler with no recording.
@@ -254,15 +245,15 @@ func newMux(cat model.Catalog, o serveOptions) http.Handler { return newServer(c
 
 // limitFlags registers the API's limits on fs; the returned function
 // reads them once parsed.
-func limitFlags(fs *flag.FlagSet) func() (limits, error) {
-	d := defaultLimits()
+func limitFlags(fs *flag.FlagSet) func() (api.Limits, error) {
+	d := api.DefaultLimits()
 	mem := fs.String("max-memory", fmt.Sprintf("%dMiB", d.MaxMemory>>20), "memory the heavy API requests may hold at once, by their estimates (default: a sixteenth of this machine's)")
 	pairs := fs.Int64("max-pairs", d.MaxPairs, "descriptor pairs one API request may compute")
 	resp := fs.String("max-response", fmt.Sprintf("%dMiB", d.MaxResponse>>20), "estimated size of one API response")
 	wait := fs.Duration("queue-wait", d.QueueWait, "how long a heavy request waits for memory before 429")
-	queue := fs.Int("max-queue", d.MaxQueue, fmt.Sprintf("heavy requests that may wait for memory or a core at once, 0 to %d (429 beyond; 0: none waits)", maxQueueLimit))
-	running := fs.Int("max-running", d.MaxRunning, fmt.Sprintf("heavy requests computing at once, 1 to %d (default: the cores but one)", maxRunningLimit))
-	return func() (limits, error) {
+	queue := fs.Int("max-queue", d.MaxQueue, fmt.Sprintf("heavy requests that may wait for memory or a core at once, 0 to %d (429 beyond; 0: none waits)", api.MaxQueueLimit))
+	running := fs.Int("max-running", d.MaxRunning, fmt.Sprintf("heavy requests computing at once, 1 to %d (default: the cores but one)", api.MaxRunningLimit))
+	return func() (api.Limits, error) {
 		l := d
 		var err error
 		if l.MaxMemory, err = parseBytes(*mem); err != nil {
@@ -277,11 +268,11 @@ func limitFlags(fs *flag.FlagSet) func() (limits, error) {
 		if *wait < 0 || *wait > 10*time.Minute {
 			return l, fmt.Errorf("--queue-wait %s: must be between 0 and 10m", *wait)
 		}
-		if *queue < 0 || *queue > maxQueueLimit {
-			return l, fmt.Errorf("--max-queue %d: must be between 0 and %d", *queue, maxQueueLimit)
+		if *queue < 0 || *queue > api.MaxQueueLimit {
+			return l, fmt.Errorf("--max-queue %d: must be between 0 and %d", *queue, api.MaxQueueLimit)
 		}
-		if *running < 1 || *running > maxRunningLimit {
-			return l, fmt.Errorf("--max-running %d: must be between 1 and %d", *running, maxRunningLimit)
+		if *running < 1 || *running > api.MaxRunningLimit {
+			return l, fmt.Errorf("--max-running %d: must be between 1 and %d", *running, api.MaxRunningLimit)
 		}
 		l.MaxPairs, l.QueueWait, l.MaxQueue, l.MaxRunning = *pairs, *wait, *queue, *running
 		return l, nil

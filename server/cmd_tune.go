@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/plan/planflag"
 	"github.com/kvscope/kvscope/core/tune"
@@ -64,7 +65,7 @@ func (f *tuneFlags) space() (tune.Space, error) {
 	}
 	draft := *f.mf.draft
 	if draft != "" && draft != "mtp" {
-		draft = displayName(draft)
+		draft = model.DisplayName(draft)
 	}
 	return tune.Space{Model: m, ModelName: m.Name, DraftName: draft, P: pe, D: de, Ranges: f.ranges,
 		Request: xfer.Request{PromptTokens: *f.prompt}, Objective: obj, Top: *f.top}, nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/kvscope/kvscope/server/internal/budget"
 	"github.com/kvscope/kvscope/web"
 )
 
@@ -139,7 +140,7 @@ func TestBrowserApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReady(t, ctx)
-	withinBudget(t, "first plan visible after navigation", time.Since(start).Seconds(), 2, "s")
+	budget.Within(t, "first plan visible after navigation", time.Since(start).Seconds(), 2, "s")
 	p := attr(t, ctx, `[data-testid="kv-tokens-p"]`, "data-value")
 	d := attr(t, ctx, `[data-testid="kv-tokens-d"]`, "data-value")
 	wantP := planTokens(t, "--model", modelPath("openai__gpt-oss-20b"), "--tensor-parallel-size", "2")
@@ -228,7 +229,7 @@ func TestBrowserApp(t *testing.T) {
 
 // TestRecomputeBudget times a recompute of Qwen3.6-35B-A3B + DFlash (both
 // plans, the TP-invariant plan and the transfer) after an input change.
-// Its budget is 50 ms (budget_test.go: make budgets holds it, make test
+// Its budget is 50 ms (package budget: make budgets holds it, make test
 // only to ten times as much).
 func TestRecomputeBudget(t *testing.T) {
 	ctx, ts, _ := browser(t)
@@ -261,8 +262,8 @@ func TestRecomputeBudget(t *testing.T) {
 		ms, _ := strconv.ParseFloat(attr(t, ctx, `#recompute`, "data-ms"), 64)
 		return ms
 	}
-	const budget = 50 // ms
-	limit := budget * slack()
+	const recomputeBudget = 50 // ms
+	limit := recomputeBudget * budget.Slack()
 	var worst float64
 	for _, step := range []struct {
 		tp   string
@@ -281,7 +282,7 @@ func TestRecomputeBudget(t *testing.T) {
 		}
 		worst = max(worst, best)
 	}
-	withinBudget(t, "the slowest recompute (five changes, the best of three tries each)", worst, budget, "ms")
+	budget.Within(t, "the slowest recompute (five changes, the best of three tries each)", worst, recomputeBudget, "ms")
 }
 
 // TestStaticSite writes the static website and runs it from a plain file

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 
 	modelcatalog "github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/model"
@@ -71,17 +70,8 @@ func readModel(cat model.Catalog, ref string) (*model.Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
-	m.Name = displayName(name)
+	m.Name = model.DisplayName(name)
 	return m, nil
-}
-
-func displayName(ref string) string {
-	base := ref
-	if i := strings.LastIndexAny(base, "/\\"); i >= 0 && strings.HasSuffix(base, ".json") {
-		base = base[i+1:]
-	}
-	base = strings.TrimSuffix(base, ".json")
-	return strings.Replace(base, "__", "/", 1)
 }
 
 // catalog is the bundled model configs, embedded in the binary.

@@ -15,6 +15,7 @@ import (
 	kvapp "github.com/kvscope/kvscope/app"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/xfer"
+	"github.com/kvscope/kvscope/server/api"
 )
 
 // embeddedHostLimit is the host memory the embedded agent's KV pools may
@@ -100,21 +101,21 @@ type liveRunRequest struct {
 func liveRunHandler(e *embeddedAgent, cat model.Catalog, maxPairs int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e == nil {
-			writeAPIError(w, http.StatusConflict, &badData{errors.New("this server runs no embedded agent (kvscope serve --agent none): start one with --agent embedded, or run kvscope-agent with a scenario")})
+			api.WriteError(w, http.StatusConflict, api.BadData(errors.New("this server runs no embedded agent (kvscope serve --agent none): start one with --agent embedded, or run kvscope-agent with a scenario")))
 			return
 		}
 		var req liveRunRequest
-		if !readBody(w, r, &req, `{"query": "..."}`) {
+		if !api.ReadBody(w, r, &req, `{"query": "..."}`) {
 			return
 		}
 		s, adjusted, err := liveScenario(req.Query, cat, embeddedHostLimit, maxPairs)
 		if err != nil {
-			writeAPIError(w, http.StatusBadRequest, &badData{err})
+			api.WriteError(w, http.StatusBadRequest, api.BadData(err))
 			return
 		}
 		run, err := e.restart(s, adjusted)
 		if err != nil {
-			writeAPIError(w, http.StatusServiceUnavailable, err)
+			api.WriteError(w, http.StatusServiceUnavailable, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/kvscope/kvscope/server/internal/budget"
 )
 
 // tuneStatus reads the Tune view's status: candidates done, of how many,
@@ -248,8 +249,8 @@ func TestTuneView(t *testing.T) {
 	if len(seen) < 2 {
 		t.Errorf("the progress bar showed %d counts while running", len(seen))
 	}
-	withinBudget(t, "a 10,240-candidate search, from the click to the drawn result", ms, 2000, "ms")
-	withinCeiling(t, "the page's longest stall during the search", stall["search"], 50, pageCeiling, "ms")
+	budget.Within(t, "a 10,240-candidate search, from the click to the drawn result", ms, 2000, "ms")
+	budget.WithinCeiling(t, "the page's longest stall during the search", stall["search"], 50, pageCeiling, "ms")
 	type keyTiming struct {
 		Phase, Name     string
 		Duration, Delay float64
@@ -278,11 +279,11 @@ func TestTuneView(t *testing.T) {
 	// budget) while the search runs and while its result is drawn, and is
 	// on the screen within 100 ms while it runs (the browser's other
 	// threads share the cores with the workers).
-	withinCeiling(t, "a keystroke's longest wait for the page while searching", waited["search"], 50, pageCeiling, "ms")
-	withinCeiling(t, "a keystroke's longest wait for the page while drawing the result", waited["draw"], 50, pageCeiling, "ms")
-	withinCeiling(t, "the slowest keystroke to show while searching ("+worst["search"].Name+")", worst["search"].Duration, 100, pageCeiling, "ms")
-	withinCeiling(t, "the page's longest stall while drawing the result", stall["draw"], 150, pageCeiling, "ms")
-	withinCeiling(t, "the page's longest stall while the search workers warm up", stall["warm"], 150, pageCeiling, "ms")
+	budget.WithinCeiling(t, "a keystroke's longest wait for the page while searching", waited["search"], 50, pageCeiling, "ms")
+	budget.WithinCeiling(t, "a keystroke's longest wait for the page while drawing the result", waited["draw"], 50, pageCeiling, "ms")
+	budget.WithinCeiling(t, "the slowest keystroke to show while searching ("+worst["search"].Name+")", worst["search"].Duration, 100, pageCeiling, "ms")
+	budget.WithinCeiling(t, "the page's longest stall while drawing the result", stall["draw"], 150, pageCeiling, "ms")
+	budget.WithinCeiling(t, "the page's longest stall while the search workers warm up", stall["warm"], 150, pageCeiling, "ms")
 	// What kvscope tune names for the same deployment and ranges.
 	counts, block := tuneMatchesCLI(t, ctx, ranges)
 	if canvases, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#chart-tune canvas').length`)); err != nil || canvases == 0 {

@@ -62,3 +62,15 @@ func (c Catalog) Lookup(ref string) (name string, data []byte, err error) {
 	data, err = fs.ReadFile(c.fsys, path.Join(c.dir, strings.Replace(matches[0], "/", "__", 1)+".json"))
 	return matches[0], data, err
 }
+
+// DisplayName is the name a model is shown under when it was given as a
+// reference: a config.json path's file name without ".json", and a
+// bundled file's "org__name" as "org/name".
+func DisplayName(ref string) string {
+	base := ref
+	if i := strings.LastIndexAny(base, "/\\"); i >= 0 && strings.HasSuffix(base, ".json") {
+		base = base[i+1:]
+	}
+	base = strings.TrimSuffix(base, ".json")
+	return strings.Replace(base, "__", "/", 1)
+}

@@ -18,8 +18,8 @@ import (
 
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/internal/budget"
 	"github.com/kvscope/kvscope/server/live/eventlog"
-	"github.com/kvscope/kvscope/server/live/livetest"
 )
 
 // bigHello is a hello whose host name is n bytes of '<' (a string field an
@@ -279,7 +279,7 @@ func TestHubAcksNeverWaitForSubscribers(t *testing.T) {
 			slices.Sort(lat)
 			p99 := lat[len(lat)*99/100]
 			t.Logf("store latency with 200 subscribers churning: p50 %v, p99 %v, max %v", lat[len(lat)/2], p99, lat[len(lat)-1])
-			if p99 > 100*time.Millisecond*time.Duration(livetest.Slack()) {
+			if p99 > 100*time.Millisecond*time.Duration(budget.Slack()) {
 				t.Fatalf("store p99 %v with subscribers churning, want under 100 ms", p99)
 			}
 		})

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -127,13 +126,3 @@ func StartAgents(ctx context.Context, wg, pubs *sync.WaitGroup, n, perAgent, rat
 	return streamers
 }
 
-// Slack is how many times its budget a wall-clock timing may take, as
-// server/budget_test.go has it: 1 under make budgets (KVSCOPE_BUDGETS
-// set: the timing is held to its budget), 10 in make test (a ceiling
-// that catches a hang, not a slower or busier machine).
-func Slack() float64 {
-	if os.Getenv("KVSCOPE_BUDGETS") != "" {
-		return 1
-	}
-	return 10
-}

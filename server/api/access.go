@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"crypto/sha256"
@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-// access is who may reach the server, applied before any route:
+// Access is who may reach the server, applied before any route:
 //
 //   - Host: a loopback server answers only to loopback host names (a DNS
 //     name an attacker points at 127.0.0.1 is refused: DNS rebinding); a
@@ -28,20 +28,20 @@ import (
 //     agents' bearer itself) needs the token: an Authorization: Bearer
 //     header for scripts, or the HttpOnly, SameSite=Strict cookie /login
 //     sets for browsers.
-type access struct {
+type Access struct {
 	token   string // "" when the server needs none (loopback without --token)
 	session string // the cookie's value: derived from the token, not the token
 	hosts   map[string]bool
 	anyHost bool // listening on every interface with a token: any Host
 }
 
-// sessionCookie is the browser's login cookie.
-const sessionCookie = "kvscope_session"
+// SessionCookie is the name of the browser's login cookie.
+const SessionCookie = "kvscope_session"
 
-// newAccess builds the rules for a server listening on addr (its resolved
+// NewAccess builds the rules for a server listening on addr (its resolved
 // listen address), with token required when not "".
-func newAccess(addr, token string, allowed []string) *access {
-	a := &access{token: token, hosts: map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}}
+func NewAccess(addr, token string, allowed []string) *Access {
+	a := &Access{token: token, hosts: map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}}
 	if token != "" {
 		sum := sha256.Sum256([]byte("kvscope-session\x00" + token))
 		a.session = hex.EncodeToString(sum[:])
@@ -60,7 +60,7 @@ func newAccess(addr, token string, allowed []string) *access {
 }
 
 // hostOK reports whether the request's Host is one this server serves.
-func (a *access) hostOK(r *http.Request) bool {
+func (a *Access) hostOK(r *http.Request) bool {
 	if a.anyHost {
 		return true
 	}
@@ -72,7 +72,7 @@ func (a *access) hostOK(r *http.Request) bool {
 }
 
 // authed reports whether the request carries the token (or its cookie).
-func (a *access) authed(r *http.Request) bool {
+func (a *Access) authed(r *http.Request) bool {
 	if a.token == "" {
 		return true
 	}
@@ -80,7 +80,7 @@ func (a *access) authed(r *http.Request) bool {
 		subtle.ConstantTimeCompare([]byte(bearer), []byte(a.token)) == 1 {
 		return true
 	}
-	c, err := r.Cookie(sessionCookie)
+	c, err := r.Cookie(SessionCookie)
 	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(a.session)) == 1
 }
 
@@ -102,8 +102,8 @@ func sameOrigin(r *http.Request) bool {
 // apiPaths are the JSON API's POST routes.
 var apiPaths = map[string]bool{"/api/plan": true, "/api/pd": true, "/api/oracle": true, "/api/tune": true, "/api/check": true, "/api/live/run": true}
 
-// wrap applies the rules in front of h.
-func (a *access) wrap(h http.Handler) http.Handler {
+// Wrap applies the rules in front of h.
+func (a *Access) Wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.hostOK(r) {
 			http.Error(w, fmt.Sprintf("Host %q is not one this server serves (give --allowed-host to add it)", r.Host), http.StatusMisdirectedRequest)
@@ -160,7 +160,7 @@ func methodNotAllowed(w http.ResponseWriter, allow string) {
 
 // login is /login: a form for the token (GET), and the cookie when the
 // token is right (a same-origin POST).
-func (a *access) login(w http.ResponseWriter, r *http.Request) {
+func (a *Access) login(w http.ResponseWriter, r *http.Request) {
 	next := r.URL.Query().Get("next")
 	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
 		next = "/" // only a path on this server
@@ -182,7 +182,7 @@ func (a *access) login(w http.ResponseWriter, r *http.Request) {
 			loginPage(w, next, "wrong token", http.StatusUnauthorized)
 			return
 		}
-		http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: a.session, Path: "/", HttpOnly: true,
+		http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: a.session, Path: "/", HttpOnly: true,
 			SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 		http.Redirect(w, r, next, http.StatusSeeOther)
 	default:

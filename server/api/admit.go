@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"bufio"
@@ -17,9 +17,10 @@ import (
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
-// limits are what one API computation may cost (issue 10). Each is a flag
-// of kvscope serve; the defaults suit a 2-core, 24 GiB machine.
-type limits struct {
+// Limits are what one API computation may cost. Each is a flag of kvscope
+// serve; the defaults suit a 2-core, 24 GiB machine. kvscope pd and
+// kvscope oracle bound their work by the same estimates (Admit).
+type Limits struct {
 	// MaxMemory is the memory the heavy endpoints may hold at once, by
 	// their estimates (/api/pd, /api/oracle, /api/check); a request whose
 	// own estimate exceeds it is refused (413).
@@ -42,24 +43,24 @@ type limits struct {
 	MaxRunning int
 }
 
-// maxQueueLimit bounds --max-queue (each waiter holds its request's
-// plans while it waits), maxRunningLimit --max-running.
+// MaxQueueLimit bounds --max-queue (each waiter holds its request's
+// plans while it waits), MaxRunningLimit --max-running.
 const (
-	maxQueueLimit   = 4096
-	maxRunningLimit = 1024
+	MaxQueueLimit   = 4096
+	MaxRunningLimit = 1024
 )
 
-// defaultLimits sizes the limits to this machine: heavy work may hold a
+// DefaultLimits sizes the limits to this machine: heavy work may hold a
 // sixteenth of its memory (1.5 GiB on 24 GiB), at least 512 MiB, and
 // computes on every core but one (at least one).
-func defaultLimits() limits {
-	return limits{MaxMemory: max(totalMemory()/16, 512<<20), MaxPairs: 4_000_000, MaxResponse: 64 << 20,
+func DefaultLimits() Limits {
+	return Limits{MaxMemory: max(TotalMemory()/16, 512<<20), MaxPairs: 4_000_000, MaxResponse: 64 << 20,
 		QueueWait: 10 * time.Second, MaxQueue: 64, MaxRunning: max(1, runtime.NumCPU()-1)}
 }
 
-// totalMemory is the machine's memory (Linux /proc/meminfo), or 8 GiB
+// TotalMemory is the machine's memory (Linux /proc/meminfo), or 8 GiB
 // where it cannot be read.
-func totalMemory() int64 {
+func TotalMemory() int64 {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
 		return 8 << 30
@@ -77,25 +78,25 @@ func totalMemory() int64 {
 	return 8 << 30
 }
 
-// admit bounds the cost of s's transfer from its prepared plans (before
+// Admit bounds the cost of s's transfer from its prepared plans (before
 // any registration or pair exists) and refuses it over a limit: pairs,
 // the response's size (when there is a response to size), and the memory
 // need says the work will hold. It returns that memory.
-func (l limits) admit(s xfer.Setup, pd *xfer.PD, response bool, need func(xfer.Cost) int64) (int64, error) {
+func (l Limits) Admit(s xfer.Setup, pd *xfer.PD, response bool, need func(xfer.Cost) int64) (int64, error) {
 	pp, dp := pd.UsedPlans()
 	if err := s.Request.Check(pp, dp); err != nil {
-		return 0, &badData{err}
+		return 0, BadData(err)
 	}
 	c := xfer.EstimateCost(s.Model, pp, dp, s.Request)
 	if c.Pairs > l.MaxPairs {
-		return 0, &tooBigError{"descriptor pairs", c.Pairs, l.MaxPairs, "--max-pairs"}
+		return 0, &TooBigError{"descriptor pairs", c.Pairs, l.MaxPairs, "--max-pairs"}
 	}
 	if resp := xfer.SatMul(c.Regions, regionJSONBytes); response && resp > l.MaxResponse {
-		return 0, &tooBigError{"response", resp, l.MaxResponse, "--max-response"}
+		return 0, &TooBigError{"response", resp, l.MaxResponse, "--max-response"}
 	}
 	n := need(c)
 	if n > l.MaxMemory {
-		return 0, &tooBigError{"memory", n, l.MaxMemory, "--max-memory"}
+		return 0, &TooBigError{"memory", n, l.MaxMemory, "--max-memory"}
 	}
 	return n, nil
 }
@@ -104,7 +105,7 @@ func (l limits) admit(s xfer.Setup, pd *xfer.PD, response bool, need func(xfer.C
 // whose descriptor pairs are far over the limit (four times it: the
 // TP-invariant plans Prepare adds may differ a little), before the
 // costlier Prepare runs. A hostile body is refused in tens of ms.
-func (l limits) precheck(s xfer.Setup) error {
+func (l Limits) precheck(s xfer.Setup) error {
 	if _, ok := s.Connector.Transport(); !ok {
 		return nil
 	}
@@ -117,12 +118,12 @@ func (l limits) precheck(s xfer.Setup) error {
 		return nil
 	}
 	if c := xfer.EstimateCost(s.Model, pp, dp, s.Request); c.Pairs/4 > l.MaxPairs {
-		return &tooBigError{"descriptor pairs", c.Pairs, l.MaxPairs, "--max-pairs"}
+		return &TooBigError{"descriptor pairs", c.Pairs, l.MaxPairs, "--max-pairs"}
 	}
 	return nil
 }
 
-// pdMemory and oracleMemory turn a cost into the memory pd (every pair is
+// PDMemory and OracleMemory turn a cost into the memory pd (every pair is
 // built before it is counted) and the oracle hold. The oracle keeps the
 // pairs too (to replay them), and besides them only what its check works
 // with: each pair's pieces (a pair cut where a P or D page ends, so at
@@ -133,18 +134,28 @@ func (l limits) precheck(s xfer.Setup) error {
 // does); a request whose pages pass the oracle's own bound (oracle.MaxBytes)
 // is refused by the oracle. TestOracleMemoryEstimate holds these to
 // measured use.
-func pdMemory(c xfer.Cost) int64 {
+func PDMemory(c xfer.Cost) int64 {
 	return xfer.SatAdd(baseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatMul(c.Pairs, pairBytes))
 }
 
-func oracleMemory(c xfer.Cost) int64 {
+func OracleMemory(c xfer.Cost) int64 {
 	n := xfer.SatAdd(oracleBaseBytes+xfer.SatMul(c.Regions, regionBytes), xfer.SatMul(c.Pairs, pairBytes+pieceBytes))
 	n = xfer.SatAdd(n, xfer.SatMul(c.Pages, pieceBytes+pageBytes))
 	n = xfer.SatAdd(n, xfer.SatMul(c.PageSlots, slotBytes))
 	return xfer.SatAdd(n, xfer.SatMul(c.MaxPage, 2))
 }
 
-// What the oracle's check holds besides the pairs (see oracleMemory).
+// What a request holds: a registered region's JSON in a response, and its
+// memory while the transfer is built; one kept descriptor pair; the model,
+// plans and bookkeeping of any heavy request.
+const (
+	regionJSONBytes = 320
+	regionBytes     = 1 << 10
+	pairBytes       = 256
+	baseBytes       = 32 << 20
+)
+
+// What the oracle's check holds besides the pairs (see OracleMemory).
 const (
 	// oracleBaseBytes is an oracle request's model, plans, registrations
 	// and response: measured under 1 MiB for a 16-token request.
@@ -154,19 +165,19 @@ const (
 	slotBytes       = 4  // one entry of a page table
 )
 
-// errBusy is a request that found no memory in time (429).
-var errBusy = errors.New("the server is busy with other heavy requests")
+// ErrBusy is a request that found no memory in time (429).
+var ErrBusy = errors.New("the server is busy with other heavy requests")
 
-// tooBigError is a request whose estimate exceeds a limit (413).
-type tooBigError struct {
-	what            string // "memory", "descriptor pairs", "response"
-	estimate, limit int64
-	flag            string
+// TooBigError is a request whose estimate exceeds a limit (413).
+type TooBigError struct {
+	What            string // "memory", "descriptor pairs", "response"
+	Estimate, Limit int64
+	Flag            string // the limit's flag
 }
 
-func (e *tooBigError) Error() string {
+func (e *TooBigError) Error() string {
 	return fmt.Sprintf("this request would take %s %s, over the limit of %s (%s): ask for fewer tokens, ranks or layers",
-		amount(e.what, e.estimate), e.what, amount(e.what, e.limit), e.flag)
+		amount(e.What, e.Estimate), e.What, amount(e.What, e.Limit), e.Flag)
 }
 
 func amount(what string, n int64) string {
@@ -186,7 +197,7 @@ func amount(what string, n int64) string {
 // request leaves, the memory is handed back to the system.
 type admission struct {
 	mu       sync.Mutex
-	lim      limits
+	lim      Limits
 	used     int64
 	running  int
 	waiters  []*waiter
@@ -204,13 +215,13 @@ type waiter struct {
 	ready chan struct{}
 }
 
-func newAdmission(lim limits) *admission { return &admission{lim: lim} }
+func newAdmission(lim Limits) *admission { return &admission{lim: lim} }
 
 // acquire takes need bytes, waiting at most QueueWait; ctx ending (the
 // client left) stops the wait.
 func (a *admission) acquire(ctx context.Context, need int64) error {
 	if need > a.lim.MaxMemory {
-		return &tooBigError{"memory", need, a.lim.MaxMemory, "--max-memory"}
+		return &TooBigError{"memory", need, a.lim.MaxMemory, "--max-memory"}
 	}
 	a.mu.Lock()
 	if len(a.waiters) == 0 && a.fits(need) {
@@ -221,7 +232,7 @@ func (a *admission) acquire(ctx context.Context, need int64) error {
 	}
 	if len(a.waiters) >= a.lim.MaxQueue {
 		a.mu.Unlock()
-		return errBusy
+		return ErrBusy
 	}
 	w := &waiter{need: need, ready: make(chan struct{})}
 	a.waiters = append(a.waiters, w)
@@ -253,7 +264,7 @@ func (a *admission) acquire(ctx context.Context, need int64) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return errBusy
+	return ErrBusy
 }
 
 // grant admits waiters in order while they fit. a.mu is held.
