@@ -125,4 +125,3 @@ func StartAgents(ctx context.Context, wg, pubs *sync.WaitGroup, n, perAgent, rat
 	}
 	return streamers
 }
-
