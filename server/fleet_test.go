@@ -24,53 +24,19 @@ import (
 // The fleet as a browser sees it, through the whole server (the app, its
 // access rules, the hub): the hub's own fleet tests are server/live's.
 
-// replica is one kvscope serve on the shared event log.
-type replica struct {
-	replay uint64 // frames read back at start (0: the default)
-	t      testing.TB
-	addr   string
-	nats   string
-	srv    *server
-	hs     *http.Server
-	log    *eventlog.Log
-}
-
-func startReplica(t testing.TB, natsURL, addr string) *replica {
-	r := &replica{t: t, addr: addr, nats: natsURL}
-	r.start()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *replica) start() {
-	b, err := eventlog.Open(context.Background(), eventlog.Options{URLs: r.nats, Logf: r.t.Logf})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	var ln net.Listener
-	for i := 0; ; i++ { // the old listener's port may take a moment to free
-		if ln, err = net.Listen("tcp", r.addr); err == nil || i == 50 {
-			break
+// startReplica starts one kvscope serve (the whole server: the app, its
+// access rules, the hub) on the shared event log, restartable.
+func startReplica(t testing.TB, natsURL, addr string) *livetest.Replica {
+	return livetest.StartReplica(t, natsURL, addr, func(ln net.Listener, nats string, replay uint64) func() {
+		b, err := eventlog.Open(context.Background(), eventlog.Options{URLs: nats, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.log = b
-	r.srv = newServer(catalog(), serveOptions{Addr: r.addr, Token: livetest.Token, Agent: "none", Bus: b, Replay: r.replay, Logf: func(string, ...any) {}}, nil)
-	r.hs = newHTTPServer(r.srv.handler)
-	go r.hs.Serve(ln)
-}
-
-func (r *replica) stop() {
-	if r.hs == nil {
-		return
-	}
-	r.srv.hub.Close()
-	r.hs.Close()
-	r.log.Close()
-	r.hs = nil
+		srv := newServer(catalog(), serveOptions{Addr: ln.Addr().String(), Token: livetest.Token, Agent: "none", Bus: b, Replay: replay, Logf: func(string, ...any) {}}, nil)
+		hs := newHTTPServer(srv.handler)
+		go hs.Serve(ln)
+		return func() { srv.hub.Close(); hs.Close(); b.Close() }
+	})
 }
 
 // TestFleetBrowser: in Chromium, the live view on replica 2 shows the
@@ -83,7 +49,7 @@ func TestFleetBrowser(t *testing.T) {
 	n := livetest.StartNATS(t)
 	r1 := startReplica(t, n.URL(), livetest.FreeAddr(t))
 	r2 := startReplica(t, n.URL(), livetest.FreeAddr(t))
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r2.addr+"/?view=flow")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r2.Addr+"/?view=flow")); err != nil {
 		t.Fatal(err)
 	}
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
@@ -93,13 +59,13 @@ func TestFleetBrowser(t *testing.T) {
 	actx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg, pubs sync.WaitGroup
-	streamers := livetest.StartAgents(actx, &wg, &pubs, agents, perAgent, rate, "host%d/agent", r1.addr)
+	streamers := livetest.StartAgents(actx, &wg, &pubs, agents, perAgent, rate, "host%d/agent", r1.Addr)
 	time.Sleep(time.Second)
 	t.Log("restarting replica 2, the page's, with a history of 8 frames: the page must resume from the log")
-	r2.stop()
-	r2.replay = 8
+	r2.Stop()
+	r2.Replay = 8
 	time.Sleep(500 * time.Millisecond)
-	r2.start()
+	r2.Start()
 	pubs.Wait()
 	for _, st := range streamers {
 		fctx, fcancel := context.WithTimeout(actx, 20*time.Second)
@@ -133,7 +99,7 @@ func TestFleetView(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	for i := range 25 {
-		st := &stream.Streamer{Agent: fmt.Sprintf("gpu%02d/agent", i), URL: "ws://" + r.addr + "/ws/agent", Token: livetest.Token}
+		st := &stream.Streamer{Agent: fmt.Sprintf("gpu%02d/agent", i), URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Token}
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Run(actx) }()
 		go func() {
@@ -155,7 +121,7 @@ func TestFleetView(t *testing.T) {
 			}
 		}()
 	}
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r.addr+"/?view=flow")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r.Addr+"/?view=flow")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "25 agents in the fleet table", `document.querySelectorAll('[data-testid="fleet-agent"]').length == 25`, 30*time.Second)

@@ -247,7 +247,7 @@ func BenchmarkFleet(b *testing.B) {
 				case "jetstream":
 					n := livetest.StartNATS(b)
 					r1, r2 := startReplica(b, n.URL(), livetest.FreeAddr(b)), startReplica(b, n.URL(), livetest.FreeAddr(b))
-					addrs = []string{r1.addr, r2.addr}
+					addrs = []string{r1.Addr, r2.Addr}
 					if strings.Contains(mode, "-faults") {
 						// While the agents publish: a subscriber goes away for
 						// 10 s, replica 1 restarts, then the NATS server (file
@@ -255,9 +255,9 @@ func BenchmarkFleet(b *testing.B) {
 						during = func(subs []*countingSub) {
 							time.Sleep(time.Second)
 							subs[0].disconnect(10 * time.Second)
-							r1.stop()
+							r1.Stop()
 							time.Sleep(300 * time.Millisecond)
-							r1.start()
+							r1.Start()
 							time.Sleep(time.Second)
 							n.Stop()
 							time.Sleep(300 * time.Millisecond)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -18,39 +19,23 @@ import (
 	"github.com/kvscope/kvscope/server/live/livetest"
 )
 
-// replica is one kvscope serve's hub on the shared event log.
+// replica is one kvscope serve's hub on the shared event log, restartable.
 type replica struct {
-	replay uint64 // frames read back at start (0: the default)
-	t      testing.TB
-	addr   string
-	nats   string
-	srv    *liveServer
-	log    *eventlog.Log
+	*livetest.Replica
+	srv *liveServer // the hub now served
 }
 
 func startReplica(t testing.TB, natsURL, addr string) *replica {
-	r := &replica{t: t, addr: addr, nats: natsURL}
-	r.start()
-	t.Cleanup(r.stop)
+	r := &replica{}
+	r.Replica = livetest.StartReplica(t, natsURL, addr, func(ln net.Listener, nats string, replay uint64) func() {
+		b, err := eventlog.Open(context.Background(), eventlog.Options{URLs: nats, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.srv = serveOn(ln, serverOptions{token: livetest.Token, log: b, replay: replay, logf: func(string, ...any) {}})
+		return func() { r.srv.stop(); b.Close() }
+	})
 	return r
-}
-
-func (r *replica) start() {
-	b, err := eventlog.Open(context.Background(), eventlog.Options{URLs: r.nats, Logf: r.t.Logf})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.log = b
-	r.srv = startServer(r.t, r.addr, serverOptions{token: livetest.Token, log: b, replay: r.replay, logf: func(string, ...any) {}})
-}
-
-func (r *replica) stop() {
-	if r.srv == nil {
-		return
-	}
-	r.srv.stop()
-	r.log.Close()
-	r.srv = nil
 }
 
 // fleetSub is a browser stand-in: it subscribes to a replica's /ws/live,
@@ -191,7 +176,7 @@ func TestFleet(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	subs := []*fleetSub{newFleetSub(r1.addr), newFleetSub(r1.addr), newFleetSub(r2.addr), newFleetSub(r2.addr)}
+	subs := []*fleetSub{newFleetSub(r1.Addr), newFleetSub(r1.Addr), newFleetSub(r2.Addr), newFleetSub(r2.Addr)}
 	var wg sync.WaitGroup
 	for i, s := range subs {
 		s.logf = func(f string, a ...any) { t.Logf("subscriber %d: "+f, append([]any{i}, a...)...) }
@@ -199,13 +184,13 @@ func TestFleet(t *testing.T) {
 		go func() { defer wg.Done(); s.run(ctx) }()
 	}
 	var pubs sync.WaitGroup
-	streamers := livetest.StartAgents(ctx, &wg, &pubs, agents, perAgent, rate, "gpu%02d.fleet/agent", r1.addr, r2.addr)
+	streamers := livetest.StartAgents(ctx, &wg, &pubs, agents, perAgent, rate, "gpu%02d.fleet/agent", r1.Addr, r2.Addr)
 
 	time.Sleep(800 * time.Millisecond)
 	t.Log("restarting replica 1")
-	r1.stop()
+	r1.Stop()
 	time.Sleep(300 * time.Millisecond)
-	r1.start()
+	r1.Start()
 	subs[2].pause <- 2 * time.Second
 	time.Sleep(800 * time.Millisecond)
 	t.Log("restarting the NATS server")
@@ -246,7 +231,7 @@ func TestFleet(t *testing.T) {
 				r.srv.metrics.Write(&sb)
 				for _, line := range strings.Split(sb.String(), "\n") {
 					if strings.Contains(line, "dropped_frames") || strings.Contains(line, "bus_") {
-						t.Logf("%s: %s", r.addr, line)
+						t.Logf("%s: %s", r.Addr, line)
 					}
 				}
 			}
@@ -270,7 +255,7 @@ func TestFleet(t *testing.T) {
 		text := sb.String()
 		for _, want := range []string{"kvscope_stream_messages ", "kvscope_stream_consumer_delivered_total ", "kvscope_stream_consumer_lag 0\n", "kvscope_nats_reconnects_total "} {
 			if !strings.Contains(text, want) {
-				t.Errorf("replica %s's metrics lack %q", r.addr, want)
+				t.Errorf("replica %s's metrics lack %q", r.Addr, want)
 			}
 		}
 	}
@@ -350,7 +335,7 @@ func TestBusBadInput(t *testing.T) {
 	r := startReplica(t, n.URL(), livetest.FreeAddr(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sub := newFleetSub(r.addr)
+	sub := newFleetSub(r.Addr)
 	go sub.run(ctx)
 	nc, err := nats.Connect(n.URL())
 	if err != nil {
@@ -364,7 +349,7 @@ func TestBusBadInput(t *testing.T) {
 	msg.Data, msg.Header = forged, nats.Header{stream.HeaderAgent: {"mallory"}}
 	nc.PublishMsg(msg)
 	nc.Flush()
-	st := &stream.Streamer{Agent: "honest/agent", URL: "ws://" + r.addr + "/ws/agent", Token: livetest.Token}
+	st := &stream.Streamer{Agent: "honest/agent", URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Token}
 	go st.Run(ctx)
 	for i := 1; i <= 50; i++ {
 		st.Publish(livetest.FleetEvent(i))

@@ -19,6 +19,7 @@ import (
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/server/live/eventlog"
+	"github.com/kvscope/kvscope/server/live/livetest"
 )
 
 // testCatalog is the bundled model configs, for the agents the tests run.
@@ -51,17 +52,11 @@ func startLive(t testing.TB, addr, token string, rec io.Writer) *liveServer {
 
 func startServer(t testing.TB, addr string, o serverOptions) *liveServer {
 	t.Helper()
-	var ln net.Listener
-	var err error
-	for range 100 {
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	return serveOn(livetest.Listen(t, addr), o)
+}
+
+// serveOn serves a hub made with o on ln.
+func serveOn(ln net.Listener, o serverOptions) *liveServer {
 	reg := metrics.New()
 	h := New(Options{Metrics: reg, Log: o.log, Replay: o.replay, Record: o.record, Logf: o.logf})
 	mux := http.NewServeMux()

@@ -125,3 +125,55 @@ func StartAgents(ctx context.Context, wg, pubs *sync.WaitGroup, n, perAgent, rat
 	}
 	return streamers
 }
+
+// Serve starts what one replica serves on ln over the NATS at natsURL
+// (opening the event log there): its handler, served until the returned
+// stop, which also closes what the handler holds, its hub and its log.
+type Serve func(ln net.Listener, natsURL string, replay uint64) (stop func())
+
+// Replica is one kvscope serve on the shared event log, stopped and
+// started again on its address (a replica's restart).
+type Replica struct {
+	Addr   string
+	Replay uint64 // frames read back at start (0: the default)
+	t      testing.TB
+	nats   string
+	serve  Serve
+	stop   func()
+}
+
+// StartReplica starts a replica on addr over the NATS at natsURL, stopped
+// when the test ends.
+func StartReplica(t testing.TB, natsURL, addr string, serve Serve) *Replica {
+	r := &Replica{Addr: addr, t: t, nats: natsURL, serve: serve}
+	r.Start()
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// Start serves on the replica's address again.
+func (r *Replica) Start() { r.stop = r.serve(Listen(r.t, r.Addr), r.nats, r.Replay) }
+
+// Listen listens on addr, waiting up to 5 s for a stopped server's port
+// to free.
+func Listen(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for range 100 {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			return ln
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal(err)
+	return nil
+}
+
+// Stop ends every connection, as a stopping server does.
+func (r *Replica) Stop() {
+	if r.stop != nil {
+		r.stop()
+		r.stop = nil
+	}
+}
