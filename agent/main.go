@@ -81,15 +81,9 @@ func checkName(flag, name string) error {
 type options struct {
 	config      runner.Config
 	scenario    string
-	model       string
-	draft       string
-	connector   string
+	edits       scenarioEdits // the flags that change the scenario's own fields
 	engines     *planflag.Set // every engine flag, plainly and with p- / d-
 	kvMiB       int64         // --kv-cache-memory-mib, the older spelling of --kv-cache-memory-bytes
-	rate        float64
-	requests    int
-	duration    float64
-	verifyEvery int
 	metricsAddr string
 	hostMiB     int64
 	warnings    []string // what the command line said in an older form
@@ -112,18 +106,18 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&c.Name, "name", "", "agent name on its events (default: the host name)")
 	fs.Float64Var(&c.KVFromGPU, "kv-from-gpu", 0, "size each engine's KV cache as this fraction of the smallest GPU's memory (0: the scenario's)")
 	fs.StringVar(&o.scenario, "scenario", "", "scenario JSON file (default: the built-in default scenario)")
-	fs.StringVar(&o.model, "model", "", "override the scenario's model (a bundled model name)")
-	fs.StringVar(&o.draft, "draft", "", "override the scenario's draft: a bundled model or mtp")
-	fs.StringVar(&o.connector, "connector", "", "override the scenario's connector: nixl (D pulls) or nixl-push (P pushes)")
+	o.edits.text(fs, "model", "override the scenario's model (a bundled model name)", func(s *scenario.Scenario, v string) { s.Model = v })
+	o.edits.text(fs, "draft", "override the scenario's draft: a bundled model or mtp", func(s *scenario.Scenario, v string) { s.Draft = v })
+	o.edits.text(fs, "connector", "override the scenario's connector: nixl (D pulls) or nixl-push (P pushes)", func(s *scenario.Scenario, v string) { s.Connector = v })
 	// The scenario's engines take every engine flag kvscope pd takes, by
 	// vLLM's names: plain for both engines, --p-NAME or --d-NAME for one
 	// (--kv-cache-memory-bytes is host memory with --backend host).
 	o.engines = planflag.Add(fs, "p", "d")
 	fs.Int64Var(&o.kvMiB, "kv-cache-memory-mib", 0, "deprecated: --kv-cache-memory-bytes NMiB")
-	fs.Float64Var(&o.rate, "rate", 0, "override the scenario's requests per second (0: as fast as the backend goes)")
-	fs.IntVar(&o.requests, "requests", 0, "override the scenario's request count (0: unlimited)")
-	fs.Float64Var(&o.duration, "duration", 0, "override the scenario's duration in seconds (0: until stopped)")
-	fs.IntVar(&o.verifyEvery, "verify-every", 0, "override: prove every Nth request with the oracle (1: every one)")
+	o.edits.number(fs, "rate", "override the scenario's requests per second (0: as fast as the backend goes)", func(s *scenario.Scenario, x float64) { s.Rate = x })
+	o.edits.whole(fs, "requests", "override the scenario's request count (0: unlimited)", func(s *scenario.Scenario, n int) { s.Requests = n })
+	o.edits.number(fs, "duration", "override the scenario's duration in seconds (0: until stopped)", func(s *scenario.Scenario, x float64) { s.DurationS = x })
+	o.edits.whole(fs, "verify-every", "override: prove every Nth request with the oracle (1: every one)", func(s *scenario.Scenario, n int) { s.VerifyEvery = n })
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	fs.Int64Var(&o.hostMiB, "host-memory-mib", 1024, "host memory the host backend may allocate, MiB")
 	if err := fs.Parse(args); err != nil {
@@ -157,14 +151,8 @@ func parse(args []string) (*options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["model"] {
-		s.Model = o.model
-	}
-	if set["draft"] {
-		s.Draft = o.draft
-	}
-	if set["connector"] {
-		s.Connector = o.connector
+	for _, edit := range o.edits {
+		edit(&s)
 	}
 	if set["kv-cache-memory-mib"] {
 		if o.kvMiB <= 0 || o.kvMiB > 1<<30 {
@@ -183,18 +171,6 @@ func parse(args []string) (*options, error) {
 		if err := o.engines.Overlay(side.name, side.e, nil); err != nil {
 			return nil, &usageError{err}
 		}
-	}
-	if set["rate"] {
-		s.Rate = o.rate
-	}
-	if set["requests"] {
-		s.Requests = o.requests
-	}
-	if set["duration"] {
-		s.DurationS = o.duration
-	}
-	if set["verify-every"] {
-		s.VerifyEvery = o.verifyEvery
 	}
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -227,6 +203,43 @@ func parse(args []string) (*options, error) {
 	}
 	c.Scenario, c.HostLimit = s, o.hostMiB<<20
 	return o, nil
+}
+
+// scenarioEdits are the changes the command line makes to the scenario's
+// own fields, in the order given, applied over the scenario once it is
+// loaded.
+type scenarioEdits []func(*scenario.Scenario)
+
+// text registers a flag whose value sets a string field.
+func (e *scenarioEdits) text(fs *flag.FlagSet, name, usage string, set func(*scenario.Scenario, string)) {
+	fs.Func(name, usage, func(v string) error {
+		*e = append(*e, func(s *scenario.Scenario) { set(s, v) })
+		return nil
+	})
+}
+
+// number registers a flag whose value sets a number.
+func (e *scenarioEdits) number(fs *flag.FlagSet, name, usage string, set func(*scenario.Scenario, float64)) {
+	fs.Func(name, usage, func(v string) error {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return errors.New("want a number")
+		}
+		*e = append(*e, func(s *scenario.Scenario) { set(s, x) })
+		return nil
+	})
+}
+
+// whole registers a flag whose value sets a whole number.
+func (e *scenarioEdits) whole(fs *flag.FlagSet, name, usage string, set func(*scenario.Scenario, int)) {
+	fs.Func(name, usage, func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return errors.New("want a whole number")
+		}
+		*e = append(*e, func(s *scenario.Scenario) { set(s, n) })
+		return nil
+	})
 }
 
 // natsURLs checks --nats: comma-separated nats:// (or tls://) URLs.
