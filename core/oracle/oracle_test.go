@@ -32,7 +32,7 @@ func transfer(t testing.TB, m *model.Model, pe, de plan.Engine, req xfer.Request
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := xfer.Compute(m, pp, dp, req, xfer.Options{Connector: c, KeepPairs: true})
+	x, err := xfer.Compute(m, pp, dp, req, xfer.Options{Connector: c, Output: xfer.KeepPairs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func BenchmarkTune(b *testing.B) {
 				if err1 != nil || err2 != nil {
 					continue // refused, as the search refuses it
 				}
-				if _, err := xfer.Compute(m, pp, dp, sp.Request, xfer.Options{Connector: probe.conn[c.Connector], CountOnly: true}); err != nil {
+				if _, err := xfer.Compute(m, pp, dp, sp.Request, xfer.Options{Connector: probe.conn[c.Connector], Output: xfer.CountPairs}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -510,7 +510,7 @@ func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) t
 		}
 		s.dRegs[k.d] = dRegs
 	}
-	t, err := xfer.Compute(s.space.Model, pp, dp, s.space.Request, xfer.Options{Connector: conn, CountOnly: true, PRegs: pRegs, DRegs: dRegs})
+	t, err := xfer.Compute(s.space.Model, pp, dp, s.space.Request, xfer.Options{Connector: conn, Output: xfer.CountPairs, PRegs: pRegs, DRegs: dRegs})
 	switch {
 	case err != nil:
 		out.err = err

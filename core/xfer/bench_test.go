@@ -18,23 +18,22 @@ import (
 // with each engine's own plan (pages of 1184 and 304 tokens: runs split at
 // both boundaries) and with the TP-invariant plan (1184 and 592: they
 // divide). Its baseline appends as many zero pairs as the generator writes
-// to a slice made for them, the floor of any generator.
+// to a slice made for them, the floor of any generator. BENCHMARKS.md
+// holds the figures.
 //
 // The two run interleaved, a block of runs of each per iteration in
 // alternating order, each run after a collection (untimed), so that the
-// VM's drift falls on both alike; the first run of a block is not counted
-// (it meets the memory the other side left: the page reclaim of 15 MB
-// freed by one side and taken by the other cost the generator up to twice
-// its time). The figures are medians over the counted runs: "x-baseline"
-// the baseline's time over the generator's (the issue asks ≥ 0.7),
-// "gen-ns" and "base-ns" each one's; "x-best" is the same ratio of each
-// side's fastest run, the least disturbed by the VM. Two modes:
+// machine's drift falls on both alike; the first run of a block is not
+// counted (it meets the memory the other side left). The figures are
+// medians over the counted runs: "x-baseline" the baseline's time over the
+// generator's, "gen-ns" and "base-ns" each one's; "x-best" is the same
+// ratio of each side's fastest run, the least disturbed. Two modes:
 // "gc-on" leaves the collector running as it does in use (where its cycles
-// fall decides much of either's time: the 15.6 MB of pairs are pointerful);
-// "gc-held" holds it off while each runs, the work alone. A third mode,
-// "as-filed", times each side as the issue's benchmark did when it was
-// filed. The generator writes a long transfer's rank pairs on as many
-// workers as GOMAXPROCS allows; -cpu 1 measures one.
+// fall decides much of either's time: pairs hold pointers); "gc-held"
+// holds it off while each runs, the work alone. A third mode, "as-filed",
+// times each side back to back as issue 13 measured it when filed. The
+// generator writes a long transfer's rank pairs on as many workers as
+// GOMAXPROCS allows; -cpu 1 measures one.
 func BenchmarkPairs(b *testing.B) {
 	for _, choice := range []PlanChoice{IndependentPlans, InvariantPlans} {
 		r := benchDeployment(b, choice)
@@ -102,10 +101,9 @@ func BenchmarkPairs(b *testing.B) {
 				b.ReportMetric(float64(n)/g*1e9, "pairs/s")
 			})
 		}
-		// As the issue measured it when it was filed (91b4db7): each side
-		// run back to back with the collector running and no collection
-		// forced, the two sides' rates compared (that baseline appended
-		// the invariant plans' count for both; here each has its own).
+		// As issue 13 measured it when it was filed: each side run back to
+		// back with the collector running and no collection forced, the
+		// two sides' rates compared (each against its own pair count).
 		b.Run(string(choice)+"/as-filed", func(b *testing.B) {
 			var g, bs time.Duration
 			for b.Loop() {

@@ -54,7 +54,7 @@ func TestCountOnlyMatchesPairs(t *testing.T) {
 			if full.Rejection != nil {
 				t.Fatal(full.Rejection)
 			}
-			count, err := Compute(m, pp, dp, req, Options{Connector: c, CountOnly: true})
+			count, err := Compute(m, pp, dp, req, Options{Connector: c, Output: CountPairs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +119,7 @@ func TestTalliedInBatchesMatchesKeptPairs(t *testing.T) {
 				t.Fatal(err1, err2)
 			}
 			req := Request{PromptTokens: tc.prompt}
-			kept, err := Compute(m, pp, dp, req, Options{KeepPairs: true})
+			kept, err := Compute(m, pp, dp, req, Options{Output: KeepPairs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -253,7 +253,7 @@ func TestPreparedSharesRegistrations(t *testing.T) {
 				t.Fatal(err, first.Rejection)
 			}
 			before, _ := json.Marshal(first)
-			fresh, err := Compute(m, pp, dp, Request{PromptTokens: 5000}, Options{Connector: c, KeepPairs: true})
+			fresh, err := Compute(m, pp, dp, Request{PromptTokens: 5000}, Options{Connector: c, Output: KeepPairs})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -53,9 +53,10 @@ func TestPairsAreCountedFirst(t *testing.T) {
 	}
 }
 
-// TestAttnPairsTally: the tally attnPairs keeps as it writes (descriptors,
-// bytes, descriptors left after NIXL's merging) equals a plain recount of
-// the pairs it wrote (MergedCount), across consecutive jobs of one rank
+// TestAttnPairsTally: an attention job's tally (descriptors, bytes,
+// descriptors left after NIXL's merging), taken from its set's without
+// writing a pair, equals a plain recount of the pairs attnPairs writes
+// (MergedCount), job by job and joined across consecutive jobs of one rank
 // pair: one head or several a run, whole pages or not, latent rows, and a
 // job in another region (both sides', or P's alone) whose first pair
 // starts at the offset where the last job's ended (it must not merge), and
@@ -113,12 +114,19 @@ func TestAttnPairsTally(t *testing.T) {
 			{"b", seg(SegK, 0, 1), seg(SegK, 0, 1), two, two, indexRun{0, 0, 1}, split, 3},
 			{"c", seg(SegK, 0, 1), seg(SegK, 0, 1), one, one, indexRun{0, 0, 1}, split, 3},
 		}},
+		{"one head, the second of two, then the first where it ended: they merge", []job{
+			{"a", seg(SegK, 0, 2), seg(SegK, 0, 2), two, two, indexRun{0, 1, 2}, []tokenRun{{lo: 0, hi: 4, pBlock: 1, dBlock: 1, rows: 4, whole: true}}, 1},
+			{"b", seg(SegK, 0, 2), seg(SegK, 0, 2), two, two, indexRun{0, 0, 1}, []tokenRun{{lo: 4, hi: 8, pBlock: 2, dBlock: 2, rows: 4, whole: true}}, 1},
+		}},
 		{"one head, pages split", []job{
 			{"a", seg(SegV, 0, 1), seg(SegV, 0, 1), one, one, indexRun{0, 0, 1}, split, 3},
 		}},
 		{"two heads, pages split, then whole", []job{
 			{"a", seg(SegK, 0, 2), seg(SegK, 0, 2), two, two, indexRun{0, 0, 2}, split, 6},
 			{"b", seg(SegK, 0, 2), seg(SegK, 0, 2), two, two, indexRun{0, 0, 2}, whole, 2},
+		}},
+		{"two heads, every row of a head's page but not whole pages: heads merge", []job{
+			{"a", seg(SegK, 0, 2), seg(SegK, 0, 2), two, two, indexRun{0, 0, 2}, []tokenRun{{lo: 0, hi: 4, pBlock: 1, dBlock: 2, rows: 4}, {lo: 4, hi: 8, pBlock: 3, dBlock: 3, rows: 4}}, 4},
 		}},
 		{"latent, then from another P region where the last ended", []job{
 			{"a", seg(SegLatent, 0, 1), seg(SegLatent, 0, 1), one, one, indexRun{0, 0, 1}, whole[:1], 1},
@@ -130,33 +138,50 @@ func TestAttnPairsTally(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var c chain
+			var c tally
 			var all []Pair
 			sets := map[*tokenRun]*tokenRuns{} // jobs over the same runs share their set, as a layer's K and V do
 			for _, j := range tc.jobs {
 				set := sets[&j.runs[0]]
 				if set == nil {
 					set = &tokenRuns{runs: j.runs}
+					for _, r := range j.runs {
+						if r.whole {
+							set.whole++
+						}
+					}
 					sets[&j.runs[0]] = set
 				}
 				out := make([]Pair, j.expected)
 				at := placeJob(gpItem{name: j.name}, "full", &j.ps, &j.ds, &j.pr, &j.dr, j.run)
-				// Tallied without writing (a caller that keeps no pairs), the
-				// job leaves the chain as written, and names the same first
-				// pair (a chain joined after another reads it).
-				counted := c
-				firstCounted := attnPairs(nil, &at, set, &counted)
-				first := attnPairs(out, &at, set, &c)
-				if len(out) > 0 && (first != pairEnd{out[0].Src, out[0].Dst, out[0].Len} || firstCounted != first || counted != c) {
-					t.Errorf("job %s: first pair %+v, %+v uncounted; written %+v; chain %+v, %+v tallied only", j.name, first, firstCounted, out[0], c, counted)
+				if n := pairsOver(set, true, j.ds.Name == SegLatent, j.run.Hi-j.run.Lo); n != j.expected {
+					t.Fatalf("job %s: %d pairs counted, want %d", j.name, n, j.expected)
 				}
+				// The job's tally, taken from its set's before any pair is
+				// written (as for a caller that keeps no pairs), is that of
+				// the pairs then written: its descriptors, merged ones and
+				// bytes, and its first and last pairs (a tally joined to
+				// another reads them).
+				own := attnTally(&at, set)
+				attnPairs(out, &at, set)
+				var bytes int64
+				for _, p := range out {
+					bytes += p.Len
+				}
+				if own.descs != len(out) || own.merged != MergedCount(out) || own.bytes != bytes ||
+					len(out) > 0 && (own.first != pairEnd{out[0].Src, out[0].Dst, out[0].Len} || own.last != pairEnd{out[len(out)-1].Src, out[len(out)-1].Dst, out[len(out)-1].Len}) {
+					t.Errorf("job %s: tally %+v; its pairs: %d, %d merged, %d B, first %+v, last %+v", j.name, own, len(out), MergedCount(out), bytes, out[0], out[len(out)-1])
+				}
+				c.join(&own)
 				all = append(all, out...)
-				// Each pair where the geometry puts it, whatever the set holds.
+				// Each pair where the geometry puts it, whatever the set holds:
+				// its run's block and row, from its head's place in a block.
+				pHead, dHead := int64(j.run.Lo-j.ps.Lo)*j.ps.IndexBytes, int64(j.run.Lo-j.ds.Lo)*j.ds.IndexBytes
 				for k, p := range out {
 					r := j.runs[k%len(j.runs)]
-					if j.run.Hi-j.run.Lo == 1 && j.ds.Name != SegLatent && (p.Src.Offset != r.pBlock*j.pr.BlockLen+r.pRow*j.ps.RowBytes || p.Dst.Offset != r.dBlock*j.dr.BlockLen+r.dRow*j.ds.RowBytes) {
-						t.Errorf("job %s pair %d at P %d, D %d; its run puts it at P %d, D %d", j.name, k, p.Src.Offset, p.Dst.Offset,
-							r.pBlock*j.pr.BlockLen+r.pRow*j.ps.RowBytes, r.dBlock*j.dr.BlockLen+r.dRow*j.ds.RowBytes)
+					src, dst := pHead+r.pBlock*j.pr.BlockLen+r.pRow*j.ps.RowBytes, dHead+r.dBlock*j.dr.BlockLen+r.dRow*j.ds.RowBytes
+					if j.run.Hi-j.run.Lo == 1 && j.ds.Name != SegLatent && (p.Src.Offset != src || p.Dst.Offset != dst) {
+						t.Errorf("job %s pair %d at P %d, D %d; its run puts it at P %d, D %d", j.name, k, p.Src.Offset, p.Dst.Offset, src, dst)
 					}
 				}
 			}
@@ -223,7 +248,7 @@ func TestRunCount(t *testing.T) {
 					return Pages{BlockSize: bs, First: first, IDs: ids}
 				}
 				x := &Transfer{PPages: []Pages{pages(bsP)}, DPages: []Pages{pages(bsD)}}
-				if listed := x.tokenRuns(span, bsP, bsD, 0, 0, runs); len(listed.runs) != runs || listed.whole != whole {
+				if listed := x.tokenRuns(span, bsP, bsD, 0, 0); len(listed.runs) != runs || listed.whole != whole {
 					t.Errorf("tokenRuns(%v, %d, %d) lists %d runs, %d whole; runCount says %d, %d", span, bsP, bsD, len(listed.runs), listed.whole, runs, whole)
 				}
 			}
@@ -231,9 +256,10 @@ func TestRunCount(t *testing.T) {
 	}
 }
 
-// TestChainJoin: a rank pair's chain joined from the chains of any split
-// of its pairs is the chain of all of them; a pair continuing the one
-// before across the split is one merged descriptor, not two.
+// TestChainJoin: a rank pair's tally joined from the tallies of any split
+// of its pairs is the tally of all of them; a pair continuing the one
+// before across the split is one merged descriptor, not two. The whole
+// run's merged count is NIXL's rule, written out here pair by pair.
 func TestChainJoin(t *testing.T) {
 	// Runs of contiguous pairs on both sides, broken by a jump in P, in D,
 	// in region, or by a shorter pair.
@@ -256,24 +282,31 @@ func TestChainJoin(t *testing.T) {
 		pairs = append(pairs, Pair{Src: Loc{region, src}, Dst: Loc{0, dst}, Len: n})
 		src, dst = src+n, dst+n
 	}
-	var all chain
-	for _, p := range pairs {
-		all.push(p.Src, p.Dst, p.Len)
+	want := 0
+	for i, p := range pairs {
+		if i == 0 {
+			want++
+			continue
+		}
+		q := pairs[i-1]
+		if q.Len != p.Len || q.Src.Region != p.Src.Region || q.Dst.Region != p.Dst.Region || q.Src.Offset+q.Len != p.Src.Offset || q.Dst.Offset+q.Len != p.Dst.Offset {
+			want++
+		}
 	}
-	all.first = pairEnd{pairs[0].Src, pairs[0].Dst, pairs[0].Len}
-	if want := MergedCount(pairs); all.merged != want || all.descs != len(pairs) {
-		t.Fatalf("one chain: %d merged of %d; NIXL's rule merges to %d of %d", all.merged, all.descs, want, len(pairs))
+	var all tally
+	for _, p := range pairs {
+		all.add(p.Src, p.Dst, p.Len)
+	}
+	if all.merged != want || MergedCount(pairs) != want || all.descs != len(pairs) || all.first != (pairEnd{pairs[0].Src, pairs[0].Dst, pairs[0].Len}) {
+		t.Fatalf("one tally: %d merged of %d (MergedCount %d), first %+v; NIXL's rule merges to %d of %d", all.merged, all.descs, MergedCount(pairs), all.first, want, len(pairs))
 	}
 	for _, cuts := range [][]int{{0}, {1}, {3}, {20}, {39}, {40}, {3, 4, 5, 6}, {1, 2, 3, 10, 11, 12, 30}} {
-		var joined chain
+		var joined tally
 		at := 0
 		for _, cut := range append(cuts, len(pairs)) {
-			var part chain
+			var part tally
 			for _, p := range pairs[at:cut] {
-				part.push(p.Src, p.Dst, p.Len)
-			}
-			if cut > at {
-				part.first = pairEnd{pairs[at].Src, pairs[at].Dst, pairs[at].Len}
+				part.add(p.Src, p.Dst, p.Len)
 			}
 			joined.join(&part)
 			at = cut
@@ -284,8 +317,37 @@ func TestChainJoin(t *testing.T) {
 	}
 }
 
+// TestMergedCount: NIXL's merged descriptors for lists whose merging is
+// worked out by hand.
+func TestMergedCount(t *testing.T) {
+	p := func(sr int, so int64, dr int, do, n int64) Pair {
+		return Pair{Src: Loc{sr, so}, Dst: Loc{dr, do}, Len: n}
+	}
+	for _, tc := range []struct {
+		name  string
+		pairs []Pair
+		want  int
+	}{
+		{"none", nil, 0},
+		{"one", []Pair{p(0, 0, 0, 0, 64)}, 1},
+		{"contiguous on both sides", []Pair{p(0, 0, 0, 100, 64), p(0, 64, 0, 164, 64), p(0, 128, 0, 228, 64)}, 1},
+		{"contiguous on P only", []Pair{p(0, 0, 0, 0, 64), p(0, 64, 0, 128, 64)}, 2},
+		{"contiguous on D only", []Pair{p(0, 0, 0, 0, 64), p(0, 128, 0, 64, 64)}, 2},
+		{"contiguous offsets in another P region", []Pair{p(0, 0, 0, 0, 64), p(1, 64, 0, 64, 64)}, 2},
+		{"contiguous offsets in another D region", []Pair{p(0, 0, 0, 0, 64), p(0, 64, 1, 64, 64)}, 2},
+		{"contiguous but of another length", []Pair{p(0, 0, 0, 0, 64), p(0, 64, 0, 64, 32)}, 2},
+		{"a break between two runs", []Pair{p(0, 0, 0, 0, 8), p(0, 8, 0, 8, 8), p(0, 100, 0, 100, 8), p(0, 108, 0, 108, 8)}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := MergedCount(tc.pairs); got != tc.want {
+				t.Errorf("MergedCount = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestStateRunTallied: a state job tallied without writing (a caller that
-// keeps no pairs) leaves the chain as written and names the same pair, the
+// keeps no pairs) leaves the tally as written and names the same pair, the
 // one the job's place puts in P's and D's blocks.
 func TestStateRunTallied(t *testing.T) {
 	ps := Segment{Name: SegSSM, Region: 0, Offset: 1024, Lo: 4, Hi: 12, IndexBytes: 96}
@@ -293,16 +355,16 @@ func TestStateRunTallied(t *testing.T) {
 	pr := Region{Index: 1, BlockLen: 8192, NumBlocks: 8}
 	dr := Region{Index: 2, BlockLen: 4096, NumBlocks: 8}
 	at := placeJob(gpItem{name: "mamba", pg: 1, dg: 2}, "mamba", &ps, &ds, &pr, &dr, indexRun{Rank: 0, Lo: 8, Hi: 12})
-	var written, counted chain
+	var written, counted tally
 	var q Pair
-	first := stateRun(&q, &at, 3, 5, &written)
-	firstCounted := stateRun(nil, &at, 3, 5, &counted)
+	stateRun(&q, &at, 3, 5, &written)
+	stateRun(nil, &at, 3, 5, &counted)
 	want := Pair{Src: Loc{1, 3*8192 + 1024 + 4*96}, Dst: Loc{2, 5*4096 + 512}, Len: 4 * 96, SrcID: -1, DstID: -1,
 		Layer: "mamba", Seg: SegSSM, Lo: 8, Hi: 12, PGroup: 1, DGroup: 2}
 	if q != want {
 		t.Errorf("pair %+v, want %+v", q, want)
 	}
-	if first != (pairEnd{want.Src, want.Dst, want.Len}) || firstCounted != first || counted != written || written.descs != 1 || written.bytes != want.Len {
-		t.Errorf("first %+v, %+v tallied only; chain %+v, %+v tallied only", first, firstCounted, written, counted)
+	if written.first != (pairEnd{want.Src, want.Dst, want.Len}) || counted != written || written.descs != 1 || written.bytes != want.Len {
+		t.Errorf("tally %+v, %+v tallied only; want the one pair %+v", written, counted, want)
 	}
 }

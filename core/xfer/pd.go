@@ -202,7 +202,11 @@ func connectorVersion(s *Setup) ([]string, error) {
 func (r *PD) Compute(req Request, keepPairs bool) (*Transfer, error) {
 	s := r.setup
 	pp, dp := r.UsedPlans()
-	t, err := Compute(s.Model, pp, dp, req, Options{Connector: s.Connector, PLayout: s.Layout, DLayout: s.Layout, KeepPairs: keepPairs, Ctx: s.Ctx,
+	out := TallyPairs
+	if keepPairs {
+		out = KeepPairs
+	}
+	t, err := Compute(s.Model, pp, dp, req, Options{Connector: s.Connector, PLayout: s.Layout, DLayout: s.Layout, Output: out, Ctx: s.Ctx,
 		PRegs: r.pRegs, DRegs: r.dRegs, Handshake: r.handshake, pairing: r.pairing})
 	if err != nil {
 		return nil, err

@@ -3,7 +3,6 @@ package xfer
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -121,6 +120,44 @@ type GroupPair struct {
 	Bytes  int64  `json:"bytes"`
 }
 
+// Output is how much of a transfer's descriptor pairs Compute works out
+// and keeps.
+type Output uint8
+
+// The outputs, from the default.
+const (
+	// TallyPairs totals the pairs and keeps none: per rank pair its
+	// descriptors, bytes and descriptors left after NIXL's merging, and
+	// the group pairs (kvscope pd and POST /api/pd without --pairs). The
+	// group-pair path tallies the pairs without writing any; vLLM's path
+	// writes them a batch at a time and lets each batch go once tallied.
+	TallyPairs Output = iota
+	// CountPairs counts each rank pair's descriptors without writing or
+	// tallying them: the handshake's checks, the path and Descs are as
+	// TallyPairs gives them, while Merged, Bytes and the group pairs stay
+	// zero (merging needs the pairs' addresses) and the handshake's
+	// metadata holds each rank's identity, block size and compatibility
+	// hash only. A search costs thousands of candidates this way.
+	CountPairs
+	// KeepPairs writes every descriptor pair into the result, with the
+	// totals TallyPairs gives (the oracle and the descriptor view need
+	// the pairs).
+	KeepPairs
+)
+
+// String names the output as its constant does.
+func (o Output) String() string {
+	switch o {
+	case TallyPairs:
+		return "TallyPairs"
+	case CountPairs:
+		return "CountPairs"
+	case KeepPairs:
+		return "KeepPairs"
+	}
+	return "Output(" + strconv.Itoa(int(o)) + ")"
+}
+
 // Options configure a transfer computation.
 type Options struct {
 	Connector Connector
@@ -130,16 +167,9 @@ type Options struct {
 	// Blocks overrides the block ids of a side's groups (tests): P or D ->
 	// group -> ids, for the pages the transfer lists.
 	Blocks map[Side][][]int
-	// KeepPairs keeps every descriptor pair in the result (the oracle and
-	// the descriptor view need them); otherwise only totals are kept.
-	KeepPairs bool
-	// CountOnly counts each rank pair's descriptors without writing them:
-	// the handshake's checks, the path and Descs are as a full
-	// computation's, while Merged, Bytes and the group pairs stay zero
-	// (merging needs the pairs' addresses) and the handshake's metadata
-	// holds each rank's identity, block size and compatibility hash only.
-	// A search costs thousands of candidates this way.
-	CountOnly bool
+	// Output says how much of the pairs the result holds: their totals
+	// (the zero value), their counts only, or every pair.
+	Output Output
 	// PRegs and DRegs, when set, are P's and D's registrations made
 	// already (RegisterAll, with the same plans, layouts and bases): a search
 	// that pairs one P plan with many D plans registers P once. Compute
@@ -192,8 +222,8 @@ type Transfer struct {
 	// DNeed is the token range D must receive, per D layer.
 	DNeed map[string]Span `json:"-"`
 	// PComputed is how many tokens P prefilled.
-	PComputed int    `json:"-"`
-	tally     *tally // the pairs tallied so far (finish, foldPairs)
+	PComputed int         `json:"-"`
+	sums      *pairsTally // the written pairs tallied so far (finish, foldPairs)
 	// tallied says the path totalled its rank pairs and group pairs as it
 	// wrote the pairs (the group-pair path): finish only sums them.
 	tallied bool
@@ -225,8 +255,9 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 			return nil, err
 		}
 	}
-	if t.Handshake = opt.Handshake; t.Handshake == nil || opt.PRegs == nil || opt.DRegs == nil || opt.CountOnly {
-		t.Handshake = newHandshake(m, t.PRegs, t.DRegs, opt.Connector, t.Mode, opt.CountOnly)
+	countOnly := opt.Output == CountPairs
+	if t.Handshake = opt.Handshake; t.Handshake == nil || opt.PRegs == nil || opt.DRegs == nil || countOnly {
+		t.Handshake = newHandshake(m, t.PRegs, t.DRegs, opt.Connector, t.Mode, countOnly)
 	}
 	if t.Handshake.Rejection != nil {
 		t.Rejection = t.Handshake.Rejection
@@ -248,13 +279,13 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 	if t.Rejection != nil {
 		return t, nil
 	}
-	if opt.CountOnly {
+	if countOnly {
 		for _, rp := range t.RankPairs {
 			t.Descs += rp.Descs
 		}
 		return t, nil
 	}
-	if err := t.finish(opt.Ctx, opt.KeepPairs); err != nil {
+	if err := t.finish(opt.Ctx, opt.Output == KeepPairs); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -322,176 +353,6 @@ func registerAll(ctx context.Context, m *model.Model, p *plan.Plan, side Side, l
 		out = append(out, reg)
 	}
 	return out, nil
-}
-
-// tally totals a transfer's pairs as they come: per rank pair its
-// descriptors, bytes and the descriptors left after NIXL merges contiguous
-// runs, and per (P group, D group) the group pairs. Pairs can be tallied a
-// batch at a time (a long prompt's pairs need not all be held to be
-// counted: see foldPairs).
-type tally struct {
-	gps    map[[2]int]*GroupPair
-	layers map[[2]int]map[string]bool
-	order  [][2]int
-	ranks  map[[2]int]*rankTally
-}
-
-// rankTally is where one rank pair's tally stands: its totals and the
-// last pair tallied (a run and a group pair continue across batches).
-type rankTally struct {
-	descs, merged int
-	bytes         int64
-	prev          Pair
-	group         *GroupPair
-	last          [2]int
-	lastLayer     string
-}
-
-// add tallies pairs of rank pair rp, after those tallied before.
-func (t *Transfer) add(ctx context.Context, rp *RankPair, pairs []Pair) error {
-	a := t.tally
-	if a == nil {
-		a = &tally{gps: map[[2]int]*GroupPair{}, layers: map[[2]int]map[string]bool{}, ranks: map[[2]int]*rankTally{}}
-		t.tally = a
-	}
-	r := a.ranks[[2]int{rp.P, rp.D}]
-	if r == nil {
-		r = &rankTally{lastLayer: "\x00"}
-		a.ranks[[2]int{rp.P, rp.D}] = r
-	}
-	for n, p := range pairs {
-		if n&(1<<16-1) == 0 && n > 0 {
-			if err := canceled(ctx); err != nil {
-				return err
-			}
-		}
-		if r.descs == 0 || !mergesWith(r.prev, p) {
-			r.merged++
-		}
-		r.prev = p
-		r.descs++
-		r.bytes += p.Len
-		k := [2]int{p.PGroup, p.DGroup}
-		if r.group != nil && k == r.last {
-			r.group.Descs++
-			r.group.Bytes += p.Len
-			if p.Layer != r.lastLayer && p.Layer != "" {
-				a.layers[k][p.Layer] = true
-				r.lastLayer = p.Layer
-			}
-			continue
-		}
-		r.last, r.lastLayer = k, p.Layer
-		g, ok := a.gps[k]
-		if !ok {
-			kind := ""
-			if reg, ok := t.DRegs[rp.D].Layer(p.Layer); ok {
-				kind = string(reg.Kind)
-			}
-			g = &GroupPair{PGroup: p.PGroup, DGroup: p.DGroup, Kind: kind}
-			a.gps[k] = g
-			a.layers[k] = map[string]bool{}
-			a.order = append(a.order, k)
-		}
-		r.group = g
-		g.Descs++
-		g.Bytes += p.Len
-		if p.Layer != "" {
-			a.layers[k][p.Layer] = true
-		}
-	}
-	return nil
-}
-
-// foldAt is how many pairs a rank pair holds, when the caller keeps none,
-// before they are tallied and let go (foldPairs).
-const foldAt = 1 << 16
-
-// foldPairs tallies rp's pairs and empties it, when the caller keeps no
-// pairs and rp holds foldAt or more: a 2^20-token prompt's millions of
-// pairs (hundreds of MB, which the collector would walk) never exist at
-// once.
-func (t *Transfer) foldPairs(opt Options, rp *RankPair) error {
-	if opt.KeepPairs || len(rp.Pairs) < foldAt {
-		return nil
-	}
-	if err := t.add(opt.Ctx, rp, rp.Pairs); err != nil {
-		return err
-	}
-	rp.Pairs = rp.Pairs[:0]
-	return nil
-}
-
-// finish tallies the pairs the rank pairs still hold and totals the
-// transfer: per rank pair, per group pair, in all. It walks every pair
-// (millions for a long prompt), so it stops, as the pairs' making does,
-// once ctx is done.
-func (t *Transfer) finish(ctx context.Context, keep bool) error {
-	for i := range t.RankPairs {
-		if err := canceled(ctx); err != nil {
-			return err
-		}
-		rp := &t.RankPairs[i]
-		if !t.tallied {
-			if err := t.add(ctx, rp, rp.Pairs); err != nil {
-				return err
-			}
-			r := t.tally.ranks[[2]int{rp.P, rp.D}]
-			rp.Descs, rp.Merged, rp.Bytes = r.descs, r.merged, r.bytes
-		}
-		t.Bytes += rp.Bytes
-		t.Descs += rp.Descs
-		t.Merged += rp.Merged
-		if !keep {
-			rp.Pairs = nil
-		}
-	}
-	if t.tally == nil {
-		return nil
-	}
-	a := t.tally
-	sort.Slice(a.order, func(i, j int) bool {
-		if a.order[i][0] != a.order[j][0] {
-			return a.order[i][0] < a.order[j][0]
-		}
-		return a.order[i][1] < a.order[j][1]
-	})
-	for _, k := range a.order {
-		g := a.gps[k]
-		g.Layers = len(a.layers[k])
-		t.GroupPairs = append(t.GroupPairs, *g)
-	}
-	t.tally = nil
-	return nil
-}
-
-// MergedCount is the number of descriptors NIXL posts after merging runs of
-// consecutive pairs that are contiguous on both sides (same regions, each
-// starting where the previous ended) and of one length. NIXL's makeXferReq
-// (v1.4) merges only inside a dense run of its prepared list, and a run
-// holds descriptors of one length: pairs of different lengths are never
-// merged, back to back or not (real NIXL's telemetry descCount agrees; see
-// agent/transfer's NIXL tests).
-func MergedCount(pairs []Pair) int {
-	n := 0
-	for i, p := range pairs {
-		if i == 0 || !mergesWith(pairs[i-1], p) {
-			n++
-		}
-	}
-	return n
-}
-
-// mergesWith reports whether NIXL merges pair p into q, the pair before
-// it (continues).
-func mergesWith(q, p Pair) bool { return continues(q.Src, q.Dst, q.Len, p.Src, p.Dst, p.Len) }
-
-// continues reports whether a pair of n bytes from src to dst continues
-// one of lastLen bytes from lastSrc to lastDst, so that NIXL merges them:
-// same length, same regions, each side starting where the last ended.
-func continues(lastSrc, lastDst Loc, lastLen int64, src, dst Loc, n int64) bool {
-	return lastLen == n && lastSrc.Region == src.Region && lastDst.Region == dst.Region &&
-		lastSrc.Offset+lastLen == src.Offset && lastDst.Offset+lastLen == dst.Offset
 }
 
 // modeOf is the mode a connector moves KV in: push for NixlPushConnector,

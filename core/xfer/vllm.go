@@ -168,13 +168,13 @@ func (t *Transfer) vllmPath(opt Options) error {
 			}
 			rp := rps.get(src, j)
 			count := t.vllmCount(dReg, len(dv), len(ds), slices.Contains(amp.Ranks, src), slices.Contains(smp.Ranks, src))
-			if opt.CountOnly {
+			switch opt.Output {
+			case CountPairs:
 				rp.Descs = count
 				continue
-			}
-			if opt.KeepPairs {
+			case KeepPairs:
 				rp.Pairs = make([]Pair, 0, count)
-			} else {
+			default:
 				rp.Pairs = make([]Pair, 0, min(count, 2*foldAt)) // tallied as they come (foldPairs)
 			}
 			pReg := t.PRegs[src]

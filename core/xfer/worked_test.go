@@ -51,7 +51,7 @@ func workedTransfer(t *testing.T, pTP, dTP int, e func(*plan.Engine), layout Cac
 		D: {{100, 101, 102, 103, 104, 105, 106}, {200, 201, 202}},
 	}
 	conn, _ := ParseConnector("nixl")
-	x, err := Compute(m, pp, dp, Request{PromptTokens: 100}, Options{Connector: conn, Bases: workedBases, Blocks: blocks, KeepPairs: true, PLayout: layout, DLayout: layout})
+	x, err := Compute(m, pp, dp, Request{PromptTokens: 100}, Options{Connector: conn, Bases: workedBases, Blocks: blocks, Output: KeepPairs, PLayout: layout, DLayout: layout})
 	if err != nil {
 		t.Fatal(err)
 	}
