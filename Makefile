@@ -103,7 +103,7 @@ bench:
 	@$(MAKE) --no-print-directory bench-nixl
 	@$(MAKE) --no-print-directory budgets
 
-# The wall-clock budgets (server/budget_test.go): the first plan in the
+# The wall-clock budgets (server/internal/budget): the first plan in the
 # browser, a recompute, the Tune search and the page's stalls and
 # keystroke waits while it runs, the admission's refusals and hang-ups.
 # make test holds each timing only to ten times its budget (a hang); here

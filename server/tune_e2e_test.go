@@ -131,7 +131,7 @@ const pageCeiling = 2000
 // most 150 ms, and the workers' warm-up at most 150 ms. (The last two are
 // regression guards over what this 2-core VM measures while it also
 // types, 17–109 ms and 16–87 ms.) Those timings are budgets
-// (budget_test.go): make budgets holds them and reports the figures, make
+// (package budget): make budgets holds them and reports the figures, make
 // test only holds them to a ceiling (ten times the search's budget,
 // pageCeiling for the page's).
 // It names the D block size whose pages divide P's, as kvscope tune does,
