@@ -153,9 +153,10 @@ func ReadBody(w http.ResponseWriter, r *http.Request, v any, what string) bool {
 // WriteError writes the error envelope with status: its error_type says
 // whether vLLM refuses the engine (with its estimate), the request is too
 // large (with the estimate and the limit), the server is busy, the
-// request is at fault, or the server is.
+// request is at fault, or the server is. The message quotes at most
+// MaxQuoted bytes of any value (clipMessage), whatever the request held.
 func WriteError(w http.ResponseWriter, status int, err error) {
-	e := errorEnvelope{Status: "error", ErrorType: "internal", Error: err.Error()}
+	e := errorEnvelope{Status: "error", ErrorType: "internal", Error: clipMessage(err.Error())}
 	var bd *badDataError
 	var re *plan.RefusalError
 	var big *TooBigError
