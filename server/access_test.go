@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -72,7 +73,7 @@ func TestAccessRules(t *testing.T) {
 // bearer header or the cookie /login sets; the Host may be any name when
 // the server listens on every interface.
 func TestAccessToken(t *testing.T) {
-	h := newMux(catalog(), serveOptions{Addr: "0.0.0.0:8080", Token: "s3cret", RequireToken: true, Agent: "none", Logf: t.Logf})
+	h := newMux(catalog(), serveOptions{Addr: "0.0.0.0:8080", Token: "s3cret-s3cret-s3cret", RequireToken: true, Agent: "none", Logf: t.Logf})
 	host := map[string]string{"Host": "kvscope.lan:8080"}
 	if code, hdr := do(t, h, "GET", "/", "", map[string]string{"Host": "kvscope.lan:8080", "Accept": "text/html"}); code != 303 || !strings.HasPrefix(hdr.Get("Location"), "/login?next=") {
 		t.Errorf("the app without the token: %d to %q, want a redirect to /login", code, hdr.Get("Location"))
@@ -85,7 +86,7 @@ func TestAccessToken(t *testing.T) {
 	if code, _ := do(t, h, "POST", "/api/plan", planBody, map[string]string{"Host": "kvscope.lan:8080", "Content-Type": "application/json"}); code != 401 {
 		t.Errorf("a plan without the token: %d, want 401", code)
 	}
-	if code, _ := do(t, h, "POST", "/api/plan", planBody, map[string]string{"Host": "kvscope.lan:8080", "Content-Type": "application/json", "Authorization": "Bearer s3cret"}); code != 200 {
+	if code, _ := do(t, h, "POST", "/api/plan", planBody, map[string]string{"Host": "kvscope.lan:8080", "Content-Type": "application/json", "Authorization": "Bearer s3cret-s3cret-s3cret"}); code != 200 {
 		t.Errorf("a plan with the bearer: %d, want 200", code)
 	}
 	if code, _ := do(t, h, "GET", "/metrics", "", map[string]string{"Host": "kvscope.lan:8080", "Authorization": "Bearer wrong"}); code != 401 {
@@ -95,19 +96,19 @@ func TestAccessToken(t *testing.T) {
 	if code, _ := do(t, h, "POST", "/login", url.Values{"token": {"nope"}}.Encode(), form); code != 401 {
 		t.Errorf("a wrong login: %d, want 401", code)
 	}
-	if code, _ := do(t, h, "POST", "/login", url.Values{"token": {"s3cret"}}.Encode(), map[string]string{"Host": "kvscope.lan:8080", "Content-Type": "application/x-www-form-urlencoded", "Origin": "http://evil.example"}); code != 403 {
+	if code, _ := do(t, h, "POST", "/login", url.Values{"token": {"s3cret-s3cret-s3cret"}}.Encode(), map[string]string{"Host": "kvscope.lan:8080", "Content-Type": "application/x-www-form-urlencoded", "Origin": "http://evil.example"}); code != 403 {
 		t.Errorf("a login from another site: %d, want 403", code)
 	}
-	code, hdr := do(t, h, "POST", "/login?next=/metrics", url.Values{"token": {"s3cret"}}.Encode(), form)
+	code, hdr := do(t, h, "POST", "/login?next=/metrics", url.Values{"token": {"s3cret-s3cret-s3cret"}}.Encode(), form)
 	cookie := hdr.Get("Set-Cookie")
-	if code != 303 || hdr.Get("Location") != "/metrics" || !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") || strings.Contains(cookie, "s3cret") {
+	if code != 303 || hdr.Get("Location") != "/metrics" || !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") || strings.Contains(cookie, "s3cret-s3cret-s3cret") {
 		t.Fatalf("login: %d to %q, cookie %q", code, hdr.Get("Location"), cookie)
 	}
 	value := strings.SplitN(strings.SplitN(cookie, ";", 2)[0], "=", 2)[1]
 	if code, _ := do(t, h, "GET", "/metrics", "", map[string]string{"Host": "kvscope.lan:8080", "Cookie": api.SessionCookie + "=" + value}); code != 200 {
 		t.Errorf("/metrics with the cookie: %d, want 200", code)
 	}
-	if code, hdr := do(t, h, "POST", "/login?next=//evil.example", url.Values{"token": {"s3cret"}}.Encode(), form); code != 303 || hdr.Get("Location") != "/" {
+	if code, hdr := do(t, h, "POST", "/login?next=//evil.example", url.Values{"token": {"s3cret-s3cret-s3cret"}}.Encode(), form); code != 303 || hdr.Get("Location") != "/" {
 		t.Errorf("a login sending elsewhere: %d to %q, want /", code, hdr.Get("Location"))
 	}
 }
@@ -117,5 +118,72 @@ func TestReplayFollowsServesListenRules(t *testing.T) {
 	code, _, errs := runCLI(t, "replay", "--addr", "0.0.0.0:0", "../testdata/events/gpt-oss-20b-p2-d4.jsonl")
 	if code != 2 || !strings.Contains(errs, "listens beyond loopback: give --token") {
 		t.Errorf("replay on every interface without a token: exit %d, %q", code, errs)
+	}
+}
+
+// TestServeRefusesShortTokens: kvscope serve (and replay, which follows
+// its rules) refuses at start a token shorter than 16 characters, naming
+// --token and the length (issue 24: a 1-character token was accepted).
+func TestServeRefusesShortTokens(t *testing.T) {
+	tests := []struct {
+		name, token string
+		err         string // "" when accepted
+	}{
+		{"no token on loopback", "", ""},
+		{"one character", "T", "--token: 1 characters, want at least 16"},
+		{"the old soak token", "soak-token", "--token: 10 characters, want at least 16"},
+		{"fifteen characters", strings.Repeat("x", 15), "--token: 15 characters, want at least 16"},
+		{"fifteen two-byte characters (30 bytes)", strings.Repeat("é", 15), "--token: 15 characters, want at least 16"},
+		{"sixteen characters", strings.Repeat("x", 16), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := serveOptions{Addr: "127.0.0.1:8080", Token: tt.token, Agent: "none"}.check()
+			if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+				t.Errorf("check: %v, want %q", err, tt.err)
+			}
+		})
+	}
+	prev := debug.SetMemoryLimit(-1) // runServe sets the process's; keep the test binary's
+	defer debug.SetMemoryLimit(prev)
+	for _, cmd := range []string{"serve", "replay"} {
+		args := []string{cmd, "--addr", "127.0.0.1:0", "--token", "short"}
+		if cmd == "replay" {
+			args = append(args, "../testdata/events/gpt-oss-20b-p2-d4.jsonl")
+		} else {
+			args = append(args, "--agent", "none")
+		}
+		if code, _, errs := runCLI(t, args...); code != 2 || !strings.Contains(errs, "--token: 5 characters, want at least 16") {
+			t.Errorf("%s --token short: exit %d, %q", cmd, code, errs)
+		}
+	}
+}
+
+// TestAgentTokenGuessesAreThrottled: wrong bearers on /ws/agent, answered 401
+// by the hub's own check, count against the client's address like wrong
+// logins: past the free ones the address waits (429, Retry-After) and
+// another address does not.
+func TestAgentTokenGuessesAreThrottled(t *testing.T) {
+	const tok = "agent-guess-test-token"
+	h := newMux(catalog(), serveOptions{Addr: "0.0.0.0:8080", Token: tok, RequireToken: true, Agent: "none", Logf: t.Logf})
+	dial := func(from, bearer string) (int, string) {
+		r := httptest.NewRequest("GET", "/ws/agent?agent=guesser", nil)
+		r.RemoteAddr, r.Host = from, "kvscope.lan:8080"
+		r.Header.Set("Authorization", "Bearer "+bearer)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code, w.Header().Get("Retry-After")
+	}
+	want := []struct {
+		code  int
+		retry string
+	}{{401, ""}, {401, ""}, {401, ""}, {401, ""}, {401, ""}, {401, "1"}, {429, "1"}, {429, "1"}}
+	for i, w := range want {
+		if code, retry := dial("198.51.100.7:999", "guess"); code != w.code || retry != w.retry {
+			t.Errorf("guess %d: %d, Retry-After %q; want %d, %q", i+1, code, retry, w.code, w.retry)
+		}
+	}
+	if code, _ := dial("198.51.100.8:999", "guess"); code != 401 {
+		t.Errorf("a guess from another address: %d, want 401 (checked at once)", code)
 	}
 }

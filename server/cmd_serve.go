@@ -22,6 +22,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kvscope/kvscope/agent/metrics"
 	"github.com/kvscope/kvscope/agent/runner"
@@ -176,7 +177,8 @@ func randomToken() string {
 	return hex.EncodeToString(b)
 }
 
-// check refuses to listen beyond loopback without a token.
+// check refuses to listen beyond loopback without a token, and a token
+// shorter than api.MinTokenLen.
 func (o serveOptions) check() error {
 	host, _, err := net.SplitHostPort(o.Addr)
 	if err != nil {
@@ -186,6 +188,9 @@ func (o serveOptions) check() error {
 	loopback := host == "localhost" || ip != nil && ip.IsLoopback()
 	if !loopback && o.Token == "" {
 		return fmt.Errorf("--addr %s listens beyond loopback: give --token", o.Addr)
+	}
+	if n := utf8.RuneCountInString(o.Token); o.Token != "" && n < api.MinTokenLen {
+		return fmt.Errorf("--token: %d characters, want at least %d (a random one: openssl rand -hex 16)", n, api.MinTokenLen)
 	}
 	switch o.Agent {
 	case "embedded", "none":

@@ -51,7 +51,7 @@ func TestLiveScenario(t *testing.T) {
 // behind every API POST's rules (a token, JSON, this server's origin), and
 // a server without an embedded agent says so.
 func TestLiveRunGuards(t *testing.T) {
-	const tok = "run-live-token"
+	const tok = "run-live-test-token"
 	for _, c := range []struct {
 		name    string
 		agent   string

@@ -23,7 +23,7 @@ import (
 // drop counter (at 0), and --record holds each event once, a line each,
 // once the hub has closed.
 func TestServeWiresTheHub(t *testing.T) {
-	const tok = "wiring-token"
+	const tok = "wiring-test-token"
 	var rec syncBuffer
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -33,7 +33,7 @@ func TestSoak(t *testing.T) {
 		t.Skip("the storm runs with make soak (KVSCOPE_SOAK=1 KVSCOPE_BIN=bin/kvscope)")
 	}
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--agent", "none", "--token", "soak-token", "--data-dir", t.TempDir())
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--agent", "none", "--token", "soak-test-token-0123", "--data-dir", t.TempDir())
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestSoak(t *testing.T) {
 			defer wg.Done()
 			for churn.Err() == nil {
 				c, _, err := websocket.Dial(churn, "ws://"+addr+"/ws/live", &websocket.DialOptions{HTTPHeader: http.Header{
-					"Origin": {"http://" + addr}, "Authorization": {"Bearer soak-token"}}})
+					"Origin": {"http://" + addr}, "Authorization": {"Bearer soak-test-token-0123"}}})
 				if err != nil {
 					continue
 				}
@@ -238,7 +238,7 @@ func TestSoakAgent(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
-	agent, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/agent?agent=soak-agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer soak-token"}}})
+	agent, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/agent?agent=soak-agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer soak-test-token-0123"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func freeAddr(t testing.TB) string {
 func waitUp(t *testing.T, base string) {
 	for range 100 {
 		req, _ := http.NewRequest("GET", base+"/api/models", nil)
-		req.Header.Set("Authorization", "Bearer soak-token")
+		req.Header.Set("Authorization", "Bearer soak-test-token-0123")
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 			return
@@ -317,7 +317,7 @@ func waitUp(t *testing.T, base string) {
 func soakPost(t *testing.T, url, body string) int {
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer soak-token")
+	req.Header.Set("Authorization", "Bearer soak-test-token-0123")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Error(err)
