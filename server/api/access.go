@@ -57,8 +57,8 @@ const SessionCookie = "kvscope_session"
 const SessionTTL = 12 * time.Hour
 
 // MinTokenLen is the shortest token kvscope serve accepts, in characters:
-// with the guesses throttled to about 300 a day, 16 random characters are
-// out of reach, and a 1-character token never is.
+// with guesses throttled to about 300 a day per address, 16 random
+// characters are out of reach; a 1-character token never is.
 const MinTokenLen = 16
 
 // NewAccess builds the rules for a server listening on addr (its resolved
@@ -218,15 +218,7 @@ func (a *Access) Wrap(h http.Handler) http.Handler {
 				http.Error(w, fmt.Sprintf("a POST from %s: the API answers this server's own pages and scripts only", Clip(r.Header.Get("Origin"))), http.StatusForbidden)
 				return
 			}
-			switch got, d := a.authenticate(r); got {
-			case authWaiting:
-				waiting(w, d)
-				return
-			case authNone, authWrong:
-				if d > 0 {
-					w.Header().Set("Retry-After", retryAfter(d))
-				}
-				http.Error(w, "this server needs its token: Authorization: Bearer TOKEN", http.StatusUnauthorized)
+			if a.deny(w, r, false) {
 				return
 			}
 		default:
@@ -234,27 +226,38 @@ func (a *Access) Wrap(h http.Handler) http.Handler {
 				methodNotAllowed(w, "GET, HEAD")
 				return
 			}
-			switch got, d := a.authenticate(r); got {
-			case authWaiting:
-				waiting(w, d)
-				return
-			case authNone, authWrong:
-				if d > 0 {
-					w.Header().Set("Retry-After", retryAfter(d))
-				}
-				if strings.Contains(r.Header.Get("Accept"), "text/html") {
-					if _, err := r.Cookie(SessionCookie); err == nil { // expired, or from a server since restarted
-						http.SetCookie(w, &http.Cookie{Name: SessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
-					}
-					http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
-					return
-				}
-				http.Error(w, "this server needs its token: log in at /login, or send Authorization: Bearer TOKEN", http.StatusUnauthorized)
+			if a.deny(w, r, strings.Contains(r.Header.Get("Accept"), "text/html")) {
 				return
 			}
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// deny answers a request without the token, and reports whether it did:
+// 429 from an address that owes a wait, else a browser (page) is sent to
+// /login (its dead cookie, expired or from a server since restarted,
+// cleared) and a script gets 401, with the wait its wrong bearer earned.
+func (a *Access) deny(w http.ResponseWriter, r *http.Request, page bool) bool {
+	got, d := a.authenticate(r)
+	switch {
+	case got == authOK:
+		return false
+	case got == authWaiting:
+		waiting(w, d)
+		return true
+	case d > 0:
+		w.Header().Set("Retry-After", retryAfter(d))
+	}
+	if !page {
+		http.Error(w, "this server needs its token: log in at /login, or send Authorization: Bearer TOKEN", http.StatusUnauthorized)
+		return true
+	}
+	if _, err := r.Cookie(SessionCookie); err == nil {
+		http.SetCookie(w, &http.Cookie{Name: SessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	}
+	http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+	return true
 }
 
 func methodNotAllowed(w http.ResponseWriter, allow string) {
