@@ -47,6 +47,9 @@ type WatchConfig struct {
 	SideChannelEvery time.Duration
 	// SideChannelTimeout bounds each request (default 5 s).
 	SideChannelTimeout time.Duration
+	// SideChannelMaxBytes bounds each answer, all its frames together
+	// (default watch.DefaultMaxAnswerBytes, 16 MiB).
+	SideChannelMaxBytes int64
 	// Agents maps NIXL agents (ring file names) to engine ranks, "p0" or
 	// "d3" (the scenario's agents), where no side channel says it.
 	Agents  map[string]string

@@ -114,7 +114,7 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 	failing := false
 	for {
 		for r := 0; r < ranks; r++ {
-			md, err := watch.QueryRank(ctx, sc.Addr, r, timeout)
+			md, err := watch.QueryRank(ctx, sc.Addr, r, timeout, w.cfg.SideChannelMaxBytes)
 			if ctx.Err() != nil {
 				return
 			}
