@@ -274,7 +274,7 @@ func (w *watcher) scrape(ctx context.Context, url string) {
 	endpoint := "vllm-" + strings.NewReplacer("http://", "", "https://", "", ":", "-", "/", "-").Replace(strings.TrimSuffix(url, "/metrics"))
 	for {
 		sctx, cancel := context.WithTimeout(ctx, every)
-		engines, err := watch.Scrape(sctx, client, url)
+		engines, err := watch.Scrape(sctx, client, url, w.cfg.MaxSeries)
 		cancel()
 		now := time.Now()
 		if ctx.Err() != nil {
