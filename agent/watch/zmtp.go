@@ -10,14 +10,9 @@ import (
 	"strings"
 )
 
-// The side channel's client is kvscope's own ZMTP 3.x REQ socket with the
-// NULL mechanism (rfc.zeromq.org/spec/23 and spec/37), not
-// github.com/go-zeromq/zmq4: zmq4 decodes a peer's READY properties
-// without checking their lengths (a malformed property panics) and
-// allocates whatever a frame header claims, and it cannot be bounded
-// from outside, while the few rules a REQ client needs can each be held
-// to a limit before a byte is allocated. It speaks to libzmq's ROUTER as
-// vLLM binds it, and the tests hold it against zmq4's ROUTER too.
+// The side channel's client: a ZMTP 3.0 REQ with the NULL mechanism,
+// from rfc.zeromq.org/spec/23 (ZMTP 3.0) and spec/37 (3.1, whose PING it
+// answers); the package doc says why it is not zmq4.
 
 // DefaultMaxAnswerBytes bounds one side channel answer, every frame and
 // command of it together, when no limit is given: vLLM's handshake answer
