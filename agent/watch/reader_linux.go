@@ -86,8 +86,8 @@ func (r *Ring) Drain(max int) (events []Raw, bad int, err error) {
 			now = fmt.Sprint(st.Size())
 		}
 		events, bad = nil, 0
-		err = &RingError{r.path, fmt.Sprintf("truncated or replaced under the reader: a fault reading the mapping at offset %d (%v); the file holds %s bytes, %d are mapped",
-			int64(fault.Addr()-uintptr(unsafe.Pointer(&r.mem[0]))), p, now, len(r.mem))}
+		err = &RingError{r.path, fmt.Sprintf("truncated or replaced under the reader: a fault (SIGBUS) reading the mapping at offset %d; the file holds %s bytes, %d are mapped",
+			int64(fault.Addr()-uintptr(unsafe.Pointer(&r.mem[0]))), now, len(r.mem))}
 	}()
 	return r.drain(max)
 }
