@@ -73,8 +73,13 @@ func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	fail := func(err error) (*RankMetadata, error) {
-		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, net.ErrClosed) && ctx.Err() != nil {
+		// The connection's deadline is ctx's, and a cancelled ctx closes it.
+		closed := errors.Is(err, net.ErrClosed) && ctx.Err() != nil
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || closed && errors.Is(ctx.Err(), context.DeadlineExceeded):
 			err = fmt.Errorf("no answer within %s: %w", timeout, err)
+		case closed:
+			err = fmt.Errorf("stopped waiting (%v): %w", ctx.Err(), err)
 		}
 		return nil, fmt.Errorf("watch: --side-channel %s rank %d: %w", addr, rank, err)
 	}
