@@ -68,6 +68,7 @@ type SeriesError struct {
 	Max int // the limit (--max-series)
 }
 
+// Error implements error.
 func (e *SeriesError) Error() string {
 	return fmt.Sprintf("more than %d series (--max-series): not read", e.Max)
 }

@@ -44,6 +44,7 @@ type ZMTPError struct {
 	Err    error // the connection's error, if one ended the step
 }
 
+// Error implements error.
 func (e *ZMTPError) Error() string {
 	if e.Err != nil {
 		return "zmtp " + e.Op + ": " + e.Reason + ": " + e.Err.Error()
