@@ -95,6 +95,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/watch
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMetrics$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/watch
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHandshake$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/watch
+	$(GO) test -run '^$$' -fuzz '^FuzzZMTP$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/watch
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./agent/...

@@ -37,6 +37,7 @@ import (
 	"github.com/kvscope/kvscope/agent/runner"
 	"github.com/kvscope/kvscope/agent/scenario"
 	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/agent/watch"
 	modelcatalog "github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
@@ -344,6 +345,9 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	fs.DurationVar(&c.ScrapeEvery, "scrape-every", 5*time.Second, "how often --vllm-metrics are scraped (and the scrape's timeout)")
 	sides := fs.String("side-channel", "", "opt-in: comma-separated engines' NIXL side channels, [p=|d=]HOST:PORT[/TP] (VLLM_NIXL_SIDE_CHANNEL_PORT + DP index), asked for each rank's handshake metadata, one well-formed request at a time")
 	fs.DurationVar(&c.SideChannelEvery, "side-channel-every", time.Minute, "how often --side-channel engines are asked again")
+	fs.Int64Var(&c.SideChannelMaxBytes, "side-channel-max-bytes", watch.DefaultMaxAnswerBytes, "the most bytes a --side-channel answer may hold, all its ZMTP frames together (a frame claiming more is refused from its header)")
+	fs.IntVar(&c.MaxAgents, "max-agents", runner.DefaultMaxAgents, "the most agents this watcher streams (rings, scraped engines, side channel agents), one server connection each; the rest are counted and logged")
+	fs.IntVar(&c.MaxSeries, "max-series", watch.DefaultMaxSeries, "the most series a --vllm-metrics scrape may hold; a scrape with more is an error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -402,6 +406,15 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if c.SideChannelMaxBytes < 1<<10 || c.SideChannelMaxBytes > 1<<30 {
+		return fmt.Errorf("--side-channel-max-bytes %d: must be between 1024 and 1073741824", c.SideChannelMaxBytes)
+	}
+	if c.MaxAgents < 1 || c.MaxAgents > 1<<16 {
+		return fmt.Errorf("--max-agents %d: must be between 1 and 65536", c.MaxAgents)
+	}
+	if c.MaxSeries < 1 || c.MaxSeries > 10_000_000 {
+		return fmt.Errorf("--max-series %d: must be between 1 and 10000000", c.MaxSeries)
 	}
 	if c.Interval < time.Millisecond || c.Interval > time.Minute {
 		return fmt.Errorf("--interval %s: must be between 1ms and 1m", c.Interval)

@@ -47,6 +47,18 @@ type WatchConfig struct {
 	SideChannelEvery time.Duration
 	// SideChannelTimeout bounds each request (default 5 s).
 	SideChannelTimeout time.Duration
+	// SideChannelMaxBytes bounds each answer, all its frames together
+	// (default watch.DefaultMaxAnswerBytes, 16 MiB).
+	SideChannelMaxBytes int64
+	// MaxAgents bounds the agents this watcher streams, each a stream of
+	// its own to the server: rings, engines of the scrapes, side channel
+	// agents (default DefaultMaxAgents). Past it, a new agent's events
+	// are not sent (its errors are still logged); the agents refused are
+	// counted in the log and in watch_agents_refused_total.
+	MaxAgents int
+	// MaxSeries bounds the series of one scrape (default
+	// watch.DefaultMaxSeries); a scrape over it is an error.
+	MaxSeries int
 	// Agents maps NIXL agents (ring file names) to engine ranks, "p0" or
 	// "d3" (the scenario's agents), where no side channel says it.
 	Agents  map[string]string
@@ -55,6 +67,9 @@ type WatchConfig struct {
 	// sink replaces the server or the log (tests).
 	sink func(agent string) Sink
 }
+
+// DefaultMaxAgents is WatchConfig.MaxAgents when none is given.
+const DefaultMaxAgents = 256
 
 // Watch reads the engines' NIXL telemetry until ctx ends. Each NIXL agent
 // (a vLLM worker: one ring file, named by its UUID) is an agent of the
@@ -80,7 +95,10 @@ func Watch(ctx context.Context, c WatchConfig) error {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	w := &watcher{cfg: c, logf: logf, agents: map[string]*watched{}, links: map[string]link{}}
+	if c.MaxAgents <= 0 {
+		c.MaxAgents = DefaultMaxAgents
+	}
+	w := &watcher{cfg: c, logf: logf, agents: map[string]*watched{}, links: map[string]link{}, overNames: map[string]bool{}}
 	for name, v := range c.Agents {
 		side, rank, err := scenario.AgentRank(v)
 		if err != nil {
@@ -107,7 +125,7 @@ func Watch(ctx context.Context, c WatchConfig) error {
 	}
 	var err error
 	if c.Dir != "-" {
-		err = (&watch.Watcher{Dir: c.Dir, Interval: c.Interval}).Run(ctx, w.observe)
+		err = (&watch.Watcher{Dir: c.Dir, Interval: c.Interval, MaxRings: c.MaxAgents}).Run(ctx, w.observe)
 	} else {
 		<-ctx.Done() // metrics only
 	}
@@ -144,10 +162,18 @@ type watcher struct {
 	agents map[string]*watched
 	links  map[string]link // NIXL agent -> engine rank
 	wg     sync.WaitGroup
+	// over counts the agents refused past MaxAgents (distinct names while
+	// overNames holds fewer than maxOverNames, every refusal after).
+	over      int
+	overNames map[string]bool
 }
+
+// maxOverNames bounds the refused names remembered to count them once.
+const maxOverNames = 1 << 16
 
 // watched is one NIXL agent's stream and its running figures.
 type watched struct {
+	name     string // the agent's name, as the server knows it
 	sink     Sink
 	stop     context.CancelFunc
 	requests int
@@ -169,7 +195,10 @@ func (w *watcher) agent(name string) *watched {
 	if err := event.CheckAgentName(full); err != nil {
 		full = fmt.Sprintf("%s/nixl-%d", w.cfg.Name, len(w.agents)+1) // a ring named as no agent may be
 	}
-	a := &watched{}
+	if len(w.agents) >= w.cfg.MaxAgents {
+		return w.refuse(name, full)
+	}
+	a := &watched{name: full}
 	switch {
 	case w.cfg.sink != nil:
 		a.sink = w.cfg.sink(full)
@@ -189,15 +218,65 @@ func (w *watcher) agent(name string) *watched {
 	return a
 }
 
+// refuse is an agent past MaxAgents: a stand-in, not kept, whose events
+// go nowhere (emit still logs its errors). The first refusal is logged,
+// then each time the count doubles. w.mu is held.
+func (w *watcher) refuse(name, full string) *watched {
+	if !w.overNames[name] {
+		if len(w.overNames) < maxOverNames {
+			w.overNames[name] = true
+		}
+		w.over++
+		if w.over&(w.over-1) == 0 {
+			w.logf("watch: %s not streamed: %d agents are watched, the most --max-agents allows (%d refused so far)", full, w.cfg.MaxAgents, w.over)
+		}
+		if w.cfg.Metrics != nil {
+			w.cfg.Metrics.Add("watch_agents_refused_total", "Agents the watcher did not stream: past --max-agents.", 1)
+		}
+	}
+	return &watched{name: full, sink: discard{}, quiet: true}
+}
+
+// discard is the sink of an agent past MaxAgents.
+type discard struct{}
+
+// Publish implements Sink.
+func (discard) Publish(event.Event) {}
+
+// Dropped implements Sink.
+func (discard) Dropped() uint64 { return 0 }
+
+// emit sends an event on an agent's stream; an error is logged here as
+// well, whether or not the events go to a server.
 func (w *watcher) emit(a *watched, e event.Event) {
 	if e.TS == 0 {
 		e.TS = time.Now().UnixNano()
 	}
+	if e.Kind == event.Error && e.Error != nil {
+		w.logf("%s: %s: %s", a.name, e.Error.Status, e.Error.Message)
+	}
 	a.sink.Publish(e)
 }
 
-// observe turns one ring observation into events.
+// observe turns one ring observation into events. A file refused or
+// skipped is logged, and an error event only for an agent already
+// streamed: a directory of junk files costs no streams.
 func (w *watcher) observe(o watch.Observation) {
+	switch o.Kind {
+	case "skipped":
+		w.logf("%v", o.Err)
+		return
+	case "refused":
+		w.mu.Lock()
+		a, ok := w.agents[o.Agent]
+		w.mu.Unlock()
+		if !ok {
+			w.logf("refused %s: %v", o.Agent, o.Err)
+			return
+		}
+		w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_NOT_FOUND", Message: event.Clip(o.Err.Error(), maxMessage)}})
+		return
+	}
 	a := w.agent(o.Agent)
 	switch o.Kind {
 	case "opened":
@@ -247,8 +326,7 @@ func (w *watcher) observe(o watch.Observation) {
 		w.mu.Lock()
 		a.dropped += o.Count
 		w.mu.Unlock()
-	case "closed", "refused":
-		w.logf("%s %s: %v", o.Kind, o.Agent, o.Err)
+	case "closed":
 		w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_NOT_FOUND", Message: event.Clip(o.Err.Error(), maxMessage)}})
 	}
 }
@@ -271,7 +349,7 @@ func (w *watcher) scrape(ctx context.Context, url string) {
 	endpoint := "vllm-" + strings.NewReplacer("http://", "", "https://", "", ":", "-", "/", "-").Replace(strings.TrimSuffix(url, "/metrics"))
 	for {
 		sctx, cancel := context.WithTimeout(ctx, every)
-		engines, err := watch.Scrape(sctx, client, url)
+		engines, err := watch.Scrape(sctx, client, url, w.cfg.MaxSeries)
 		cancel()
 		now := time.Now()
 		if ctx.Err() != nil {

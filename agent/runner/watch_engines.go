@@ -111,10 +111,11 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 	}
 	side := strings.ToUpper(sc.Side)
 	seen := map[int]string{}
+	agents := map[int]string{} // rank -> the NIXL agent it last named
 	failing := false
 	for {
 		for r := 0; r < ranks; r++ {
-			md, err := watch.QueryRank(ctx, sc.Addr, r, timeout)
+			md, err := watch.QueryRank(ctx, sc.Addr, r, timeout, w.cfg.SideChannelMaxBytes)
 			if ctx.Err() != nil {
 				return
 			}
@@ -132,6 +133,10 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 			}
 			l := link{Side: side, Rank: r, Engine: sc.Addr}
 			w.mu.Lock()
+			if prev, ok := agents[r]; ok && prev != md.Agent && w.links[prev] == l {
+				delete(w.links, prev) // the rank's agent restarted under a new name: one link per rank
+			}
+			agents[r] = md.Agent
 			old, had := w.links[md.Agent]
 			w.links[md.Agent] = l
 			w.mu.Unlock()

@@ -10,18 +10,25 @@ import (
 // lists); anything far deeper is not an answer from vLLM.
 const maxMsgpackDepth = 16
 
+// maxMsgpackValues bounds the values of one side channel answer: vLLM's
+// holds a few per region (a base address, a block length, its layers), a
+// few thousand in all; decoding 2^18 values into interfaces costs some
+// 25 MiB, where ten million block lengths in a 10 MB answer cost 900 MiB.
+const maxMsgpackValues = 1 << 18
+
 // checkMsgpack walks one msgpack value in b without decoding it and refuses
 // what a decoder into interface values would pay for out of proportion to
 // the input: a container or string whose declared size is larger than the
 // bytes left (a 5-byte array header can claim four billion elements, which
 // the decoder allocates before reading one), or nesting deeper than
 // maxMsgpackDepth (a megabyte of one-byte array headers costs seconds and a
-// deep stack). It runs in time linear in len(b) and allocates only its
+// deep stack), or more than maxMsgpackValues values in all. It runs in time linear in len(b) and allocates only its
 // stack of open containers.
 func checkMsgpack(b []byte) error {
 	// open holds, per open container, the values it still expects.
 	open := make([]uint64, 0, maxMsgpackDepth)
 	pos := 0
+	values := 0
 	need := func(n uint64) error {
 		if n > uint64(len(b)-pos) {
 			return fmt.Errorf("msgpack at byte %d declares %d bytes, %d are left", pos, n, len(b)-pos)
@@ -52,6 +59,9 @@ func checkMsgpack(b []byte) error {
 		c := b[pos]
 		at := pos
 		pos++
+		if values++; values > maxMsgpackValues {
+			return fmt.Errorf("msgpack holds more than %d values (at byte %d): not a handshake answer", maxMsgpackValues, at)
+		}
 		var skip uint64 // payload bytes after the header
 		var items uint64
 		container := false

@@ -5,6 +5,7 @@ package watch
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -65,8 +66,33 @@ func (r *Ring) pos(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off
 // Drain reads at most max events (the writer keeps writing meanwhile) and
 // advances read_pos past them. A slot that does not decode is skipped and
 // counted in bad; positions a writer could not have written (outside the
-// capacity) stop the ring with an error.
+// capacity) stop the ring with an error. A file truncated under the
+// mapping (a read of a page past its end is SIGBUS) stops the ring with
+// an error too: the reads run with debug.SetPanicOnFault, and the fault
+// comes back as a *RingError instead of ending the process.
 func (r *Ring) Drain(max int) (events []Raw, bad int, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		fault, ok := p.(interface{ Addr() uintptr })
+		if !ok {
+			panic(p) // not a fault of the mapping: a bug, not input
+		}
+		now := "unknown"
+		if st, serr := r.f.Stat(); serr == nil {
+			now = fmt.Sprint(st.Size())
+		}
+		events, bad = nil, 0
+		err = &RingError{r.path, fmt.Sprintf("truncated or replaced under the reader: a fault (SIGBUS) reading the mapping at offset %d; the file holds %s bytes, %d are mapped",
+			int64(fault.Addr()-uintptr(unsafe.Pointer(&r.mem[0]))), now, len(r.mem))}
+	}()
+	return r.drain(max)
+}
+
+func (r *Ring) drain(max int) (events []Raw, bad int, err error) {
 	w := atomic.LoadUint64(r.pos(0))
 	rp := atomic.LoadUint64(r.pos(8))
 	if w >= r.hdr.Capacity || rp >= r.hdr.Capacity {

@@ -2,6 +2,14 @@
 // expose on a GPU host, without changing them: NIXL's per-agent telemetry
 // rings (NIXL_TELEMETRY_DIR), and turns it into kvscope's events.
 //
+// vLLM's ZMQ side channel is spoken by this package's own ZMTP 3 REQ
+// client (NULL mechanism, zmtp.go) rather than github.com/go-zeromq/zmq4,
+// because zmq4 panics on a malformed READY property and allocates any
+// size a frame header claims, and offers no hook to bound either before
+// it reads. The client checks every length against a limit before it
+// allocates and keeps interop with libzmq's ROUTER, which vLLM binds (the
+// tests still answer through zmq4's ROUTER).
+//
 // A NIXL telemetry ring is a file NIXL maps into the process of each agent
 // (vLLM: one per worker, named by the agent's UUID). Its layout is NIXL's
 // cyclic_buffer.h (unchanged from 0.6.0 to v1.4.0), native byte order:

@@ -6,9 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -62,53 +63,50 @@ func AgentName(blob []byte) (string, error) {
 }
 
 // QueryRank asks an engine's side channel at addr (host:port) for one
-// rank's handshake metadata, waiting at most timeout.
-func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration) (*RankMetadata, error) {
+// rank's handshake metadata, waiting at most timeout. maxAnswerBytes
+// bounds the answer, all its frames together (0: DefaultMaxAnswerBytes);
+// a frame over it is refused from its header, before it is read.
+func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration, maxAnswerBytes int64) (*RankMetadata, error) {
+	if maxAnswerBytes <= 0 {
+		maxAnswerBytes = DefaultMaxAnswerBytes
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	sock := zmq4.NewReq(ctx, zmq4.WithDialerTimeout(timeout))
-	defer sock.Close()
 	fail := func(err error) (*RankMetadata, error) {
+		// The connection's deadline is ctx's, and a cancelled ctx closes it.
+		closed := errors.Is(err, net.ErrClosed) && ctx.Err() != nil
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || closed && errors.Is(ctx.Err(), context.DeadlineExceeded):
+			err = fmt.Errorf("no answer within %s: %w", timeout, err)
+		case closed:
+			err = fmt.Errorf("stopped waiting (%v): %w", ctx.Err(), err)
+		}
 		return nil, fmt.Errorf("watch: --side-channel %s rank %d: %w", addr, rank, err)
 	}
-	if err := sock.Dial("tcp://" + addr); err != nil {
+	z, conn, err := dialZMTP(ctx, addr, maxAnswerBytes)
+	if err != nil {
 		return fail(err)
 	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() }) // a cancelled watcher ends the wait
+	defer stop()
 	req, err := msgpack.Marshal([]any{[]byte("get_meta_msg"), rank})
 	if err != nil {
 		return fail(err)
 	}
-	type answer struct {
-		msg zmq4.Msg
-		err error
+	if err := z.send(req); err != nil {
+		return fail(err)
 	}
-	got := make(chan answer, 1)
-	go func() {
-		if err := sock.Send(zmq4.NewMsg(req)); err != nil {
-			got <- answer{err: err}
-			return
-		}
-		m, err := sock.Recv()
-		got <- answer{m, err}
-	}()
-	select {
-	case <-ctx.Done():
-		sock.Close() // ends the receive
-		return fail(fmt.Errorf("no answer within %s", timeout))
-	case a := <-got:
-		if a.err != nil {
-			return fail(a.err)
-		}
-		if len(a.msg.Frames) == 0 {
-			return fail(errors.New("an empty answer"))
-		}
-		md, err := DecodeHandshake(a.msg.Frames[len(a.msg.Frames)-1])
-		if err != nil {
-			return fail(err)
-		}
-		md.Rank = rank
-		return md, nil
+	frames, err := z.recv()
+	if err != nil {
+		return fail(err)
 	}
+	md, err := DecodeHandshake(frames[len(frames)-1])
+	if err != nil {
+		return fail(err)
+	}
+	md.Rank = rank
+	return md, nil
 }
 
 // DecodeHandshake reads a side channel's answer: msgpack maps keyed by

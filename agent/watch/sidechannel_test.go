@@ -56,7 +56,7 @@ func sideChannel(t *testing.T, tp int, silent bool) (string, <-chan []any) {
 func TestQueryRank(t *testing.T) {
 	addr, reqs := sideChannel(t, 2, false)
 	for rank := 0; rank < 2; rank++ {
-		md, err := watch.QueryRank(context.Background(), addr, rank, 5*time.Second)
+		md, err := watch.QueryRank(context.Background(), addr, rank, 5*time.Second, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestQueryRank(t *testing.T) {
 func TestQueryRankSilent(t *testing.T) {
 	addr, reqs := sideChannel(t, 1, true)
 	start := time.Now()
-	_, err := watch.QueryRank(context.Background(), addr, 0, 300*time.Millisecond)
+	_, err := watch.QueryRank(context.Background(), addr, 0, 300*time.Millisecond, 0)
 	if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "no answer within 300ms") {
 		t.Fatalf("err %v: want a timeout naming %s", err, addr)
 	}
@@ -95,7 +95,7 @@ func TestQueryRankNobodyListens(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	_, err = watch.QueryRank(context.Background(), addr, 0, 300*time.Millisecond)
+	_, err = watch.QueryRank(context.Background(), addr, 0, 300*time.Millisecond, 0)
 	if err == nil || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("err %v: want an error naming %s", err, addr)
 	}

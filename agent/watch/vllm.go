@@ -1,7 +1,10 @@
 package watch
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -53,11 +56,69 @@ type Engine struct {
 // maxMetricsBytes caps one scrape's body.
 const maxMetricsBytes = 16 << 20
 
+// maxMetricsLine caps one line of a scrape's body.
+const maxMetricsLine = 1 << 20
+
+// DefaultMaxSeries bounds the series (sample lines) of one scrape when no
+// limit is given: vLLM exports a few hundred per engine.
+const DefaultMaxSeries = 100_000
+
+// SeriesError is a scrape with more series than the limit allows.
+type SeriesError struct {
+	Max int // the limit (--max-series)
+}
+
+// Error implements error.
+func (e *SeriesError) Error() string {
+	return fmt.Sprintf("more than %d series (--max-series): not read", e.Max)
+}
+
 // ParseMetrics reads vLLM's exposition text into its engines, keyed by
-// their engine label. Series vLLM does not export are left zero.
+// their engine label, with at most DefaultMaxSeries series (see
+// ParseMetricsLimit).
 func ParseMetrics(r io.Reader) (map[string]*Engine, error) {
+	return ParseMetricsLimit(r, DefaultMaxSeries)
+}
+
+// ParseMetricsLimit reads vLLM's exposition text into its engines, keyed
+// by their engine label. Series vLLM does not export are left zero. The
+// text is read line by line first: more than maxSeries sample lines (0:
+// DefaultMaxSeries) is a *SeriesError before anything is decoded, and only
+// the families read here (vllm:nixl_* and vllm:cache_config_info) go to
+// the Prometheus parser, so a body of other series costs its lines, not
+// their decoding.
+func ParseMetricsLimit(r io.Reader, maxSeries int) (map[string]*Engine, error) {
+	if maxSeries <= 0 {
+		maxSeries = DefaultMaxSeries
+	}
+	var kept bytes.Buffer
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxMetricsLine)
+	series := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		name := line
+		if c, ok := bytes.CutPrefix(line, []byte("#")); ok {
+			f := bytes.Fields(c)
+			if len(f) < 2 {
+				continue // a comment
+			}
+			name = f[1] // # HELP name ..., # TYPE name ...
+		} else if len(bytes.TrimSpace(line)) > 0 {
+			if series++; series > maxSeries {
+				return nil, &SeriesError{maxSeries}
+			}
+		}
+		if bytes.HasPrefix(name, []byte("vllm:nixl_")) || bytes.HasPrefix(name, []byte("vllm:cache_config_info")) {
+			kept.Write(line)
+			kept.WriteByte('\n')
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("line %d: %w (lines are read up to %d bytes)", series+1, err, maxMetricsLine)
+	}
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	families, err := p.TextToMetricFamilies(r)
+	families, err := p.TextToMetricFamilies(&kept)
 	if err != nil {
 		return nil, err
 	}
@@ -119,9 +180,10 @@ func ParseMetrics(r io.Reader) (map[string]*Engine, error) {
 }
 
 // Scrape fetches and parses one engine process's /metrics. ctx bounds it
-// (an engine that does not answer); a body over 16 MiB or that is not the
-// exposition format is an error naming the URL.
-func Scrape(ctx context.Context, client *http.Client, url string) (map[string]*Engine, error) {
+// (an engine that does not answer); a body over 16 MiB, of more than
+// maxSeries series (0: DefaultMaxSeries) or that is not the exposition
+// format is an error naming the URL.
+func Scrape(ctx context.Context, client *http.Client, url string, maxSeries int) (map[string]*Engine, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("watch: --vllm-metrics %s: %w", url, err)
@@ -142,7 +204,11 @@ func Scrape(ctx context.Context, client *http.Client, url string) (map[string]*E
 	if len(data) > maxMetricsBytes {
 		return nil, fmt.Errorf("watch: --vllm-metrics %s: larger than %d bytes", url, maxMetricsBytes)
 	}
-	engines, err := ParseMetrics(strings.NewReader(string(data)))
+	engines, err := ParseMetricsLimit(bytes.NewReader(data), maxSeries)
+	var se *SeriesError
+	if errors.As(err, &se) {
+		return nil, fmt.Errorf("watch: --vllm-metrics %s: %w", url, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("watch: --vllm-metrics %s: not Prometheus's text format: %w", url, err)
 	}

@@ -79,7 +79,7 @@ func TestScrapeFailures(t *testing.T) {
 	mux.HandleFunc("/fail", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "boom", 500) })
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	if engines, err := watch.Scrape(context.Background(), srv.Client(), srv.URL+"/metrics"); err != nil || engines["0"] == nil {
+	if engines, err := watch.Scrape(context.Background(), srv.Client(), srv.URL+"/metrics", 0); err != nil || engines["0"] == nil {
 		t.Fatalf("a good scrape: %v", err)
 	}
 	for path, want := range map[string]string{"/slow": "deadline", "/garbage": "not Prometheus's text format", "/fail": "HTTP 500"} {
@@ -90,7 +90,7 @@ func TestScrapeFailures(t *testing.T) {
 			limit = 200 * time.Millisecond
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), limit)
-		_, err := watch.Scrape(ctx, srv.Client(), srv.URL+path)
+		_, err := watch.Scrape(ctx, srv.Client(), srv.URL+path, 0)
 		cancel()
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), srv.URL+path) {
 			t.Errorf("%s: %v, want an error naming the URL and %q", path, err, want)

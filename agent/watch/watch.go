@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,16 +27,17 @@ type Transfer struct {
 
 // Observation is what a ring said, one of: a transfer, memory
 // (de)registered, an error, events NIXL dropped, or the ring opening,
-// closing or being refused.
+// closing or being refused; or a file of the directory skipped (not a
+// regular file, or over MaxRings), once per file.
 type Observation struct {
 	Agent    string // the NIXL agent: the ring file's name
-	Kind     string // transfer, registered, deregistered, error, dropped, opened, closed, refused
+	Kind     string // transfer, registered, deregistered, error, dropped, opened, closed, refused, skipped
 	Transfer *Transfer
 	Bytes    uint64 // registered, deregistered
 	Status   string // error: NIXL's status name (ERR_BACKEND, ...)
 	Count    uint64 // dropped: events; error: occurrences
 	Version  int32  // opened: the ring's telemetry version
-	Err      error  // refused, closed
+	Err      error  // refused, closed, skipped
 }
 
 // assembler groups one ring's events into observations.
@@ -98,7 +100,15 @@ type Watcher struct {
 	// MaxDrain bounds the events read from one ring per interval (default
 	// 65,536): a ring that fills faster is read over several intervals.
 	MaxDrain int
+	// MaxRings bounds the rings open at once (default DefaultMaxRings):
+	// a file beyond it is skipped, reported once, and opened when a ring
+	// closes and the directory is listed again.
+	MaxRings int
 }
+
+// DefaultMaxRings is Watcher.MaxRings when none is given: 256 NIXL agents
+// (a host of eight GPUs runs a handful).
+const DefaultMaxRings = 256
 
 type open struct {
 	ring *Ring
@@ -114,7 +124,7 @@ func (w *Watcher) Run(ctx context.Context, emit func(Observation)) error {
 		return err
 	}
 	defer unlock()
-	interval, rescan, maxDrain := w.Interval, w.Rescan, w.MaxDrain
+	interval, rescan, maxDrain, maxRings := w.Interval, w.Rescan, w.MaxDrain, w.MaxRings
 	if interval <= 0 {
 		interval = 100 * time.Millisecond
 	}
@@ -124,8 +134,11 @@ func (w *Watcher) Run(ctx context.Context, emit func(Observation)) error {
 	if maxDrain <= 0 {
 		maxDrain = 1 << 16
 	}
-	rings := map[string]*open{}
-	refused := map[string]string{} // name -> the size and time it was refused at
+	if maxRings <= 0 {
+		maxRings = DefaultMaxRings
+	}
+	d := &dirState{rings: map[string]*open{}, refused: map[string]string{}, skipped: map[string]string{}, maxRings: maxRings}
+	rings := d.rings
 	defer func() {
 		for _, o := range rings {
 			o.ring.Close()
@@ -137,7 +150,7 @@ func (w *Watcher) Run(ctx context.Context, emit func(Observation)) error {
 	for {
 		if time.Since(lastScan) >= rescan {
 			lastScan = time.Now()
-			w.scan(rings, refused, emit)
+			w.scan(d, emit)
 		}
 		names := make([]string, 0, len(rings))
 		for n := range rings {
@@ -171,8 +184,21 @@ func (w *Watcher) Run(ctx context.Context, emit func(Observation)) error {
 	}
 }
 
-// scan opens new ring files and closes those removed or replaced.
-func (w *Watcher) scan(rings map[string]*open, refused map[string]string, emit func(Observation)) {
+// dirState is what Run knows of the directory between listings.
+type dirState struct {
+	rings    map[string]*open
+	refused  map[string]string // name -> the size and time it was refused at
+	skipped  map[string]string // name -> why it was skipped (reported once)
+	maxRings int
+}
+
+// scan opens new ring files and closes those removed or replaced. A file
+// that is no ring to open (a symlink, FIFO, directory, socket or device,
+// or one over maxRings) is reported once as skipped, and again only when
+// the reason changes; names no longer listed are forgotten, so what is
+// remembered stays the size of the directory.
+func (w *Watcher) scan(d *dirState, emit func(Observation)) {
+	rings, refused := d.rings, d.refused
 	for name, o := range rings {
 		if !o.ring.Same() {
 			o.ring.Close()
@@ -182,20 +208,41 @@ func (w *Watcher) scan(rings map[string]*open, refused map[string]string, emit f
 	}
 	entries, err := os.ReadDir(w.Dir)
 	if err != nil {
+		if d.skipped[dirKey] != err.Error() {
+			emit(Observation{Agent: w.Dir, Kind: "skipped", Err: fmt.Errorf("watch: listing %s: %w", w.Dir, err)})
+		}
+		d.skipped[dirKey] = err.Error()
 		return
+	}
+	delete(d.skipped, dirKey)
+	listed := make(map[string]bool, len(entries))
+	skip := func(name, why string) {
+		if d.skipped[name] != why {
+			d.skipped[name] = why
+			emit(Observation{Agent: name, Kind: "skipped", Err: fmt.Errorf("watch: %s: %s", filepath.Join(w.Dir, name), why)})
+		}
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if _, ok := rings[name]; ok || strings.HasPrefix(name, ".") || !e.Type().IsRegular() {
+		listed[name] = true
+		if _, ok := rings[name]; ok || strings.HasPrefix(name, ".") {
+			continue
+		}
+		if t := e.Type(); !t.IsRegular() {
+			skip(name, "not read: "+fileKind(t)+", not a regular file (a NIXL ring is one)")
 			continue
 		}
 		info, err := e.Info()
 		if err != nil {
-			continue
+			continue // removed since the listing
 		}
 		stamp := fmt.Sprint(info.Size(), info.ModTime().UnixNano())
 		if refused[name] == stamp {
 			continue // refused already, and unchanged
+		}
+		if len(rings) >= d.maxRings {
+			skip(name, fmt.Sprintf("not opened: %d rings are open, the most this watcher reads (--max-agents)", d.maxRings))
+			continue
 		}
 		r, err := OpenRing(filepath.Join(w.Dir, name))
 		if err != nil {
@@ -204,7 +251,39 @@ func (w *Watcher) scan(rings map[string]*open, refused map[string]string, emit f
 			continue
 		}
 		delete(refused, name)
+		delete(d.skipped, name)
 		rings[name] = &open{ring: r, asm: assembler{agent: name}}
 		emit(Observation{Agent: name, Kind: "opened", Version: r.Header().Version})
 	}
+	for name := range refused {
+		if !listed[name] {
+			delete(refused, name)
+		}
+	}
+	for name := range d.skipped {
+		if !listed[name] && name != dirKey {
+			delete(d.skipped, name)
+		}
+	}
+}
+
+// dirKey is dirState.skipped's key for the directory itself (no file's
+// name holds a NUL).
+const dirKey = "\x00"
+
+// fileKind names a directory entry's type.
+func fileKind(t fs.FileMode) string {
+	switch {
+	case t&fs.ModeSymlink != 0:
+		return "a symbolic link (not followed)"
+	case t.IsDir():
+		return "a directory"
+	case t&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return fmt.Sprintf("a file of type %s", t.Type())
 }

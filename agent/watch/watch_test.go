@@ -83,13 +83,18 @@ func count(obs []watch.Observation, kind string) int {
 
 func watchDir(t *testing.T, dir string) *collector {
 	t.Helper()
+	return runWatcher(t, &watch.Watcher{Dir: dir, Interval: 2 * time.Millisecond, Rescan: 5 * time.Millisecond})
+}
+
+// runWatcher runs w until the test ends, collecting its observations.
+func runWatcher(t *testing.T, w *watch.Watcher) *collector {
+	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("rings are read with mmap on Linux")
 	}
 	c := &collector{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	w := &watch.Watcher{Dir: dir, Interval: 2 * time.Millisecond, Rescan: 5 * time.Millisecond}
 	go func() { done <- w.Run(ctx, c.emit) }()
 	t.Cleanup(func() {
 		cancel()
@@ -98,6 +103,13 @@ func watchDir(t *testing.T, dir string) *collector {
 		}
 	})
 	return c
+}
+
+// snapshot is the observations so far.
+func (c *collector) snapshot() []watch.Observation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]watch.Observation(nil), c.obs...)
 }
 
 // TestEveryVersion: rings of telemetry versions 1 to 4, written from the
