@@ -71,7 +71,7 @@ func send(t *testing.T, h *Hub, events ...event.Event) time.Duration {
 	}
 	last := events[len(events)-1]
 	start := time.Now()
-	if _, err := h.store(context.Background(), last.Agent, events, frame); err != nil {
+	if _, err := h.store(context.Background(), last.Agent, "", events, frame); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
