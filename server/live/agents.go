@@ -27,6 +27,16 @@ import (
 // jumps too far, closes that connection only.
 func (h *Hub) AgentHandler(secret string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if _, err := event.CredentialScope(got); !ok || err != nil {
+			h.reject("token")
+			msg := "an agent credential is required as the bearer (kvscope serve agent-token NAME issues one)"
+			if ok && secret != "" && subtle.ConstantTimeCompare([]byte(got), []byte(secret)) == 1 {
+				msg = "this is the server's token, which agents do not present: give the agent its own credential, from kvscope serve agent-token NAME"
+			}
+			http.Error(w, msg, http.StatusUnauthorized)
+			return
+		}
 		name, epoch := r.URL.Query().Get("agent"), r.URL.Query().Get("epoch")
 		if err := event.CheckAgentName(name); err != nil {
 			h.reject("agent_name")
@@ -38,17 +48,8 @@ func (h *Hub) AgentHandler(secret string) http.Handler {
 			http.Error(w, fmt.Sprintf("/ws/agent?epoch=E: %v", err), http.StatusBadRequest)
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			h.reject("token")
-			http.Error(w, "an agent credential is required as the bearer (kvscope serve agent-token NAME issues one)", http.StatusUnauthorized)
-			return
-		}
 		if err := event.CheckCredential(secret, got, name); err != nil {
 			h.reject("token")
-			if secret != "" && subtle.ConstantTimeCompare([]byte(got), []byte(secret)) == 1 {
-				err = fmt.Errorf("this is the server's token, which agents no longer present: give the agent its own credential, from kvscope serve agent-token %s", name)
-			}
 			http.Error(w, "agent "+event.Clip(name, 64)+": "+err.Error(), http.StatusUnauthorized)
 			return
 		}

@@ -162,7 +162,7 @@ func startAgent(t *testing.T, addr, token string) (*stream.Streamer, func()) {
 	t.Helper()
 	s := scenario.Default()
 	s.Rate = 25
-	st := &stream.Streamer{Agent: "test-agent", URL: "ws://" + addr + "/ws/agent", Token: token, Logf: t.Logf}
+	st := &stream.Streamer{Agent: "test-agent", URL: "ws://" + addr + "/ws/agent", Token: credFor(token, "test-agent"), Logf: t.Logf}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -210,4 +210,10 @@ func metricsText(t *testing.T, addr string) string {
 		t.Fatal(err)
 	}
 	return string(body)
+}
+
+// credFor is agent's credential from a server whose token is token.
+func credFor(token, agent string) string {
+	cred, _ := event.IssueCredential(token, agent)
+	return cred
 }
