@@ -18,18 +18,19 @@ import (
 func runAgentToken(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("serve agent-token", flag.ContinueOnError)
 	token := fs.String("token", os.Getenv("KVSCOPE_TOKEN"), "the server's token, as kvscope serve --token (default $KVSCOPE_TOKEN)")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseWithArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return &usageError{fmt.Errorf("kvscope serve agent-token [--token T] NAME: want one agent name, got %d arguments", fs.NArg())}
+	if len(pos) != 1 {
+		return &usageError{fmt.Errorf("kvscope serve agent-token [--token T] NAME: want one agent name, got %d arguments", len(pos))}
 	}
 	if *token == "" {
 		return &usageError{fmt.Errorf("--token: the server's token is needed (or $KVSCOPE_TOKEN)")}
 	}
-	cred, err := event.IssueCredential(*token, fs.Arg(0))
+	cred, err := event.IssueCredential(*token, pos[0])
 	if err != nil {
-		return &usageError{fmt.Errorf("NAME %q: %w", event.Clip(fs.Arg(0), 64), err)}
+		return &usageError{fmt.Errorf("NAME %q: %w", event.Clip(pos[0], 64), err)}
 	}
 	fmt.Fprintln(stdout, cred)
 	return nil
