@@ -41,6 +41,7 @@ type serverOptions struct {
 	record io.Writer
 	log    *eventlog.Log
 	replay uint64
+	budget Budget
 	logf   func(string, ...any)
 }
 
@@ -58,7 +59,7 @@ func startServer(t testing.TB, addr string, o serverOptions) *liveServer {
 // serveOn serves a hub made with o on ln.
 func serveOn(ln net.Listener, o serverOptions) *liveServer {
 	reg := metrics.New()
-	h := New(Options{Metrics: reg, Log: o.log, Replay: o.replay, Record: o.record, Logf: o.logf})
+	h := New(Options{Metrics: reg, Log: o.log, Replay: o.replay, Record: o.record, AgentBudget: o.budget, Logf: o.logf})
 	mux := http.NewServeMux()
 	mux.Handle("/ws/agent", h.AgentHandler(o.token))
 	mux.Handle("/ws/live", h.LiveHandler())

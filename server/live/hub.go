@@ -86,6 +86,7 @@ type Hub struct {
 	// of them at most).
 	catchUps       chan struct{}
 	catchUpWaiting atomic.Int64
+	catchUpWait    time.Duration // how long one waits its turn
 
 	// A new subscriber's history is packed outside mu, at most
 	// historyBuilders at a time (a storm of subscribers cannot take every
@@ -145,7 +146,7 @@ func New(o Options) *Hub {
 	h := &Hub{subs: map[*subscriber]struct{}{}, agents: map[string]*agent{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20},
 		metrics: o.Metrics, subQueue: o.SubscriberQueue, logf: o.Logf, stopped: stopped, stop: stop, agentsStopped: agentsStopped,
 		stopAgents: stopAgents, builders: make(chan struct{}, historyBuilders), log: o.Log, budget: o.AgentBudget,
-		catchUps: make(chan struct{}, maxCatchUps)}
+		catchUps: make(chan struct{}, maxCatchUps), catchUpWait: catchUpWait}
 	if h.subQueue <= 0 {
 		h.subQueue = DefaultSubscriberQueue
 	}

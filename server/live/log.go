@@ -92,7 +92,7 @@ func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool
 		h.catchUpWaiting.Add(-1)
 		return catchUp{}, errCatchUpBusy
 	}
-	wait := time.NewTimer(catchUpWait)
+	wait := time.NewTimer(h.catchUpWait)
 	select {
 	case h.catchUps <- struct{}{}:
 		wait.Stop()

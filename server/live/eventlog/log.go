@@ -257,13 +257,15 @@ type natsAuth struct {
 	srv             *natsserver.Server
 	logf            func(string, ...any)
 
-	// The connections per user: open when last counted (from the
-	// server's own list, at most every 200 ms), and admitted before that
-	// count began (prev) and since (admitted), an over-estimate until the
-	// next count.
-	mu                    sync.Mutex
-	counted               time.Time
-	conns, prev, admitted map[string]int
+	// The connections per user: those open at the last count (from the
+	// server's own list, at most every 200 ms) that had started a second
+	// before it, and those admitted since then (by admission time): an
+	// over-estimate by the ones closed meanwhile, never an under-estimate.
+	mu       sync.Mutex
+	counting bool
+	countAt  time.Time
+	conns    map[string]int
+	admitted map[string][]time.Time
 }
 
 // Check implements natsserver.Authentication.
@@ -313,33 +315,65 @@ func (a *natsAuth) log(format string, args ...any) {
 func (a *natsAuth) admit(user string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if now := time.Now(); a.srv != nil && now.Sub(a.counted) > 200*time.Millisecond {
-		a.counted, a.prev, a.admitted = now, a.admitted, map[string]int{}
-		go a.count() // not here: Check runs inside the server's connect path
+	now := time.Now()
+	if a.srv != nil && !a.counting && now.Sub(a.countAt) > 200*time.Millisecond {
+		a.counting = true
+		go a.count(now) // not here: Check runs inside the server's connect path
 	}
 	if a.admitted == nil {
-		a.admitted = map[string]int{}
+		a.admitted = map[string][]time.Time{}
 	}
-	if a.conns[user]+a.prev[user]+a.admitted[user] >= a.perAgent {
+	cutoff := a.countAt.Add(-countedAfter)
+	n := a.conns[user]
+	for _, t := range a.admitted[user] {
+		if t.After(cutoff) {
+			n++
+		}
+	}
+	if n >= a.perAgent {
 		return false
 	}
-	a.admitted[user]++
+	a.admitted[user] = append(a.admitted[user], now)
 	return true
 }
 
-// count reads the open connections per user from the server.
-func (a *natsAuth) count() {
-	cz, err := a.srv.Connz(&natsserver.ConnzOptions{Username: true, Limit: 1 << 20})
-	if err != nil {
-		return
-	}
+// countedAfter is how long a connection is counted by its admission
+// rather than by the server's list (a connection's start in the list
+// precedes its admission).
+const countedAfter = time.Second
+
+// count reads the open connections per user from the server at at.
+func (a *natsAuth) count(at time.Time) {
 	conns := map[string]int{}
-	for _, ci := range cz.Conns {
-		conns[ci.AuthorizedUser]++
+	cz, err := a.srv.Connz(&natsserver.ConnzOptions{Username: true, Limit: 1 << 20})
+	cutoff := at.Add(-countedAfter)
+	if err == nil {
+		for _, ci := range cz.Conns {
+			if !ci.Start.After(cutoff) {
+				conns[ci.AuthorizedUser]++
+			}
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.conns, a.prev = conns, nil
+	a.counting = false
+	if err != nil {
+		return
+	}
+	a.conns, a.countAt = conns, at
+	for user, times := range a.admitted { // what the list counts now goes
+		keep := times[:0]
+		for _, t := range times {
+			if t.After(cutoff) {
+				keep = append(keep, t)
+			}
+		}
+		if len(keep) == 0 {
+			delete(a.admitted, user)
+		} else {
+			a.admitted[user] = keep
+		}
+	}
 }
 
 // Redact drops a password from a NATS URL for messages.
