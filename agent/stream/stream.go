@@ -28,13 +28,13 @@ import (
 // Streamer queues and sends one agent's events. Its exported fields are set
 // before Run; it is safe for concurrent use.
 type Streamer struct {
-	Agent      string        // the agent's name on every event
-	URL        string        // ws://host:port/ws/agent
-	Token      string        // the agent's credential (kvscope serve agent-token NAME)
+	Agent string // the agent's name on every event
+	URL   string // ws://host:port/ws/agent
+	Token string // the agent's credential (kvscope serve agent-token NAME)
 	// Epoch is this agent process's id, sent with every connection and
 	// stored with its frames: a server tells a restarted agent (a new
 	// epoch) from one resending (""): random, made at Run).
-	Epoch string
+	Epoch      string
 	QueueSize  int           // events kept until acknowledged (default 8192)
 	FlushEvery time.Duration // the longest an event waits for its frame (default 25 ms, at most 50)
 	MaxBatch   int           // events per frame (default 512)
