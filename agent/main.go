@@ -69,6 +69,23 @@ func (e *usageError) Unwrap() error { return e.err }
 
 // checkName refuses an agent name the server would refuse (it checks
 // names with event.CheckAgentName too), naming flag and the value.
+// checkCredential refuses, before connecting, a --token that cannot
+// carry agent name: the server's own token, or another agent's
+// credential.
+func checkCredential(token, name string) error {
+	if token == "" {
+		return nil // the server says what it wants
+	}
+	scope, err := event.CredentialScope(token)
+	if err != nil {
+		return &usageError{fmt.Errorf("--token: not an agent credential: give this agent its own, from kvscope serve agent-token %s on the server (the server's token is not accepted from agents)", name)}
+	}
+	if !event.InScope(scope, name) {
+		return &usageError{fmt.Errorf("--token: the credential of %q cannot connect as %q (kvscope serve agent-token %s issues this agent's)", scope, name, name)}
+	}
+	return nil
+}
+
 func checkName(flag, name string) error {
 	err := event.CheckAgentName(name)
 	if err == nil {
@@ -95,7 +112,7 @@ func parse(args []string) (*options, error) {
 	o := &options{}
 	c := &o.config
 	fs.StringVar(&c.ServerURL, "server", "", "kvscope server, ws://HOST:PORT (its /ws/agent endpoint; empty: log events here)")
-	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "bearer token for the server (default $KVSCOPE_TOKEN)")
+	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "this agent's credential, from kvscope serve agent-token NAME on the server (default $KVSCOPE_TOKEN)")
 	fs.StringVar(&c.NATS, "nats", "", "send the events straight to the event log, nats://HOST:PORT[,…] (kvscope serve's embedded NATS server, or the fleet's cluster) instead of --server")
 	c.NATSAuth.Flags(fs, "a NATS credentials file for --nats (default: the agent's name as the user, --token as the password, as the embedded server takes)")
 	fs.StringVar(&c.Backend, "backend", "host", "transfer backend: host or nixl (needs a -tags nixl build)")
@@ -142,6 +159,11 @@ func parse(args []string) (*options, error) {
 		c.Name = name
 	} else if err := checkName("--name", c.Name); err != nil {
 		return nil, err
+	}
+	if streaming && (c.NATSAuth.Creds == "" && c.NATSAuth.User == "") {
+		if err := checkCredential(c.Token, c.Name); err != nil {
+			return nil, err
+		}
 	}
 	s := scenario.Default()
 	if o.scenario != "" {
@@ -337,7 +359,7 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	c := runner.WatchConfig{Logf: logf, Metrics: metrics.New()}
 	fs.StringVar(&c.Dir, "nixl-telemetry-dir", os.Getenv("NIXL_TELEMETRY_DIR"), "the engines' NIXL_TELEMETRY_DIR (default $NIXL_TELEMETRY_DIR); this watcher must be its only reader")
 	fs.StringVar(&c.ServerURL, "server", "", "kvscope server, ws://HOST:PORT (empty: log events here)")
-	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "bearer token for the server (default $KVSCOPE_TOKEN)")
+	fs.StringVar(&c.Token, "token", os.Getenv("KVSCOPE_TOKEN"), "this agent's credential, from kvscope serve agent-token NAME on the server (default $KVSCOPE_TOKEN)")
 	fs.StringVar(&c.Name, "name", "", "prefix of the watched agents' names (default: the host name)")
 	fs.DurationVar(&c.Interval, "interval", 100*time.Millisecond, "how often the rings are read (NIXL flushes every 100 ms by default)")
 	urls := fs.String("vllm-metrics", "", "comma-separated vLLM /metrics URLs, each optionally p= or d= (each engine's NIXL histograms and cache_config_info)")
@@ -425,6 +447,13 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 			return err
 		}
 		c.ServerURL = u
+		name := c.Name
+		if name == "" {
+			name, _ = os.Hostname()
+		}
+		if err := checkCredential(c.Token, name); err != nil {
+			return err
+		}
 	}
 	return runner.Watch(ctx, c)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/event"
 )
 
 // TestMain lets a test run this test binary as kvscope-agent itself
@@ -26,7 +27,8 @@ func TestMain(m *testing.M) {
 }
 
 func TestParseFlags(t *testing.T) {
-	o, err := parse([]string{"--server", "ws://10.0.0.5:8080", "--token", "t", "--model", "Qwen/Qwen3-0.6B", "--rate", "0", "--requests", "3"})
+	cred, _ := event.IssueCredential("the-servers-token-0123", "gpu7")
+	o, err := parse([]string{"--server", "ws://10.0.0.5:8080", "--name", "gpu7", "--token", cred, "--model", "Qwen/Qwen3-0.6B", "--rate", "0", "--requests", "3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,9 +85,10 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("a loopback P needs no token: %v", err)
 	}
 	// --nats without credentials: the embedded server's user is the agent's
-	// name and its password the token.
-	o, err = parse([]string{"--nats", "nats://127.0.0.1:4222", "--name", "gpu9/agent", "--token", "t9"})
-	if err != nil || o.config.NATSAuth.User != "gpu9/agent" || o.config.NATSAuth.Password != "t9" || o.config.NATS != "nats://127.0.0.1:4222" {
+	// name and its password the agent's credential.
+	cred9, _ := event.IssueCredential("the-servers-token-0123", "gpu9/agent")
+	o, err = parse([]string{"--nats", "nats://127.0.0.1:4222", "--name", "gpu9/agent", "--token", cred9})
+	if err != nil || o.config.NATSAuth.User != "gpu9/agent" || o.config.NATSAuth.Password != cred9 || o.config.NATS != "nats://127.0.0.1:4222" {
 		t.Errorf("--nats: %+v, %v", o.config.NATSAuth, err)
 	}
 }
@@ -160,6 +163,32 @@ func TestAgentName(t *testing.T) {
 	}
 }
 
+// TestAgentTakesItsOwnCredentialOnly: before connecting, the agent
+// refuses a --token that cannot carry its name (the server's own token,
+// another agent's credential), saying what to run instead; its own
+// credential, or one of a name above it, is taken.
+func TestAgentTakesItsOwnCredentialOnly(t *testing.T) {
+	const secret = "the-servers-token-0123"
+	own, _ := event.IssueCredential(secret, "gpu7")
+	other, _ := event.IssueCredential(secret, "gpu8")
+	for _, c := range []struct {
+		name, token, want string
+	}{
+		{"gpu7", own, ""},
+		{"gpu7/p", own, ""},
+		{"gpu7", secret, "kvscope serve agent-token gpu7"},
+		{"gpu7", other, `the credential of "gpu8" cannot connect as "gpu7"`},
+		{"gpu77", own, `cannot connect as "gpu77"`},
+	} {
+		for _, args := range [][]string{{"--server", "ws://10.0.0.5:8080"}, {"--nats", "nats://10.0.0.5:4222"}} {
+			_, err := parse(append(args, "--name", c.name, "--token", c.token))
+			if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("%v --name %s --token %.12s…: %v, want %q", args, c.name, c.token, err, c.want)
+			}
+		}
+	}
+}
+
 // TestAgentStopsWhenRefused: a server that refuses the agent for good
 // (here its token) stops the agent with the server's reason, instead of
 // transfers whose events go nowhere and a retry forever.
@@ -171,7 +200,8 @@ func TestAgentStopsWhenRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := run(ctx, []string{"--server", srv.URL, "--token", "wrong", "--name", "refused/agent", "--model", "Qwen/Qwen3-0.6B",
+	cred, _ := event.IssueCredential("another-servers-token-42", "refused/agent")
+	err := run(ctx, []string{"--server", srv.URL, "--token", cred, "--name", "refused/agent", "--model", "Qwen/Qwen3-0.6B",
 		"--kv-cache-memory-mib", "64", "--host-memory-mib", "256", "--rate", "20"}, t.Logf)
 	var re *stream.RefusedError
 	if !errors.As(err, &re) || re.Status != 401 || !strings.Contains(err.Error(), "a valid bearer token is required") {

@@ -126,11 +126,15 @@ type Live struct {
 	Transfers     []liveTransfer    // newest last
 	Errors        []liveError       // newest last
 	Forgotten     uint64            // agents dropped to stay within liveMaxAgents
-	Version       uint64            // bumps on every accepted event
-	Info          uint64            // bumps when a hello, handshake or registration changes an agent
-	Listed        uint64            // bumps when a transfer or error is listed
-	Sampled       uint64            // bumps on every sample
-	agents        map[string]*liveAgent
+	// Gone is the stored messages this page missed while away that the
+	// event log no longer held when it resumed (its age and size limits
+	// dropped them): a gap the server told of, never filled.
+	Gone    uint64
+	Version uint64 // bumps on every accepted event
+	Info    uint64 // bumps when a hello, handshake or registration changes an agent
+	Listed  uint64 // bumps when a transfer or error is listed
+	Sampled uint64 // bumps on every sample
+	agents  map[string]*liveAgent
 }
 
 // NewLive makes an empty live state.

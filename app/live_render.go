@@ -163,7 +163,7 @@ func liveStatsHTML(l *Live, st liveStatus, paused bool, sincePause uint64) strin
 	if detail != "" {
 		fmt.Fprintf(&sb, ` <span class="muted">· %s</span>`, html.EscapeString(detail))
 	}
-	if l.Ring.Total == 0 && l.Ignored == 0 && l.Malformed == 0 {
+	if l.Ring.Total == 0 && l.Ignored == 0 && l.Malformed == 0 && l.Gone == 0 {
 		return sb.String()
 	}
 	var dropped uint64
@@ -189,6 +189,9 @@ func liveStatsHTML(l *Live, st liveStatus, paused bool, sincePause uint64) strin
 		gapCls = "warn"
 	}
 	item("live-gaps", strconv.FormatUint(l.Ring.Gaps, 10), fmt.Sprintf("%s missed (sequence gaps)", commas(int64(l.Ring.Gaps))), gapCls)
+	if l.Gone > 0 {
+		item("live-gone", strconv.FormatUint(l.Gone, 10), fmt.Sprintf("%s stored frames missed while away: the event log no longer held them when this page resumed (its retention limits)", commas(int64(l.Gone))), "warn")
+	}
 	if dropped > 0 {
 		item("live-agent-dropped", strconv.FormatUint(dropped, 10), fmt.Sprintf("%s dropped by the agents' queues", commas(int64(dropped))), "warn")
 	}

@@ -401,3 +401,22 @@ func TestLiveAgentRestart(t *testing.T) {
 		t.Errorf("after the restart: %d bands, %d D ranks, %d bytes, %d transfers; want only the new run's", len(a.bands), a.DRanks, a.Bytes, len(l.Transfers))
 	}
 }
+
+// TestLiveShowsTheGapItIsTold: a resume whose history header says the
+// event log no longer held some of what the page missed ({"gone":N}) is
+// shown as a warning with that count, even before any event arrives; a
+// header without it shows none.
+func TestLiveShowsTheGapItIsTold(t *testing.T) {
+	for _, c := range []struct {
+		header string
+		gone   uint64
+	}{{`{"history":3,"gone":37}`, 37}, {`{"history":3}`, 0}, {`{"gone":5}`, 0}, {`[1]`, 0}} {
+		l := NewLive()
+		l.Gone += event.HistoryGone([]byte(c.header))
+		html := liveStatsHTML(l, liveStatus{State: "open"}, false, 0)
+		shown := strings.Contains(html, fmt.Sprintf(`data-testid="live-gone" data-count="%d"`, c.gone))
+		if c.gone > 0 != shown || c.gone == 0 && strings.Contains(html, "live-gone") {
+			t.Errorf("header %s: gone %d, shown %v: %s", c.header, l.Gone, shown, html)
+		}
+	}
+}

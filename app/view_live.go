@@ -176,6 +176,7 @@ func (s *liveSession) connect() {
 		case s.history < 0: // every connection starts with {"history": N}
 			if n, ok := event.HistoryCount(frame); ok {
 				s.history = n
+				s.live.Gone += event.HistoryGone(frame)
 			} else { // a hub that sends its replay as one frame
 				s.live.AddHistory(frame, time.Now())
 				s.history = 0
@@ -189,9 +190,9 @@ func (s *liveSession) connect() {
 		s.mu.Unlock()
 	})
 	on("close", func(args []app.Value) {
-		code := args[0].Get("code").Int()
+		code, reason := args[0].Get("code").Int(), args[0].Get("reason").String()
 		s.closeSocket()
-		s.scheduleRetry(code)
+		s.scheduleRetry(code, reason)
 	})
 	s.ws = ws
 }
@@ -287,7 +288,7 @@ func (s *liveSession) closeSocket() {
 // scheduleRetry reconnects after a backoff. A server that never accepted
 // the connection (a static site) is retried just as quietly, at most every
 // 30 seconds.
-func (s *liveSession) scheduleRetry(code int) {
+func (s *liveSession) scheduleRetry(code int, reason string) {
 	s.mu.Lock()
 	if !s.running {
 		s.mu.Unlock()
@@ -297,9 +298,12 @@ func (s *liveSession) scheduleRetry(code int) {
 	s.attempt++
 	everOpen := s.everOpen
 	s.mu.Unlock()
-	if everOpen {
+	switch {
+	case everOpen && code == 1013: // the server asks the page to come back: catching up, or busy
+		s.setStatus("connecting", fmt.Sprintf("the server asks to resume later (%s); resuming in %s", reason, wait.Round(100*time.Millisecond)))
+	case everOpen:
 		s.setStatus("closed", fmt.Sprintf("the connection closed (code %d); reconnecting in %s", code, wait.Round(100*time.Millisecond)))
-	} else {
+	default:
 		s.setStatus("none", "live transfers need kvscope serve (a static site plans in the browser alone); retrying now and then")
 	}
 	s.cancelRetry()

@@ -28,6 +28,7 @@ import (
 	"github.com/kvscope/kvscope/agent/runner"
 	"github.com/kvscope/kvscope/agent/scenario"
 	kvapp "github.com/kvscope/kvscope/app"
+	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/server/api"
 	"github.com/kvscope/kvscope/server/live"
@@ -54,10 +55,16 @@ type serveOptions struct {
 	// Replay is how many stored frames a replica reads back at start for
 	// its browsers' history (0: live.DefaultReplay).
 	Replay uint64
-	Logf   func(format string, args ...any)
+	// AgentBudget is what each agent may have stored a second (the zero
+	// value: no bound).
+	AgentBudget live.Budget
+	Logf        func(format string, args ...any)
 }
 
 func runServe(args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "agent-token" {
+		return runAgentToken(args[1:], stdout)
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	token := fs.String("token", "", "the server's token: agents present it on /ws/agent, browsers log in with it at /login, scripts send it as a bearer; required to listen beyond loopback")
@@ -65,6 +72,7 @@ func runServe(args []string, stdout io.Writer) error {
 	fs.Var(&allowed, "allowed-host", "a Host name the server also answers to (repeatable; loopback names and the --addr host always)")
 	agent := fs.String("agent", "embedded", "embedded (a host-memory agent in this process, streaming the default scenario) or none")
 	record := fs.String("record", "", "append every agent event to this JSONL file (kvscope replay plays it back)")
+	budget := budgetFlags(fs)
 	lim := limitFlags(fs)
 	busFlags := natsFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -74,8 +82,12 @@ func runServe(args []string, stdout io.Writer) error {
 	if err != nil {
 		return &usageError{err}
 	}
+	b, err := budget()
+	if err != nil {
+		return &usageError{err}
+	}
 	o := serveOptions{Addr: *addr, Token: *token, RequireToken: *token != "", AllowedHosts: allowed, Agent: *agent, Record: *record,
-		Limits: l, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
+		Limits: l, AgentBudget: b, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
 	// Keep the heap near what admission allows: the runtime collects
 	// sooner rather than growing past it (a soft limit, with room for the
 	// server itself and the embedded agent).
@@ -164,7 +176,12 @@ func embeddedScenario() scenario.Scenario {
 // into the server's /metrics, as for any agent, so the agent keeps no
 // registry of its own.
 func runEmbeddedAgent(ctx context.Context, cat model.Catalog, url, token string, s scenario.Scenario, logf func(string, ...any)) {
-	err := runner.Start(ctx, runner.Config{Name: "embedded", Scenario: s, Catalog: cat, ServerURL: url, Token: token,
+	cred, err := event.IssueCredential(token, "embedded")
+	if err != nil {
+		logf("embedded agent: %v", err)
+		return
+	}
+	err = runner.Start(ctx, runner.Config{Name: "embedded", Scenario: s, Catalog: cat, ServerURL: url, Token: cred,
 		HostLimit: embeddedHostLimit, Logf: logf})
 	if err != nil && ctx.Err() == nil {
 		logf("embedded agent stopped: %v", err)
@@ -225,7 +242,7 @@ type server struct {
 func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	kvapp.Register(cat)
 	reg := metrics.New()
-	h := live.New(live.Options{Metrics: reg, Log: o.Bus, Replay: o.Replay, Record: record, Logf: o.Logf})
+	h := live.New(live.Options{Metrics: reg, Log: o.Bus, Replay: o.Replay, Record: record, AgentBudget: o.AgentBudget, Logf: o.Logf})
 	mux := http.NewServeMux()
 	a := api.New(cat, o.Limits)
 	a.Register(mux)

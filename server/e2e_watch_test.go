@@ -54,7 +54,7 @@ func TestDeploymentPanel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runner.Watch(wctx, runner.WatchConfig{Name: "gpu7", Dir: dir, ServerURL: "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws/agent",
-			Token: tok, Interval: 20 * time.Millisecond, VLLMMetrics: []string{metrics.URL + "/metrics"}, ScrapeEvery: 200 * time.Millisecond,
+			Token: credential(t, tok, "gpu7"), Interval: 20 * time.Millisecond, VLLMMetrics: []string{metrics.URL + "/metrics"}, ScrapeEvery: 200 * time.Millisecond,
 			Sides: map[string]string{metrics.URL + "/metrics": "D"}, Model: modeltest.Load(t, "Qwen__Qwen3-0.6B"),
 			D: plan.Engine{KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096}, Agents: map[string]string{"decode-rank0": "d0"}, Logf: t.Logf})
 	}()

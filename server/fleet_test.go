@@ -99,7 +99,7 @@ func TestFleetView(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	for i := range 25 {
-		st := &stream.Streamer{Agent: fmt.Sprintf("gpu%02d/agent", i), URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Token}
+		st := &stream.Streamer{Agent: fmt.Sprintf("gpu%02d/agent", i), URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Credential(fmt.Sprintf("gpu%02d/agent", i))}
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Run(actx) }()
 		go func() {

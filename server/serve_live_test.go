@@ -45,7 +45,7 @@ func TestServeWiresTheHub(t *testing.T) {
 	defer sub.CloseNow()
 	sub.SetReadLimit(event.MaxFrameBytes + 1024)
 	const events = 21
-	st := &stream.Streamer{Agent: "wired", URL: "ws://" + addr + "/ws/agent", Token: tok}
+	st := &stream.Streamer{Agent: "wired", URL: "ws://" + addr + "/ws/agent", Token: credential(t, tok, "wired")}
 	go st.Run(ctx)
 	st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: "h", GPUs: []event.GPU{}}})
 	for range events - 1 {

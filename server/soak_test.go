@@ -238,7 +238,7 @@ func TestSoakAgent(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
-	agent, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/agent?agent=soak-agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer soak-test-token-0123"}}})
+	agent, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/agent?agent=soak-agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + credential(t, "soak-test-token-0123", "soak-agent")}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package stream
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,7 +25,17 @@ const (
 	HeaderAgent  = "Kvscope-Agent"
 	HeaderLast   = "Kvscope-Last-Seq"
 	HeaderLastTS = "Kvscope-Last-TS"
+	HeaderFirst  = "Kvscope-First-Seq"
+	HeaderEpoch  = "Kvscope-Epoch"
 )
+
+// InboxPrefix is the inbox an agent reads JetStream's acknowledgements
+// on, the only subjects the embedded server lets it subscribe to: its own,
+// so no agent reads what is answered to another.
+func InboxPrefix(agent string) string {
+	sum := sha256.Sum256([]byte(agent))
+	return "_INBOX.kvscope." + hex.EncodeToString(sum[:12])
+}
 
 // NATSAuth is how a client authenticates to NATS: a credentials file
 // (JWT and nkey seed), or a user and password, and TLS files.
@@ -73,37 +85,93 @@ func (a NATSAuth) Options() ([]nats.Option, error) {
 	return opts, nil
 }
 
-// PublishFrame stores one frame of an agent's events on its subject, with
-// the message id agent#first-last (JetStream drops a frame stored twice),
-// and returns once JetStream has it. An acknowledgement lost with a
-// connection (a NATS server restarting) is not waited for: the frame goes
-// again after publishAttempt, under the same id, until publishTimeout.
-func PublishFrame(ctx context.Context, js jetstream.JetStream, agent string, frame []byte, first, last uint64, lastTS int64) error {
-	msg := nats.NewMsg(event.Subject(agent))
-	msg.Data = frame
-	msg.Header.Set(HeaderAgent, agent)
-	msg.Header.Set(HeaderLast, strconv.FormatUint(last, 10))
-	msg.Header.Set(HeaderLastTS, strconv.FormatInt(lastTS, 10))
-	id := fmt.Sprintf("%s#%d-%d", agent, first, last)
+// Frame is one frame of an agent's events on its way to the event log.
+type Frame struct {
+	Agent string
+	// Epoch is the agent process's random id (Streamer.Epoch): a
+	// restarted agent's ids never repeat its previous run's.
+	Epoch       string
+	Data        []byte
+	First, Last uint64 // its events' sequence numbers
+	LastTS      int64  // the last event's timestamp
+	// Key makes the frame's message id (event.MessageIDKey).
+	Key []byte
+	// Stored, when set, reports whether stream message seq is this
+	// frame: JetStream calls a frame a duplicate of message seq, and only
+	// that message being this frame makes it one. Without it (an agent,
+	// which may not read the stream), a duplicate is believed only for a
+	// frame sent before under the same id (Resent, or a retry here).
+	Stored func(ctx context.Context, seq uint64) (bool, error)
+	// Resent says the frame went before under this id (its
+	// acknowledgement was lost).
+	Resent bool
+}
+
+// ErrDuplicateForged is a JetStream "duplicate" answer for a frame never
+// stored: some other message holds its id.
+var ErrDuplicateForged = errors.New("JetStream called the frame a duplicate of a message that is not it")
+
+// PublishFrame stores one frame of an agent's events on its subject and
+// returns once JetStream has it. Its message id (event.MessageID) lets
+// JetStream drop a frame stored twice (an agent resending to another
+// replica after a disconnect). An acknowledgement lost with a connection
+// (a NATS server restarting) is not waited for: the frame goes again after
+// publishAttempt, under the same id, until publishTimeout. A "duplicate"
+// answer is an acknowledgement only when the frame was stored before
+// (Frame.Stored, Frame.Resent); otherwise the frame goes again under a new
+// id, and after maxReIDs new ids it is an error.
+func PublishFrame(ctx context.Context, js jetstream.JetStream, f Frame) error {
+	msg := nats.NewMsg(event.Subject(f.Agent))
+	msg.Data = f.Data
+	msg.Header.Set(HeaderAgent, f.Agent)
+	msg.Header.Set(HeaderFirst, strconv.FormatUint(f.First, 10))
+	msg.Header.Set(HeaderLast, strconv.FormatUint(f.Last, 10))
+	msg.Header.Set(HeaderLastTS, strconv.FormatInt(f.LastTS, 10))
+	if f.Epoch != "" {
+		msg.Header.Set(HeaderEpoch, f.Epoch)
+	}
+	base := event.MessageID(f.Key, f.Agent, f.Epoch, f.First, f.Last)
+	id, reIDs, resent := base, 0, f.Resent
 	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	for {
 		actx, acancel := context.WithTimeout(pctx, publishAttempt)
-		_, err := js.PublishMsg(actx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName))
+		ack, err := js.PublishMsg(actx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName))
 		acancel()
 		switch {
+		case err == nil && ack.Duplicate:
+			stored := resent
+			if f.Stored != nil {
+				var serr error
+				if stored, serr = f.Stored(pctx, ack.Sequence); serr != nil {
+					return fmt.Errorf("storing %s's events %d-%d: JetStream calls them a duplicate of message %d, which does not read: %w", f.Agent, f.First, f.Last, ack.Sequence, serr)
+				}
+			}
+			if stored {
+				return nil
+			}
+			if reIDs++; reIDs > maxReIDs {
+				return fmt.Errorf("storing %s's events %d-%d (message id %s): %w (message %d), %d times", f.Agent, f.First, f.Last, base, ErrDuplicateForged, ack.Sequence, maxReIDs)
+			}
+			id, resent = base+"~"+strconv.Itoa(reIDs), false
+			continue
 		case err == nil:
 			return nil
 		case pctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)):
-			select { // again, under the same id
+			resent = true // it may have been stored: a duplicate now is this frame
+			select {      // again, under the same id
 			case <-pctx.Done():
 			case <-time.After(50 * time.Millisecond):
 			}
 			continue
 		}
-		return fmt.Errorf("storing %s's events %d-%d in JetStream: %w", agent, first, last, err)
+		return fmt.Errorf("storing %s's events %d-%d in JetStream: %w", f.Agent, f.First, f.Last, err)
 	}
 }
+
+// maxReIDs is how many new ids a frame JetStream wrongly calls a
+// duplicate is sent under before PublishFrame gives up.
+const maxReIDs = 3
 
 // publishAttempt is how long one publish waits for JetStream's
 // acknowledgement before sending the frame again; publishTimeout is how
@@ -133,14 +201,14 @@ func (n *NATS) Run(ctx context.Context) error {
 		return err
 	}
 	opts := append([]nats.Option{nats.Name("kvscope-agent " + n.Agent), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
-		nats.Timeout(5 * time.Second)}, auth...)
+		nats.Timeout(5 * time.Second), nats.CustomInboxPrefix(InboxPrefix(n.Agent))}, auth...)
 	var nc *nats.Conn
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
 		if nc, err = nats.Connect(n.URLs, opts...); err == nil {
 			break
 		}
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
-			return fmt.Errorf("--nats %s refused agent %q: %w (the embedded server takes the agent's name as the user and kvscope serve's --token as the password)", n.URLs, n.Agent, err)
+			return fmt.Errorf("--nats %s refused agent %q: %w (the embedded server takes the agent's name as the user and its credential, from kvscope serve agent-token NAME, as the password)", n.URLs, n.Agent, err)
 		}
 		if n.Logf != nil {
 			n.Logf("stream: --nats %s: %v; again in %v", n.URLs, err, wait)
@@ -159,6 +227,8 @@ func (n *NATS) Run(ctx context.Context) error {
 	tick := time.NewTicker(n.FlushEvery)
 	defer tick.Stop()
 	backoff := 100 * time.Millisecond
+	key := event.MessageIDKey(n.Auth.Password, n.Agent)
+	var sentFirst, sentLast uint64 // the frame sent last: sent again, a duplicate is it
 	for ctx.Err() == nil {
 		n.mu.Lock()
 		acked := n.acked
@@ -172,7 +242,10 @@ func (n *NATS) Run(ctx context.Context) error {
 				continue // one event too large for any frame: dropped
 			}
 			last := batch[len(batch)-1]
-			if err := PublishFrame(ctx, js, n.Agent, frame, batch[0].Seq, last.Seq, last.TS); err != nil {
+			f := Frame{Agent: n.Agent, Epoch: n.Epoch, Data: frame, First: batch[0].Seq, Last: last.Seq, LastTS: last.TS,
+				Key: key, Resent: sentFirst == batch[0].Seq && sentLast == last.Seq}
+			sentFirst, sentLast = f.First, f.Last
+			if err := PublishFrame(ctx, js, f); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}

@@ -10,6 +10,7 @@ package stream
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,9 +28,13 @@ import (
 // Streamer queues and sends one agent's events. Its exported fields are set
 // before Run; it is safe for concurrent use.
 type Streamer struct {
-	Agent      string        // the agent's name on every event
-	URL        string        // ws://host:port/ws/agent
-	Token      string        // the bearer token
+	Agent string // the agent's name on every event
+	URL   string // ws://host:port/ws/agent
+	Token string // the agent's credential (kvscope serve agent-token NAME)
+	// Epoch is this agent process's id, sent with every connection and
+	// stored with its frames: a server tells a restarted agent (a new
+	// epoch) from one resending (""): random, made at Run).
+	Epoch      string
 	QueueSize  int           // events kept until acknowledged (default 8192)
 	FlushEvery time.Duration // the longest an event waits for its frame (default 25 ms, at most 50)
 	MaxBatch   int           // events per frame (default 512)
@@ -56,9 +61,15 @@ type Streamer struct {
 func (s *Streamer) init() {
 	s.once.Do(func() {
 		s.wake = make(chan struct{}, 1)
+		if s.Epoch == "" {
+			s.Epoch = rand.Text()[:16] // base32: letters and digits
+		}
 		if s.QueueSize <= 0 {
 			s.QueueSize = 8192
 		}
+		// A server refuses a sequence number further past the last it
+		// stored than this (event.MaxSeqJump): no queue holds more.
+		s.QueueSize = min(s.QueueSize, event.MaxSeqJump)
 		if s.FlushEvery <= 0 || s.FlushEvery > 50*time.Millisecond {
 			s.FlushEvery = 25 * time.Millisecond
 		}
@@ -254,6 +265,7 @@ func (s *Streamer) endpoint() (string, error) {
 	}
 	q := u.Query()
 	q.Set("agent", s.Agent)
+	q.Set("epoch", s.Epoch)
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }

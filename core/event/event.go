@@ -325,6 +325,27 @@ func JoinFrame(events [][]byte) []byte {
 // wholly in one frame) come before the live frames.
 func HistoryHeader(frames int) []byte { return []byte(fmt.Sprintf(`{"history":%d}`, frames)) }
 
+// HistoryHeaderGone is HistoryHeader for a browser resuming from the
+// event log that missed gone stored messages the log no longer holds (a
+// gap it is told of): {"history":N,"gone":G}.
+func HistoryHeaderGone(frames int, gone uint64) []byte {
+	if gone == 0 {
+		return HistoryHeader(frames)
+	}
+	return []byte(fmt.Sprintf(`{"history":%d,"gone":%d}`, frames, gone))
+}
+
+// HistoryGone reads the gap a HistoryHeaderGone tells of (0: none).
+func HistoryGone(msg []byte) uint64 {
+	var h struct {
+		Gone uint64 `json:"gone"`
+	}
+	if _, ok := HistoryCount(msg); !ok || json.Unmarshal(bytes.TrimSpace(msg), &h) != nil {
+		return 0
+	}
+	return h.Gone
+}
+
 // HistoryCount reads a HistoryHeader; ok is false for anything else.
 func HistoryCount(msg []byte) (int, bool) {
 	var h struct {

@@ -14,24 +14,43 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live/eventlog"
 )
 
-// AgentHandler is /ws/agent: an agent with the bearer token sends frames
-// of events; each stored frame is acknowledged with the agent's last
-// stored sequence number ({"ack":N}, also sent first, on connecting). A
-// malformed or oversized frame closes that connection only.
-func (h *Hub) AgentHandler(token string) http.Handler {
+// AgentHandler is /ws/agent?agent=NAME&epoch=E: an agent with its
+// credential as the bearer (event.IssueCredential under secret, the
+// server's token: for NAME or a name above it) sends frames of events;
+// each stored frame is acknowledged with the agent's last stored sequence
+// number ({"ack":N}, also sent first, on connecting). E is the agent
+// process's id: a new one means the agent restarted, and its sequence
+// starts again. A malformed or oversized frame, or one whose sequence
+// jumps too far, closes that connection only.
+func (h *Hub) AgentHandler(secret string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		if _, err := event.CredentialScope(got); !ok || err != nil {
 			h.reject("token")
-			http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+			msg := "an agent credential is required as the bearer (kvscope serve agent-token NAME issues one)"
+			if ok && secret != "" && subtle.ConstantTimeCompare([]byte(got), []byte(secret)) == 1 {
+				msg = "this is the server's token, which agents do not present: give the agent its own credential, from kvscope serve agent-token NAME"
+			}
+			http.Error(w, msg, http.StatusUnauthorized)
 			return
 		}
-		name := r.URL.Query().Get("agent")
+		name, epoch := r.URL.Query().Get("agent"), r.URL.Query().Get("epoch")
 		if err := event.CheckAgentName(name); err != nil {
 			h.reject("agent_name")
 			http.Error(w, fmt.Sprintf("/ws/agent?agent=NAME: %v", err), http.StatusBadRequest)
+			return
+		}
+		if err := event.CheckEpoch(epoch); err != nil {
+			h.reject("agent_name")
+			http.Error(w, fmt.Sprintf("/ws/agent?epoch=E: %v", err), http.StatusBadRequest)
+			return
+		}
+		if err := event.CheckCredential(secret, got, name); err != nil {
+			h.reject("token")
+			http.Error(w, "agent "+event.Clip(name, 64)+": "+err.Error(), http.StatusUnauthorized)
 			return
 		}
 		conn, err := websocket.Accept(w, r, nil)
@@ -43,7 +62,7 @@ func (h *Hub) AgentHandler(token string) http.Handler {
 		conn.SetReadLimit(event.MaxFrameBytes)
 		ctx := r.Context()
 		var in messageReader
-		welcome := h.connect(ctx, name, conn, r.RemoteAddr)
+		welcome := h.connect(ctx, name, epoch, conn, r.RemoteAddr)
 		defer h.disconnect(name, conn)
 		if err := h.ack(ctx, conn, welcome); err != nil {
 			return
@@ -66,7 +85,13 @@ func (h *Hub) AgentHandler(token string) http.Handler {
 				conn.Close(websocket.StatusUnsupportedData, event.Clip(err.Error(), 123))
 				return
 			}
-			last, err := h.store(ctx, name, events, data)
+			last, err := h.store(ctx, name, epoch, events, data)
+			if je := (*event.SeqJumpError)(nil); errors.As(err, &je) {
+				h.reject("seq_jump")
+				h.logf("agent %q: frame refused: %v", name, err)
+				conn.Close(websocket.StatusPolicyViolation, event.Clip(err.Error(), 123))
+				return
+			}
 			if err != nil {
 				h.logf("agent %q: %v", name, err)
 				conn.Close(websocket.StatusTryAgainLater, event.Clip(err.Error(), 123))
@@ -113,20 +138,31 @@ func (h *Hub) ack(ctx context.Context, conn *websocket.Conn, last uint64) error 
 // connect ties a connection to an agent's name, closing an older
 // connection of the same name (an agent reconnecting before the server
 // noticed its old connection drop), and returns the last sequence number
-// stored for the agent: the agent resumes after it.
-func (h *Hub) connect(ctx context.Context, name string, conn *websocket.Conn, addr string) uint64 {
-	var stored uint64
-	var storedTS int64
+// stored for the agent: the agent resumes after it. An agent process
+// other than the one stored last (another epoch) is the agent restarted:
+// nothing of it is stored yet.
+func (h *Hub) connect(ctx context.Context, name, epoch string, conn *websocket.Conn, addr string) uint64 {
+	var stored eventlog.Stored
 	if h.log != nil {
 		var err error
-		if stored, storedTS, err = h.log.LastStored(ctx, name); err != nil {
+		if stored, err = h.log.LastStored(ctx, name); err != nil {
 			h.logf("agent %s: its last stored event: %v (acknowledging what this replica stored)", name, err)
 		}
 	}
 	h.mu.Lock()
 	a := h.agent(name)
-	if stored > a.storedSeq {
-		a.storedSeq, a.storedTS = stored, storedTS
+	if stored.Seq > a.storedSeq || stored.Epoch != a.storedEpoch && stored.Seq > 0 {
+		a.storedSeq, a.storedTS, a.storedEpoch = stored.Seq, stored.TS, stored.Epoch
+	}
+	restarted := epoch != "" && a.storedEpoch != "" && epoch != a.storedEpoch
+	if h.log == nil {
+		restarted = epoch != "" && a.epoch != "" && epoch != a.epoch
+	}
+	if restarted { // its sequence starts again; what it sent before stays where it is
+		a.storedSeq, a.storedTS, a.storedEpoch = 0, 0, epoch
+		if h.log == nil {
+			a.lastSeq, a.lastTS, a.epoch = 0, 0, epoch
+		}
 	}
 	old := a.conn
 	a.conn = conn
@@ -137,6 +173,9 @@ func (h *Hub) connect(ctx context.Context, name string, conn *websocket.Conn, ad
 		welcome = a.storedSeq
 	}
 	h.mu.Unlock()
+	if restarted {
+		h.logf("agent %s connected from %s as a new process (epoch %s): its sequence starts again", name, addr, epoch)
+	}
 	if old != nil {
 		h.logf("agent %s connected again from %s; closing its older connection", name, addr)
 		go old.Close(websocket.StatusPolicyViolation, "replaced by a newer connection of this agent")

@@ -93,7 +93,7 @@ func livePipeline(b *testing.B, burst int) {
 			}
 		}
 	}()
-	st := &stream.Streamer{Agent: "bench", URL: "ws://" + l.addr + "/ws/agent", Token: "tok", QueueSize: b.N + 1}
+	st := &stream.Streamer{Agent: "bench", URL: "ws://" + l.addr + "/ws/agent", Token: credFor("tok", "bench"), QueueSize: b.N + 1}
 	go st.Run(ctx)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -42,16 +43,25 @@ func (h *Hub) LiveHandler() http.Handler {
 		defer h.unsubscribe(s)
 		var caughtUp uint64 // the last stream message the catch-up read
 		more := false       // the catch-up stopped short of the stream's end
+		var gone uint64     // stored messages the browser missed that the log no longer holds
 		if since > 0 && h.log != nil {
 			// A browser coming back: everything stored from the last
 			// event it saw on, from the log, instead of the recent history
 			// (live frames queue meanwhile; the browser drops what it
 			// already has by agent and sequence). One far behind gets a
-			// part and is told to come back for the rest.
-			if frames, through, complete, err := h.catchUp(ctx, since, agents); err == nil {
-				hist, caughtUp, more = frames, through, !complete
-			} else {
-				h.logf("a browser resuming after stream message %d: %v (sending the recent history)", since, err)
+			// part and is told to come back for the rest; one the log
+			// cannot serve now is told to come back, never given the
+			// recent history as if it were all it missed.
+			c, err := h.readBack(ctx, since, agents)
+			if err != nil {
+				h.metrics.Add("kvscope_hub_catchup_refused_total", "Browsers resuming from the event log told to come back (the log could not serve them in time, or too many were catching up).", 1)
+				h.logf("a browser resuming after stream message %d: %v (told to come back)", since, err)
+				conn.Close(websocket.StatusTryAgainLater, event.Clip(fmt.Sprintf("catch-up unavailable (%v): resume with ?since=%d", err, since), 123))
+				return
+			}
+			hist, caughtUp, more, gone = c.frames, c.through, c.more, c.gone
+			if gone > 0 {
+				h.metrics.Add("kvscope_hub_catchup_gone_total", "Stored messages resuming browsers missed that the event log no longer holds (its age and size limits dropped them); each browser is told how many.", float64(gone))
 			}
 		}
 		send := func(frame []byte) bool {
@@ -60,7 +70,7 @@ func (h *Hub) LiveHandler() http.Handler {
 			return conn.Write(wctx, websocket.MessageText, frame) == nil
 		}
 		// {"history": N}, then the N frames of history, then live frames.
-		if !send(event.HistoryHeader(len(hist))) {
+		if !send(event.HistoryHeaderGone(len(hist), gone)) {
 			return
 		}
 		for _, frame := range hist {
@@ -69,7 +79,7 @@ func (h *Hub) LiveHandler() http.Handler {
 			}
 		}
 		if more {
-			conn.Close(websocket.StatusTryAgainLater, "more to catch up: resume with ?since=<the last stream_seq seen>")
+			conn.Close(websocket.StatusTryAgainLater, fmt.Sprintf("more to catch up: resume with ?since=%d", caughtUp))
 			return
 		}
 		fleetTick := time.NewTicker(time.Second)

@@ -116,7 +116,7 @@ func fleetLoad(b *testing.B, replicas []string, agents, perAgent, subsPer, perSe
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range agents {
-		st := &stream.Streamer{Agent: fmt.Sprintf("host%03d/agent", i), URL: "ws://" + replicas[i%len(replicas)] + "/ws/agent", Token: livetest.Token}
+		st := &stream.Streamer{Agent: fmt.Sprintf("host%03d/agent", i), URL: "ws://" + replicas[i%len(replicas)] + "/ws/agent", Token: livetest.Credential(fmt.Sprintf("host%03d/agent", i))}
 		go st.Run(ctx)
 		wg.Add(1)
 		go func() {

@@ -285,7 +285,7 @@ func TestAgentsOnNATS(t *testing.T) {
 	go sub.run(ctx)
 
 	agent := &stream.NATS{Streamer: stream.Streamer{Agent: "gpu1.example/agent"}, URLs: b.URL(),
-		Auth: stream.NATSAuth{User: "gpu1.example/agent", Password: tok}}
+		Auth: stream.NATSAuth{User: "gpu1.example/agent", Password: credFor(tok, "gpu1.example/agent")}}
 	go agent.Run(ctx)
 	agent.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: "gpu1", Role: "both", GPUs: []event.GPU{}}})
 	for i := 2; i <= 100; i++ {
@@ -303,12 +303,12 @@ func TestAgentsOnNATS(t *testing.T) {
 	}
 
 	wrong := &stream.NATS{Streamer: stream.Streamer{Agent: "gpu2/agent"}, URLs: b.URL(), Auth: stream.NATSAuth{User: "gpu2/agent", Password: "not-the-token"}}
-	if err := wrong.Run(ctx); err == nil || !strings.Contains(err.Error(), `refused agent "gpu2/agent"`) || !strings.Contains(err.Error(), "--token") {
+	if err := wrong.Run(ctx); err == nil || !strings.Contains(err.Error(), `refused agent "gpu2/agent"`) || !strings.Contains(err.Error(), "agent-token") {
 		t.Errorf("a wrong token: %v", err)
 	}
 
 	perm := make(chan error, 4)
-	nc, err := nats.Connect(b.URL(), nats.UserInfo("gpu3/agent", tok), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))
+	nc, err := nats.Connect(b.URL(), nats.UserInfo("gpu3/agent", credFor(tok, "gpu3/agent")), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestBusBadInput(t *testing.T) {
 	msg.Data, msg.Header = forged, nats.Header{stream.HeaderAgent: {"mallory"}}
 	nc.PublishMsg(msg)
 	nc.Flush()
-	st := &stream.Streamer{Agent: "honest/agent", URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Token}
+	st := &stream.Streamer{Agent: "honest/agent", URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Credential("honest/agent")}
 	go st.Run(ctx)
 	for i := 1; i <= 50; i++ {
 		st.Publish(livetest.FleetEvent(i))

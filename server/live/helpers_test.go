@@ -41,6 +41,7 @@ type serverOptions struct {
 	record io.Writer
 	log    *eventlog.Log
 	replay uint64
+	budget Budget
 	logf   func(string, ...any)
 }
 
@@ -58,7 +59,7 @@ func startServer(t testing.TB, addr string, o serverOptions) *liveServer {
 // serveOn serves a hub made with o on ln.
 func serveOn(ln net.Listener, o serverOptions) *liveServer {
 	reg := metrics.New()
-	h := New(Options{Metrics: reg, Log: o.log, Replay: o.replay, Record: o.record, Logf: o.logf})
+	h := New(Options{Metrics: reg, Log: o.log, Replay: o.replay, Record: o.record, AgentBudget: o.budget, Logf: o.logf})
 	mux := http.NewServeMux()
 	mux.Handle("/ws/agent", h.AgentHandler(o.token))
 	mux.Handle("/ws/live", h.LiveHandler())
@@ -162,7 +163,7 @@ func startAgent(t *testing.T, addr, token string) (*stream.Streamer, func()) {
 	t.Helper()
 	s := scenario.Default()
 	s.Rate = 25
-	st := &stream.Streamer{Agent: "test-agent", URL: "ws://" + addr + "/ws/agent", Token: token, Logf: t.Logf}
+	st := &stream.Streamer{Agent: "test-agent", URL: "ws://" + addr + "/ws/agent", Token: credFor(token, "test-agent"), Logf: t.Logf}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -210,4 +211,10 @@ func metricsText(t *testing.T, addr string) string {
 		t.Fatal(err)
 	}
 	return string(body)
+}
+
+// credFor is agent's credential from a server whose token is token.
+func credFor(token, agent string) string {
+	cred, _ := event.IssueCredential(token, agent)
+	return cred
 }

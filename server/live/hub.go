@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -44,6 +45,12 @@ type Options struct {
 	// SubscriberQueue is the frames buffered per browser (0:
 	// DefaultSubscriberQueue).
 	SubscriberQueue int
+	// AgentBudget bounds what each agent may have stored, per second:
+	// past it the hub sheds its moment events (descriptor batches,
+	// samples, transfers), counted on /metrics and seen by browsers as
+	// sequence gaps, and keeps what says who the agent is and what
+	// failed. The zero value bounds nothing (kvscope serve sets one).
+	AgentBudget Budget
 	// Logf logs what an operator should know (nil: nothing).
 	Logf func(format string, args ...any)
 }
@@ -65,6 +72,7 @@ type Hub struct {
 	metrics  *metrics.Registry
 	subQueue int // frames buffered per subscriber
 	logf     func(format string, args ...any)
+	budget   Budget // each agent's, per second
 
 	stopped       context.Context // done once the hub closes
 	stop          context.CancelFunc
@@ -72,6 +80,13 @@ type Hub struct {
 	stopAgents    context.CancelFunc
 	closeOnce     sync.Once
 	followed      chan struct{} // closed when following the log ends; nil without a log
+
+	// Browsers resuming from the log are read back at most maxCatchUps
+	// at a time, the others waiting their turn in order (catchUpWaiting
+	// of them at most).
+	catchUps       chan struct{}
+	catchUpWaiting atomic.Int64
+	catchUpWait    time.Duration // how long one waits its turn
 
 	// A new subscriber's history is packed outside mu, at most
 	// historyBuilders at a time (a storm of subscribers cannot take every
@@ -100,15 +115,18 @@ type Hub struct {
 type agent struct {
 	lastSeq uint64          // the last sequence number published to browsers
 	lastTS  int64           // that event's timestamp
+	epoch   string          // the agent process that sent it ("": one that says none)
 	state   event.State     // its hello, latest handshakes and registrations
 	conn    *websocket.Conn // its connection to this replica; nil when none
 	seen    time.Time       // when it last connected or disconnected here; zero: never here
 	// With a log: the last sequence number the log holds for it (and its
 	// timestamp), what it is acknowledged, learnt from the log when it
 	// connects.
-	storedSeq uint64
-	storedTS  int64
-	fleet     *fleetStat // its fleet summary line, from its first event
+	storedSeq   uint64
+	storedTS    int64
+	storedEpoch string
+	fleet       *fleetStat // its fleet summary line, from its first event
+	spent       spending   // what it stored against the hub's AgentBudget
 }
 
 // historyBuilders bounds the subscribers packing their history at once.
@@ -127,7 +145,8 @@ func New(o Options) *Hub {
 	agentsStopped, stopAgents := context.WithCancel(stopped)
 	h := &Hub{subs: map[*subscriber]struct{}{}, agents: map[string]*agent{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20},
 		metrics: o.Metrics, subQueue: o.SubscriberQueue, logf: o.Logf, stopped: stopped, stop: stop, agentsStopped: agentsStopped,
-		stopAgents: stopAgents, builders: make(chan struct{}, historyBuilders), log: o.Log}
+		stopAgents: stopAgents, builders: make(chan struct{}, historyBuilders), log: o.Log, budget: o.AgentBudget,
+		catchUps: make(chan struct{}, maxCatchUps), catchUpWait: catchUpWait}
 	if h.subQueue <= 0 {
 		h.subQueue = DefaultSubscriberQueue
 	}
@@ -206,12 +225,13 @@ func (h *Hub) agent(name string) *agent {
 // number stored for the (last event's) agent, which the agent is
 // acknowledged. Each event is encoded once, here; subscribers' frames and
 // the recording are made of those bytes.
-func (h *Hub) Publish(events []event.Event) uint64 { return h.publishEncoded(events, nil) }
+func (h *Hub) Publish(events []event.Event) uint64 { return h.publishEncoded(events, nil, "") }
 
 // publishEncoded is Publish with the events' encodings given (raws[i] is
-// events[i]'s JSON; nil encodes them here).
-func (h *Hub) publishEncoded(events []event.Event, raws [][]byte) uint64 {
-	last, restarted := h.publishLocked(events, raws)
+// events[i]'s JSON; nil encodes them here), sent by the agent process
+// epoch ("": unknown).
+func (h *Hub) publishEncoded(events []event.Event, raws [][]byte, epoch string) uint64 {
+	last, restarted := h.publishLocked(events, raws, epoch)
 	for _, name := range restarted { // logged with the lock released: a log is a file
 		h.logf("agent %q restarted: its sequence starts again", name)
 	}
@@ -220,7 +240,7 @@ func (h *Hub) publishEncoded(events []event.Event, raws [][]byte) uint64 {
 
 // publishLocked is publishEncoded's work under h.mu; it returns the
 // last sequence number stored and the agents that restarted.
-func (h *Hub) publishLocked(events []event.Event, raws [][]byte) (last uint64, restarted []string) {
+func (h *Hub) publishLocked(events []event.Event, raws [][]byte, epoch string) (last uint64, restarted []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var fresh [][]byte
@@ -232,12 +252,26 @@ func (h *Hub) publishLocked(events []event.Event, raws [][]byte) (last uint64, r
 		stream = max(stream, e.Stream)
 		if i == 0 || e.Agent != events[i-1].Agent {
 			a = h.agent(e.Agent)
+			if epoch != "" && a.epoch != epoch {
+				if a.epoch != "" && a.lastSeq > 0 { // another process of the agent: its sequence starts again
+					restarted = append(restarted, e.Agent)
+					a.lastSeq = 0
+				}
+				a.epoch = epoch
+			}
 		}
 		if a.lastSeq > 0 && event.Restarted(e, a.lastTS) {
 			restarted = append(restarted, e.Agent)
 			a.lastSeq = 0
 		}
 		if e.Seq <= a.lastSeq {
+			last = a.lastSeq
+			continue
+		}
+		if event.CheckSeqJump(e.Agent, a.lastSeq, e.Seq) != nil {
+			// Read from the log (an agent publishing there itself):
+			// refused, as /ws/agent refuses it, and counted.
+			h.reject("seq_jump")
 			last = a.lastSeq
 			continue
 		}

@@ -71,7 +71,7 @@ func send(t *testing.T, h *Hub, events ...event.Event) time.Duration {
 	}
 	last := events[len(events)-1]
 	start := time.Now()
-	if _, err := h.store(context.Background(), last.Agent, events, frame); err != nil {
+	if _, err := h.store(context.Background(), last.Agent, "", events, frame); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
@@ -218,7 +218,7 @@ func TestAgentNames(t *testing.T) {
 	defer l.stop()
 	srvURL := "http://" + l.addr
 	req, _ := http.NewRequest("GET", srvURL+"/ws/agent?agent="+url.QueryEscape("a\nkvscope: forged"), nil)
-	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Authorization", "Bearer "+credFor("tok", "a"))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func TestAgentNames(t *testing.T) {
 	}
 	// An agent's streamer with such a name stops at once with the
 	// server's reason, on one line.
-	st := &stream.Streamer{Agent: "a\nkvscope: forged", URL: "ws" + strings.TrimPrefix(srvURL, "http") + "/ws/agent", Token: "tok"}
+	st := &stream.Streamer{Agent: "a\nkvscope: forged", URL: "ws" + strings.TrimPrefix(srvURL, "http") + "/ws/agent", Token: credFor("tok", "a")}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err = st.Run(ctx)

@@ -252,7 +252,7 @@ func TestHubPruneForgetsAllOfAnAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	dial := func(name string) *websocket.Conn {
-		conn, _, err := websocket.Dial(ctx, "ws://"+l.addr+"/ws/agent?agent="+name, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+		conn, _, err := websocket.Dial(ctx, "ws://"+l.addr+"/ws/agent?agent="+name, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + credFor(token, name)}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -220,7 +220,7 @@ func TestBadFramesCloseOnlyTheirConnection(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 			defer dcancel()
-			conn, _, err := websocket.Dial(dctx, "ws://"+l.addr+"/ws/agent?agent=x", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+			conn, _, err := websocket.Dial(dctx, "ws://"+l.addr+"/ws/agent?agent=x", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + credFor(token, "x")}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,14 +240,14 @@ func TestBadFramesCloseOnlyTheirConnection(t *testing.T) {
 	// An agent must name itself; a second connection of a name replaces
 	// the first.
 	req, _ := http.NewRequest("GET", "http://"+l.addr+"/ws/agent", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Authorization", "Bearer "+credFor(token, "x"))
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("no agent name: %v %v, want 400", resp, err)
 	} else {
 		resp.Body.Close()
 	}
 	dial := func() *websocket.Conn {
-		conn, _, err := websocket.Dial(ctx, "ws://"+l.addr+"/ws/agent?agent=twin", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+		conn, _, err := websocket.Dial(ctx, "ws://"+l.addr+"/ws/agent?agent=twin", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + credFor(token, "twin")}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package live
 import (
 	"bytes"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/kvscope/kvscope/core/event"
@@ -19,7 +20,7 @@ import (
 // stream sequence, counted and skipped.
 func (h *Hub) follow(replay uint64) {
 	for h.stopped.Err() == nil {
-		err := h.log.Follow(h.stopped, replay, func(events []event.Event, raws [][]byte) { h.publishEncoded(events, raws) }, func(seq uint64, err error) {
+		err := h.log.Follow(h.stopped, replay, func(events []event.Event, raws [][]byte, epoch string) { h.publishEncoded(events, raws, epoch) }, func(seq uint64, err error) {
 			h.metrics.Add("kvscope_bus_bad_messages_total", "Stream messages that were not a frame of their agent's events.", 1)
 			h.logf("event log: stream message %d skipped: %v", seq, err)
 		})
@@ -53,49 +54,94 @@ func agentRaws(frame []byte, n int) [][]byte {
 	return raws
 }
 
-// maxCatchUp bounds the events a resuming browser is sent from the log in
-// one go (about 13 MB held for it); a browser further behind is sent that
-// many, then told to resume again from where they end.
-const maxCatchUp = 50_000
+// A resuming browser's catch-up: at most maxCatchUp events and
+// catchUpMessageBytes bytes of stored messages a step (what is sent is
+// about as large, at most maxCatchUpBytes with each event's stream_seq),
+// then it is told to come back for the rest; at most maxCatchUps
+// browsers read back at once, catchUpQueue waiting their turn, each at
+// most catchUpWait; one that cannot be served is told to come back (1013),
+// never sent the recent history as if it were everything.
+const (
+	maxCatchUp          = 50_000
+	maxCatchUpBytes     = 16 << 20
+	catchUpMessageBytes = 12 << 20
+	maxCatchUps         = 4
+	catchUpQueue        = 256
+	catchUpWait         = 10 * time.Second
+	catchUpTimeout      = 20 * time.Second
+)
 
-// catchUp is the frames of the events stored from stream message since on
-// (that message again: a browser may have seen only part of it), at most
-// about maxCatchUp; complete says they reach the end of the stream. A
-// message that does not route and an event too large for a frame are
-// left out, and counted.
-func (h *Hub) catchUp(ctx context.Context, since uint64, agents map[string]bool) (frames [][]byte, through uint64, complete bool, err error) {
+// catchUp is what a browser resuming after stream message since is sent.
+type catchUp struct {
+	frames  [][]byte
+	through uint64 // the last stream message read
+	more    bool   // it stopped short of the stream's end
+	gone    uint64 // messages from since on that the stream no longer holds
+}
+
+// errCatchUpBusy is a resume that waited its turn too long (or found
+// the queue full).
+var errCatchUpBusy = errors.New("too many browsers catching up")
+
+// readBack reads a resuming browser's catch-up: the events stored from
+// stream message since on (that message again: a browser may have seen
+// only part of it), in turn with the others. A message that does not
+// route and an event too large for a frame are left out, and counted.
+func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool) (catchUp, error) {
+	if h.catchUpWaiting.Add(1) > catchUpQueue {
+		h.catchUpWaiting.Add(-1)
+		return catchUp{}, errCatchUpBusy
+	}
+	wait := time.NewTimer(h.catchUpWait)
+	select {
+	case h.catchUps <- struct{}{}:
+		wait.Stop()
+		h.catchUpWaiting.Add(-1)
+	case <-wait.C:
+		h.catchUpWaiting.Add(-1)
+		return catchUp{}, errCatchUpBusy
+	case <-ctx.Done():
+		wait.Stop()
+		h.catchUpWaiting.Add(-1)
+		return catchUp{}, ctx.Err()
+	}
+	defer func() { <-h.catchUps }()
 	var raws [][]byte
 	skipped := 0
-	complete, err = h.log.ReadRange(ctx, since, 0, maxCatchUp, func(data []byte, agent string, seq uint64) int {
-		through = seq
-		if agents != nil && !agents[agent] {
-			return 0
-		}
-		_, rs, err := eventlog.Route(data, agent, seq)
-		if err != nil {
-			skipped++
-			return 0
-		}
-		for _, r := range rs {
-			if len(r) <= event.MaxEventBytes {
-				raws = append(raws, r)
-			} else {
-				skipped++
+	rr, err := h.log.ReadRange(ctx, eventlog.Range{From: since, MaxEvents: maxCatchUp, MaxBytes: catchUpMessageBytes, Timeout: catchUpTimeout},
+		func(data []byte, agent string, seq uint64) int {
+			if agents != nil && !agents[agent] {
+				return 0
 			}
-		}
-		return len(rs)
-	})
+			_, rs, err := eventlog.Route(data, agent, seq)
+			if err != nil {
+				skipped++
+				return 0
+			}
+			for _, r := range rs {
+				if len(r) <= event.MaxEventBytes {
+					raws = append(raws, r)
+				} else {
+					skipped++
+				}
+			}
+			return len(rs)
+		})
 	if skipped > 0 {
 		h.metrics.Add(metricCatchUpSkipped, helpCatchUpSkipped, float64(skipped))
 	}
 	if err != nil {
-		return nil, 0, false, err
+		return catchUp{}, err
 	}
-	frames, _ = event.Pack(raws)
-	if frames == nil {
-		frames = [][]byte{}
+	c := catchUp{through: rr.Last, more: !rr.Complete, gone: rr.Gone(since)}
+	if c.through == 0 {
+		c.through = since
 	}
-	return frames, through, complete, nil
+	c.frames, _ = event.Pack(raws)
+	if c.frames == nil {
+		c.frames = [][]byte{}
+	}
+	return c, nil
 }
 
 // store keeps an agent's events and returns the last sequence number
@@ -103,31 +149,35 @@ func (h *Hub) catchUp(ctx context.Context, since uint64, agents map[string]bool)
 // publish; with one, the events not stored yet go to JetStream (as the
 // agent's frame when every event is new), and the acknowledgement means
 // JetStream has them (they reach this replica's browsers, and every other
-// replica's, through follow). The log is written with h.mu released.
-func (h *Hub) store(ctx context.Context, agent string, events []event.Event, frame []byte) (uint64, error) {
+// replica's, through follow). The log is written with h.mu released. A
+// frame whose sequence jumps past event.MaxSeqJump is refused whole
+// (*event.SeqJumpError); events past the agent's budget are shed (and
+// acknowledged: they are not sent again).
+func (h *Hub) store(ctx context.Context, agent, epoch string, events []event.Event, frame []byte) (uint64, error) {
 	var raws [][]byte
 	if frame != nil {
 		raws = agentRaws(frame, len(events))
-	}
-	if h.log == nil {
-		for i := range events {
-			events[i].Stream = 0 // there is no log
-		}
-		return h.publishEncoded(events, raws), nil
 	}
 	h.mu.Lock()
 	var last uint64
 	var lastTS int64
 	if a := h.agents[agent]; a != nil {
-		last, lastTS = a.storedSeq, a.storedTS
+		last, lastTS = a.lastSeq, a.lastTS
+		if h.log != nil {
+			last, lastTS = a.storedSeq, a.storedTS
+		}
 	}
 	type pending struct {
 		seq uint64
 		ts  int64
 	}
-	var todo []pending    // the events not stored yet
+	var todo []pending    // the events to store
 	var todoRaws [][]byte // and their encodings
+	var keep []event.Event
 	restarted := false
+	now := time.Now()
+	shed, shedBytes := 0, 0
+	a := h.agent(agent)
 	for i, e := range events {
 		if last > 0 && event.Restarted(e, lastTS) {
 			restarted = true
@@ -135,6 +185,10 @@ func (h *Hub) store(ctx context.Context, agent string, events []event.Event, fra
 		}
 		if e.Seq <= last {
 			continue
+		}
+		if err := event.CheckSeqJump(agent, last, e.Seq); err != nil {
+			h.mu.Unlock()
+			return 0, err
 		}
 		last, lastTS = e.Seq, e.TS
 		var raw []byte
@@ -149,16 +203,53 @@ func (h *Hub) store(ctx context.Context, agent string, events []event.Event, fra
 			h.reject("event_too_big") // acknowledged, as publish does: no frame can carry it
 			continue
 		}
+		if h.budget.limited() && sheddable(e.Kind) && !a.spent.spend(h.budget, len(raw), now) {
+			shed, shedBytes = shed+1, shedBytes+len(raw)
+			continue
+		}
 		todo, todoRaws = append(todo, pending{e.Seq, e.TS}), append(todoRaws, raw)
+		keep = append(keep, e)
 	}
+	tell := false
+	if shed > 0 {
+		a.spent.shed += uint64(shed)
+		if now.Sub(a.spent.told) > time.Minute {
+			a.spent.told, tell = now, true
+		}
+	}
+	total := a.spent.shed
 	h.mu.Unlock()
+	if shed > 0 {
+		h.metrics.Add("kvscope_hub_shed_events_total", "Events agents sent past their budget (kvscope serve --agent-events-per-sec, --agent-bytes-per-sec), acknowledged and not stored.", float64(shed))
+		h.metrics.Add("kvscope_hub_shed_bytes_total", "Bytes of the events shed past agents' budgets.", float64(shedBytes))
+		if tell {
+			h.logf("agent %q sends more than its budget (%.0f events/s, %.0f bytes/s): %d events shed so far (browsers see them as gaps)", agent, h.budget.EventsPerSec, h.budget.BytesPerSec, total)
+		}
+	}
 	if restarted {
 		h.logf("agent %q restarted: its sequence starts again", agent)
+	}
+	if h.log == nil {
+		if len(keep) > 0 {
+			for i := range keep {
+				keep[i].Stream = 0 // there is no log
+			}
+			h.publishEncoded(keep, todoRaws, epoch)
+		}
+		// What was left out (shed, too big, sent before) counts as
+		// stored: the agent is not to send it again.
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		a := h.agent(agent)
+		if last > a.lastSeq {
+			a.lastSeq, a.lastTS = last, lastTS
+		}
+		return a.lastSeq, nil
 	}
 	if len(todo) == len(events) && len(todo) > 0 && raws != nil {
 		// Every event is new: store the agent's frame as it came.
 		last := todo[len(todo)-1]
-		if err := h.log.Publish(ctx, agent, frame, todo[0].seq, last.seq, last.ts); err != nil {
+		if err := h.log.Publish(ctx, agent, epoch, frame, todo[0].seq, last.seq, last.ts); err != nil {
 			h.metrics.Add("kvscope_bus_publish_errors_total", "Frames JetStream did not store (the agent resends them).", 1)
 			return 0, err
 		}
@@ -169,7 +260,7 @@ func (h *Hub) store(ctx context.Context, agent string, events []event.Event, fra
 	// sequence range (its message id).
 	for len(todo) > 0 {
 		n := event.Fit(todoRaws)
-		if err := h.log.Publish(ctx, agent, event.JoinFrame(todoRaws[:n]), todo[0].seq, todo[n-1].seq, todo[n-1].ts); err != nil {
+		if err := h.log.Publish(ctx, agent, epoch, event.JoinFrame(todoRaws[:n]), todo[0].seq, todo[n-1].seq, todo[n-1].ts); err != nil {
 			h.metrics.Add("kvscope_bus_publish_errors_total", "Frames JetStream did not store (the agent resends them).", 1)
 			return 0, err
 		}
@@ -178,9 +269,9 @@ func (h *Hub) store(ctx context.Context, agent string, events []event.Event, fra
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	a := h.agent(agent)
-	if last > a.storedSeq || event.Restarted(events[0], a.storedTS) {
-		a.storedSeq, a.storedTS = last, lastTS
+	a = h.agent(agent)
+	if last > a.storedSeq || event.Restarted(events[0], a.storedTS) || restarted {
+		a.storedSeq, a.storedTS, a.storedEpoch = last, lastTS, epoch
 	}
 	return a.storedSeq, nil
 }

@@ -57,10 +57,20 @@ type Options struct {
 	Listen string
 	// Auth authenticates to an external cluster.
 	Auth stream.NATSAuth
-	// Token lets agents publish straight to the embedded server: user
-	// name = the agent's name, password = the token, and each may publish
-	// only on its own subject.
+	// Token is the server's secret: agents publish straight to the
+	// embedded server with their name as the user and the credential it
+	// issued them (event.IssueCredential) as the password; each may
+	// publish on its own subject only and read its own inbox only.
 	Token string
+	// MaxConnections bounds the embedded server's client connections (0:
+	// DefaultMaxConnections), MaxAgentConnections each agent's (0:
+	// DefaultMaxAgentConnections): one credential cannot take every file
+	// descriptor of the process.
+	MaxConnections, MaxAgentConnections int
+	// MaxFramesPerAgent bounds the frames the stream keeps of one agent
+	// (0: DefaultMaxFramesPerAgent), so that one agent's flood cannot
+	// evict every other agent's history.
+	MaxFramesPerAgent int64
 	// MaxAge and MaxBytes bound the stream (0: 24 h, 1 GiB); Replicas is
 	// its replication in a cluster (1 embedded).
 	MaxAge   time.Duration
@@ -72,6 +82,13 @@ type Options struct {
 	Logf     func(string, ...any)
 }
 
+// The embedded server's and the stream's defaults.
+const (
+	DefaultMaxConnections      = 1024
+	DefaultMaxAgentConnections = 16
+	DefaultMaxFramesPerAgent   = 200_000
+)
+
 // Log is a replica's connection to the event log. It is safe for
 // concurrent use.
 type Log struct {
@@ -79,7 +96,9 @@ type Log struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	srv    *natsserver.Server // the embedded server, nil for a cluster
+	auth   *natsAuth          // its client authentication, nil for a cluster
 	url    string
+	secret string // the server's token: the key of the message ids it makes
 
 	mu       sync.Mutex
 	follower jetstream.Consumer // Follow's consumer, for its figures
@@ -118,20 +137,30 @@ func Open(ctx context.Context, o Options) (*Log, error) {
 			return nil, fmt.Errorf("--data-dir %s: %w", o.DataDir, err)
 		}
 		internal := rand.Text() // kvscope serve's own password, never shown
+		maxConn := o.MaxConnections
+		if maxConn <= 0 {
+			maxConn = DefaultMaxConnections
+		}
+		auth := &natsAuth{internal: internal, token: o.Token, perAgent: o.MaxAgentConnections, logf: o.Logf}
+		if auth.perAgent <= 0 {
+			auth.perAgent = DefaultMaxAgentConnections
+		}
 		srv, err := natsserver.NewServer(&natsserver.Options{
 			ServerName: "kvscope", Host: host, Port: port, JetStream: true, StoreDir: o.DataDir,
-			NoSigs: true, NoLog: true, MaxPayload: 8 << 20,
-			CustomClientAuthentication: &natsAuth{internal: internal, token: o.Token},
+			NoSigs: true, NoLog: true, MaxPayload: 8 << 20, MaxConn: maxConn,
+			CustomClientAuthentication: auth,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("embedded NATS server: %w", err)
 		}
+		auth.srv = srv
 		go srv.Start()
 		if !srv.ReadyForConnections(10 * time.Second) {
 			srv.Shutdown()
 			return nil, fmt.Errorf("embedded NATS server (data in %s): not ready within 10 s", o.DataDir)
 		}
 		l.srv, url = srv, srv.ClientURL()
+		l.auth = auth
 		o.Auth = stream.NATSAuth{User: serveUser, Password: internal}
 	}
 	opts := []nats.Option{nats.Name("kvscope serve"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
@@ -162,7 +191,12 @@ func Open(ctx context.Context, o Options) (*Log, error) {
 		l.Close()
 		return nil, err
 	}
+	l.secret = o.Token
 	maxAge, maxBytes, replicas := o.MaxAge, o.MaxBytes, max(o.Replicas, 1)
+	perAgent := o.MaxFramesPerAgent
+	if perAgent <= 0 {
+		perAgent = DefaultMaxFramesPerAgent
+	}
 	if maxAge <= 0 {
 		maxAge = 24 * time.Hour
 	}
@@ -170,7 +204,7 @@ func Open(ctx context.Context, o Options) (*Log, error) {
 		maxBytes = 1 << 30
 	}
 	cfg := jetstream.StreamConfig{Name: StreamName, Subjects: []string{event.SubjectPrefix + ">"}, Storage: jetstream.FileStorage,
-		MaxAge: maxAge, MaxBytes: maxBytes, Replicas: replicas, Duplicates: 2 * time.Minute, Discard: jetstream.DiscardOld,
+		MaxAge: maxAge, MaxBytes: maxBytes, MaxMsgsPerSubject: perAgent, Replicas: replicas, Duplicates: 2 * time.Minute, Discard: jetstream.DiscardOld,
 		MaxMsgSize: 8 << 20, Description: "kvscope agents' events, one frame per message"}
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -213,28 +247,133 @@ const serveUser = "kvscope-serve"
 // natsAuth admits clients to the embedded NATS server: kvscope serve with
 // its own random password (every permission), and agents publishing
 // straight to the log (kvscope-agent --nats) with their name as the user
-// and the server's token as the password, each allowed to publish on its
-// own subject only (and to read the JetStream acknowledgements).
+// and their credential as the password, each allowed to publish on its
+// own subject only and to read its own inbox only (stream.InboxPrefix:
+// where JetStream's acknowledgements come), at most perAgent connections
+// each.
 type natsAuth struct {
 	internal, token string
+	perAgent        int
+	srv             *natsserver.Server
+	logf            func(string, ...any)
+
+	// The connections per user: those open at the last count (from the
+	// server's own list, at most every 200 ms) that had started a second
+	// before it, and those admitted since then (by admission time): an
+	// over-estimate by the ones closed meanwhile, never an under-estimate.
+	mu       sync.Mutex
+	counting bool
+	countAt  time.Time
+	conns    map[string]int
+	admitted map[string][]time.Time
 }
 
 // Check implements natsserver.Authentication.
 func (a *natsAuth) Check(c natsserver.ClientAuthentication) bool {
 	opts := c.GetOpts()
 	same := func(x, y string) bool { return y != "" && subtle.ConstantTimeCompare([]byte(x), []byte(y)) == 1 }
+	user := opts.Username
 	switch {
-	case opts.Username == serveUser && same(opts.Password, a.internal):
+	case user == serveUser:
+		if !same(opts.Password, a.internal) {
+			return false
+		}
 		c.RegisterUser(&natsserver.User{Username: serveUser})
 		return true
-	case opts.Username != serveUser && event.CheckAgentName(opts.Username) == nil && same(opts.Password, a.token):
-		c.RegisterUser(&natsserver.User{Username: opts.Username, Permissions: &natsserver.Permissions{
-			Publish:   &natsserver.SubjectPermission{Allow: []string{event.Subject(opts.Username)}},
-			Subscribe: &natsserver.SubjectPermission{Allow: []string{"_INBOX.>"}},
-		}})
-		return true
+	case event.CheckAgentName(user) != nil:
+		return false
 	}
-	return false
+	scope, err := event.CredentialScope(opts.Password)
+	if err == nil && scope != user {
+		err = fmt.Errorf("the credential of %q is for that agent's own connections to NATS (user %q)", scope, user)
+	}
+	if err == nil {
+		err = event.CheckCredential(a.token, opts.Password, user)
+	}
+	if err != nil {
+		a.log("NATS: agent %q from %s refused: %v", user, c.RemoteAddress(), err)
+		return false
+	}
+	if !a.admit(user) {
+		a.log("NATS: agent %q from %s refused: it has %d connections already (at most %d an agent)", user, c.RemoteAddress(), a.perAgent, a.perAgent)
+		return false
+	}
+	c.RegisterUser(&natsserver.User{Username: user, Permissions: &natsserver.Permissions{
+		Publish:   &natsserver.SubjectPermission{Allow: []string{event.Subject(user)}},
+		Subscribe: &natsserver.SubjectPermission{Allow: []string{stream.InboxPrefix(user) + ".>"}},
+	}})
+	return true
+}
+
+func (a *natsAuth) log(format string, args ...any) {
+	if a.logf != nil {
+		a.logf(format, args...)
+	}
+}
+
+// admit counts a connection of user, refusing it past perAgent.
+func (a *natsAuth) admit(user string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if a.srv != nil && !a.counting && now.Sub(a.countAt) > 200*time.Millisecond {
+		a.counting = true
+		go a.count(now) // not here: Check runs inside the server's connect path
+	}
+	if a.admitted == nil {
+		a.admitted = map[string][]time.Time{}
+	}
+	cutoff := a.countAt.Add(-countedAfter)
+	n := a.conns[user]
+	for _, t := range a.admitted[user] {
+		if t.After(cutoff) {
+			n++
+		}
+	}
+	if n >= a.perAgent {
+		return false
+	}
+	a.admitted[user] = append(a.admitted[user], now)
+	return true
+}
+
+// countedAfter is how long a connection is counted by its admission
+// rather than by the server's list (a connection's start in the list
+// precedes its admission).
+const countedAfter = time.Second
+
+// count reads the open connections per user from the server at at.
+func (a *natsAuth) count(at time.Time) {
+	conns := map[string]int{}
+	cz, err := a.srv.Connz(&natsserver.ConnzOptions{Username: true, Limit: 1 << 20})
+	cutoff := at.Add(-countedAfter)
+	if err == nil {
+		for _, ci := range cz.Conns {
+			if !ci.Start.After(cutoff) {
+				conns[ci.AuthorizedUser]++
+			}
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.counting = false
+	if err != nil {
+		return
+	}
+	a.conns, a.countAt = conns, at
+	for user, times := range a.admitted { // what the list counts now goes
+		keep := times[:0]
+		for _, t := range times {
+			if t.After(cutoff) {
+				keep = append(keep, t)
+			}
+		}
+		if len(keep) == 0 {
+			delete(a.admitted, user)
+		} else {
+			a.admitted[user] = keep
+		}
+	}
 }
 
 // Redact drops a password from a NATS URL for messages.
@@ -265,29 +404,52 @@ func splitLoopback(addr string) (string, int, error) {
 }
 
 // Publish stores one frame of an agent's events (sequence numbers first
-// to last, the last stamped lastTS) and returns once JetStream has it (or
-// says why not).
-func (l *Log) Publish(ctx context.Context, agent string, frame []byte, first, last uint64, lastTS int64) error {
-	return stream.PublishFrame(ctx, l.js, agent, frame, first, last, lastTS)
+// to last, the last stamped lastTS, sent by the agent process epoch) and
+// returns once JetStream has it (or says why not). Its message id is keyed
+// with the server's secret, so no agent can make it; a "duplicate" answer
+// counts only when the message JetStream names is this frame.
+func (l *Log) Publish(ctx context.Context, agent, epoch string, frame []byte, first, last uint64, lastTS int64) error {
+	subject := event.Subject(agent)
+	return stream.PublishFrame(ctx, l.js, stream.Frame{Agent: agent, Epoch: epoch, Data: frame, First: first, Last: last, LastTS: lastTS,
+		Key: event.MessageIDKey(l.secret, agent),
+		Stored: func(ctx context.Context, seq uint64) (bool, error) {
+			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			m, err := l.stream.GetMsg(gctx, seq)
+			if err != nil {
+				return false, err
+			}
+			h := m.Header
+			return m.Subject == subject && h.Get(stream.HeaderEpoch) == epoch &&
+				h.Get(stream.HeaderFirst) == strconv.FormatUint(first, 10) && h.Get(stream.HeaderLast) == strconv.FormatUint(last, 10), nil
+		}})
 }
 
-// LastStored is the last sequence number (and its timestamp) stored for
-// an agent: an agent connecting to a replica resumes after it, whichever
-// replica stored it.
-func (l *Log) LastStored(ctx context.Context, agent string) (uint64, int64, error) {
+// Stored is where an agent's events stand in the log: the last sequence
+// number stored, its timestamp, and the agent process (epoch) that sent
+// it.
+type Stored struct {
+	Seq   uint64
+	TS    int64
+	Epoch string
+}
+
+// LastStored is what the log holds last of an agent: an agent connecting
+// to a replica resumes after it, whichever replica stored it.
+func (l *Log) LastStored(ctx context.Context, agent string) (Stored, error) {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	m, err := l.stream.GetLastMsgForSubject(gctx, event.Subject(agent))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, 0, nil
+		return Stored{}, nil
 	}
 	if err != nil {
-		return 0, 0, err
+		return Stored{}, err
 	}
 	seq, err := strconv.ParseUint(m.Header.Get(stream.HeaderLast), 10, 64)
 	if err != nil {
-		return 0, 0, fmt.Errorf("stream message %d: header %s %q: %w", m.Sequence, stream.HeaderLast, m.Header.Get(stream.HeaderLast), err)
+		return Stored{}, fmt.Errorf("stream message %d: header %s %q: %w", m.Sequence, stream.HeaderLast, event.Clip(m.Header.Get(stream.HeaderLast), 40), err)
 	}
 	ts, _ := strconv.ParseInt(m.Header.Get(stream.HeaderLastTS), 10, 64)
-	return seq, ts, nil
+	return Stored{Seq: seq, TS: ts, Epoch: m.Header.Get(stream.HeaderEpoch)}, nil
 }

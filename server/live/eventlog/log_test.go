@@ -40,7 +40,7 @@ func TestReplayFromStream(t *testing.T) {
 		evs := []event.Event{{V: event.Version, Agent: "a", Seq: 2*f + 1, TS: 1, Kind: event.Sample, Sample: &event.SampleData{}},
 			{V: event.Version, Agent: "a", Seq: 2*f + 2, TS: 2, Kind: event.Sample, Sample: &event.SampleData{}}}
 		frame, _ := event.EncodeFrame(evs)
-		if err := b.Publish(context.Background(), "a", frame, 2*f+1, 2*f+2, 2); err != nil {
+		if err := b.Publish(context.Background(), "a", "", frame, 2*f+1, 2*f+2, 2); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvscope/kvscope/agent/stream"
@@ -19,9 +20,11 @@ import (
 
 // Follow reads the stream from replay messages before its end (history
 // for a replica's browsers), then every new message, until ctx ends;
-// each frame goes to deliver as Route reads it, and a frame that does
-// not read is reported to bad (with its stream sequence) and skipped.
-func (l *Log) Follow(ctx context.Context, replay uint64, deliver func(events []event.Event, raws [][]byte), bad func(seq uint64, err error)) error {
+// each frame goes to deliver as Route reads it, with the agent process
+// (epoch) that sent it, and a frame that does not read is reported to bad
+// (with its stream sequence) and skipped. A message is its subject's
+// agent's (MessageAgent), whatever it says of itself.
+func (l *Log) Follow(ctx context.Context, replay uint64, deliver func(events []event.Event, raws [][]byte, epoch string), bad func(seq uint64, err error)) error {
 	info, err := l.stream.Info(ctx)
 	if err != nil {
 		return err
@@ -45,12 +48,17 @@ func (l *Log) Follow(ctx context.Context, replay uint64, deliver func(events []e
 		if meta != nil {
 			seq = meta.Sequence.Stream
 		}
-		events, raws, err := Route(m.Data(), m.Headers().Get(stream.HeaderAgent), seq)
+		agent, err := MessageAgent(m.Subject(), m.Headers())
 		if err != nil {
 			bad(seq, err)
 			return
 		}
-		deliver(events, raws)
+		events, raws, err := Route(m.Data(), agent, seq)
+		if err != nil {
+			bad(seq, err)
+			return
+		}
+		deliver(events, raws, m.Headers().Get(stream.HeaderEpoch))
 	}, jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return err
@@ -58,6 +66,23 @@ func (l *Log) Follow(ctx context.Context, replay uint64, deliver func(events []e
 	<-ctx.Done()
 	cc.Stop()
 	return nil
+}
+
+// MessageAgent is the agent a stream message is of: the one its subject
+// names (an agent may publish on its own subject only). A message whose
+// agent header names another is no one's.
+func MessageAgent(subject string, h nats.Header) (string, error) {
+	agent, err := event.AgentOfSubject(subject)
+	if err != nil {
+		return "", err
+	}
+	if named := h.Get(stream.HeaderAgent); named != "" && named != agent {
+		return "", fmt.Errorf("header %s %q on the subject of agent %q", stream.HeaderAgent, event.Clip(named, 64), agent)
+	}
+	if epoch := h.Get(stream.HeaderEpoch); event.CheckEpoch(epoch) != nil {
+		return "", fmt.Errorf("header %s: %v", stream.HeaderEpoch, event.CheckEpoch(epoch))
+	}
+	return agent, nil
 }
 
 // Decode reads a stored frame whole: its agent's events, each stamped
@@ -134,7 +159,7 @@ func PayloadRead(k event.Kind) bool {
 // messages that do not decode are skipped.
 func (l *Log) ReadEvents(ctx context.Context, from, through uint64, maxEvents int) ([]event.Event, error) {
 	var out []event.Event
-	_, err := l.ReadRange(ctx, from, through, maxEvents, func(data []byte, agent string, seq uint64) int {
+	_, err := l.ReadRange(ctx, Range{From: from, Through: through, MaxEvents: maxEvents}, func(data []byte, agent string, seq uint64) int {
 		events, err := Decode(data, agent, seq)
 		if err != nil {
 			return 0
@@ -145,54 +170,101 @@ func (l *Log) ReadEvents(ctx context.Context, from, through uint64, maxEvents in
 	return out, err
 }
 
-// ReadRange hands take each stream message from to through (0: the
-// stream's last message when the read starts) with its agent and stream
-// sequence; take says how many events it kept, and the read stops after
-// the message that brings them to maxEvents. complete says it read
-// through. A read takes at most 30 s.
-func (l *Log) ReadRange(ctx context.Context, from, through uint64, maxEvents int, take func(data []byte, agent string, seq uint64) int) (complete bool, err error) {
-	info, err := l.stream.Info(ctx)
-	if err != nil {
-		return false, err
+// Range is a read of stream messages From to Through (0: the stream's
+// last message when the read starts), stopping after the message that
+// brings what was kept to MaxEvents events or MaxBytes bytes of messages
+// (0: no bound), within Timeout (0: 30 s).
+type Range struct {
+	From, Through       uint64
+	MaxEvents, MaxBytes int
+	Timeout             time.Duration
+}
+
+// RangeRead is what a ReadRange read: through the last message it read
+// (Last); Complete when that is the range's end. First is the first
+// message the stream still holds when it is past From: messages From to
+// First-1 are gone (the stream's limits dropped them), a gap the reader is
+// owed a word about.
+type RangeRead struct {
+	Last     uint64
+	Complete bool
+	First    uint64
+}
+
+// Gone is how many messages of the range the stream no longer holds.
+func (r RangeRead) Gone(from uint64) uint64 {
+	if r.First > from {
+		return r.First - from
 	}
+	return 0
+}
+
+// ReadRange hands take each stream message of r with its agent ("" for a
+// message that is no agent's: MessageAgent) and stream sequence; take says
+// how many events it kept.
+func (l *Log) ReadRange(ctx context.Context, r Range, take func(data []byte, agent string, seq uint64) int) (RangeRead, error) {
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	info, err := l.stream.Info(rctx)
+	if err != nil {
+		return RangeRead{}, err
+	}
+	var out RangeRead
+	through, from := r.Through, r.From
 	if through == 0 || through > info.State.LastSeq {
 		through = info.State.LastSeq
 	}
+	if info.State.FirstSeq > from && from > 0 {
+		out.First = info.State.FirstSeq
+	}
 	from = max(from, info.State.FirstSeq)
 	if from > through {
-		return true, nil
+		out.Complete = true
+		return out, nil
 	}
-	cons, err := l.js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
+	cons, err := l.js.OrderedConsumer(rctx, StreamName, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{event.SubjectPrefix + ">"}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
 	if err != nil {
-		return false, err
+		return RangeRead{}, err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
-		return false, err
+		return RangeRead{}, err
 	}
 	defer it.Stop()
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	stop := context.AfterFunc(rctx, it.Stop)
 	defer stop()
-	kept := 0
+	kept, bytes := 0, 0
 	for {
 		m, err := it.Next()
 		if err != nil {
 			if rctx.Err() != nil {
-				return false, fmt.Errorf("reading stream messages %d-%d: %w", from, through, rctx.Err())
+				return RangeRead{}, fmt.Errorf("reading stream messages %d-%d: %w", from, through, rctx.Err())
 			}
-			return false, err
+			return RangeRead{}, err
 		}
 		meta, err := m.Metadata()
 		if err != nil {
-			return false, err
+			return RangeRead{}, err
 		}
 		seq := meta.Sequence.Stream
-		kept += take(m.Data(), m.Headers().Get(stream.HeaderAgent), seq)
-		if seq >= through || kept >= maxEvents {
-			return seq >= through, nil
+		agent, err := MessageAgent(m.Subject(), m.Headers())
+		if err != nil {
+			agent = "" // no agent's: take counts it as a message that does not read
+		}
+		n := take(m.Data(), agent, seq)
+		kept += n
+		if n > 0 {
+			bytes += len(m.Data())
+		}
+		out.Last = seq
+		if seq >= through || r.MaxEvents > 0 && kept >= r.MaxEvents || r.MaxBytes > 0 && bytes >= r.MaxBytes {
+			out.Complete = seq >= through
+			return out, nil
 		}
 	}
 }

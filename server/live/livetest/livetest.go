@@ -107,7 +107,7 @@ func FleetEvent(i int) event.Event {
 func StartAgents(ctx context.Context, wg, pubs *sync.WaitGroup, n, perAgent, rate int, name string, addrs ...string) []*stream.Streamer {
 	streamers := make([]*stream.Streamer, n)
 	for i := range streamers {
-		st := &stream.Streamer{Agent: fmt.Sprintf(name, i), URL: "ws://" + addrs[i%len(addrs)] + "/ws/agent", Token: Token}
+		st := &stream.Streamer{Agent: fmt.Sprintf(name, i), URL: "ws://" + addrs[i%len(addrs)] + "/ws/agent", Token: Credential(fmt.Sprintf(name, i))}
 		streamers[i] = st
 		wg.Add(1)
 		go func() { defer wg.Done(); st.Run(ctx) }()
@@ -176,4 +176,11 @@ func (r *Replica) Stop() {
 		r.stop()
 		r.stop = nil
 	}
+}
+
+// Credential is agent's credential from a server whose token is Token
+// ("" for a name no credential is issued for: the server refuses it).
+func Credential(agent string) string {
+	cred, _ := event.IssueCredential(Token, agent)
+	return cred
 }

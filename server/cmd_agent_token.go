@@ -1,0 +1,57 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live"
+)
+
+// runAgentToken is kvscope serve agent-token NAME: the credential of the
+// agents named NAME or NAME/..., made from the server's token. An agent
+// presents it on /ws/agent (kvscope-agent --token) and to the embedded
+// NATS server as its password (--nats); it lets it connect as no other
+// agent, and the server keeps no list: a new --token revokes them all.
+func runAgentToken(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("serve agent-token", flag.ContinueOnError)
+	token := fs.String("token", os.Getenv("KVSCOPE_TOKEN"), "the server's token, as kvscope serve --token (default $KVSCOPE_TOKEN)")
+	pos, err := parseWithArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return &usageError{fmt.Errorf("kvscope serve agent-token [--token T] NAME: want one agent name, got %d arguments", len(pos))}
+	}
+	if *token == "" {
+		return &usageError{fmt.Errorf("--token: the server's token is needed (or $KVSCOPE_TOKEN)")}
+	}
+	cred, err := event.IssueCredential(*token, pos[0])
+	if err != nil {
+		return &usageError{fmt.Errorf("NAME %q: %w", event.Clip(pos[0], 64), err)}
+	}
+	fmt.Fprintln(stdout, cred)
+	return nil
+}
+
+// budgetFlags registers each agent's budget on fs; the returned function
+// reads it once parsed.
+func budgetFlags(fs *flag.FlagSet) func() (live.Budget, error) {
+	d := live.DefaultAgentBudget
+	events := fs.Float64("agent-events-per-sec", d.EventsPerSec, "events each agent may have stored a second (5 s of burst); past it its descriptor batches, samples and transfers are shed and counted (0: no bound)")
+	bytes := fs.String("agent-bytes-per-sec", fmt.Sprintf("%dMiB", int64(d.BytesPerSec)>>20), "bytes of events each agent may have stored a second, as --agent-events-per-sec (0: no bound)")
+	return func() (live.Budget, error) {
+		b := d
+		if *events < 0 || *events > 1e7 {
+			return b, fmt.Errorf("--agent-events-per-sec %g: must be between 0 and 10000000", *events)
+		}
+		n, err := parseBytes(*bytes)
+		if err != nil || n < 0 {
+			return b, fmt.Errorf("--agent-bytes-per-sec %q: want a size such as 4MiB (0: no bound)", event.Clip(*bytes, 64))
+		}
+		b.EventsPerSec, b.BytesPerSec = *events, float64(n)
+		return b, nil
+	}
+}
