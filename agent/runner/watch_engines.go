@@ -234,11 +234,22 @@ func lensLine[T any](v []T) string {
 }
 
 // quiet is an agent that sends no 1 Hz samples: a side channel's errors.
+// Its first event is a hello, as every agent's is: a server and a browser
+// tell a restarted watcher's side channel by it, instead of taking its
+// errors for ones they already have.
 func (w *watcher) quiet(name string) *watched {
 	a := w.agent(name)
 	w.mu.Lock()
 	a.quiet = true
+	fresh := !a.announced
+	a.announced = true
 	w.mu.Unlock()
+	if fresh {
+		host, _ := os.Hostname()
+		w.emit(a, event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: "nixl (watched)", Memory: "VRAM", Role: "watch",
+			GPUs: []event.GPU{}, NoGPU: "reporting an engine's NIXL side channel", Engine: name,
+			Scenario: "a side channel's failures: the engine's handshake metadata could not be read"}})
+	}
 	return a
 }
 
