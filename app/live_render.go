@@ -158,7 +158,7 @@ func liveStatsHTML(l *Live, st liveStatus, paused bool, sincePause uint64) strin
 	detail := st.Detail
 	if detail == "" && st.State == "open" && l.Ring.Total == 0 {
 		detail = "connected; no agent has sent events yet (kvscope serve runs an embedded agent unless --agent none; " +
-			"kvscope-agent --server ws://HOST:PORT/ws/agent --token T streams from a GPU host)"
+			"kvscope-agent --server ws://HOST:PORT/ws/agent --token CRED streams from a GPU host, CRED from kvscope serve agent-token NAME)"
 	}
 	if detail != "" {
 		fmt.Fprintf(&sb, ` <span class="muted">· %s</span>`, html.EscapeString(detail))
