@@ -41,7 +41,20 @@ type Limits struct {
 	// one core: more than the cores but one would leave /api/plan, static
 	// files and websockets waiting for a core.
 	MaxRunning int
+	// TuneDeadline bounds one /api/tune request, its wait in the queue
+	// included (0: DefaultTuneDeadline): a search still running then
+	// answers what it has evaluated, marked partial. It stays under the
+	// HTTP server's 60 s write timeout, so the answer is never lost to it.
+	TuneDeadline time.Duration
 }
+
+// DefaultTuneDeadline is TuneDeadline's default, MaxTuneDeadline its
+// bound: 15 s under the server's write timeout (60 s) leaves room for the
+// candidate under way when the deadline passes and the answer's encoding.
+const (
+	DefaultTuneDeadline = 40 * time.Second
+	MaxTuneDeadline     = 45 * time.Second
+)
 
 // MaxQueueLimit bounds --max-queue (each waiter holds its request's
 // plans while it waits), MaxRunningLimit --max-running.
@@ -55,7 +68,15 @@ const (
 // computes on every core but one (at least one).
 func DefaultLimits() Limits {
 	return Limits{MaxMemory: max(TotalMemory()/16, 512<<20), MaxPairs: 4_000_000, MaxResponse: 64 << 20,
-		QueueWait: 10 * time.Second, MaxQueue: 64, MaxRunning: max(1, runtime.NumCPU()-1)}
+		QueueWait: 10 * time.Second, MaxQueue: 64, MaxRunning: max(1, runtime.NumCPU()-1), TuneDeadline: DefaultTuneDeadline}
+}
+
+// tuneDeadline is l.TuneDeadline, or its default.
+func (l Limits) tuneDeadline() time.Duration {
+	if l.TuneDeadline <= 0 {
+		return DefaultTuneDeadline
+	}
+	return l.TuneDeadline
 }
 
 // TotalMemory is the machine's memory (Linux /proc/meminfo), or 8 GiB
@@ -121,6 +142,51 @@ func (l Limits) precheck(s xfer.Setup) error {
 		return &TooBigError{"descriptor pairs", c.Pairs, l.MaxPairs, "--max-pairs"}
 	}
 	return nil
+}
+
+// AdmitPD admits the preparation of a P/D setup that is not an API
+// request (Run live: /api/live/run) as /api/pd is admitted, before anything
+// is prepared: from the two engines' own plans it refuses a setup whose
+// descriptor pairs are far over --max-pairs, or whose memory (PDMemory: its
+// registrations and pairs) is over --max-memory (413 TooBigError), then
+// waits in the heavy requests' queue for that memory and a core (ErrBusy:
+// 429). The caller prepares the setup and calls release when done.
+func (s *Server) AdmitPD(ctx context.Context, setup xfer.Setup) (release func(), err error) {
+	c, ok, err := planCost(setup)
+	if err != nil {
+		return nil, BadData(err)
+	}
+	if !ok {
+		c = xfer.Cost{} // no transport: no registrations, no pairs
+	}
+	if c.Pairs/4 > s.lim.MaxPairs {
+		return nil, &TooBigError{"descriptor pairs", c.Pairs, s.lim.MaxPairs, "--max-pairs"}
+	}
+	n := PDMemory(c)
+	if n > s.lim.MaxMemory {
+		return nil, &TooBigError{"memory", n, s.lim.MaxMemory, "--max-memory"}
+	}
+	if err := s.adm.acquire(ctx, n); err != nil {
+		return nil, err
+	}
+	return func() { s.adm.release(n) }, nil
+}
+
+// planCost is a setup's transfer cost estimated from the two engines' own
+// plans; ok is false when its connector moves nothing.
+func planCost(s xfer.Setup) (c xfer.Cost, ok bool, err error) {
+	if _, ok := s.Connector.Transport(); !ok {
+		return c, false, nil
+	}
+	pp, err := plan.New(s.Model, s.P)
+	if err != nil {
+		return c, false, fmt.Errorf("P: %w", err)
+	}
+	dp, err := plan.New(s.Model, s.D)
+	if err != nil {
+		return c, false, fmt.Errorf("D: %w", err)
+	}
+	return xfer.EstimateCost(s.Model, pp, dp, s.Request), true, nil
 }
 
 // PDMemory and OracleMemory turn a cost into the memory pd (every pair is
