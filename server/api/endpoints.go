@@ -3,8 +3,11 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/kvscope/kvscope/core/check"
 	"github.com/kvscope/kvscope/core/model"
@@ -135,16 +138,59 @@ func (s *Server) tune(ctx context.Context, req *TuneRequest) (any, error) {
 	return search.Result(), nil
 }
 
+// checkBodyFactor is what a check holds per byte of its body, beside
+// baseBytes: the body read, the decoded log and its lines, and what the
+// parser keeps of them (TestCheckMemoryEstimate holds it above measured
+// allocations).
+const checkBodyFactor = 12
+
+// checkMemory is the memory admission reserves for a check whose body is
+// bodyBytes long.
+func checkMemory(bodyBytes int64) int64 {
+	return xfer.SatAdd(baseBytes, xfer.SatMul(bodyBytes, checkBodyFactor))
+}
+
+// admitBody admits an /api/check by its body's size before the body is
+// read or decoded: a Content-Length over the 4 MiB body limit is refused
+// (413) at once, and otherwise the request waits in the heavy requests'
+// queue for checkMemory of its length (of the limit when the length is not
+// given), so a storm of large logs is read and parsed a few at a time.
+func (s *Server) admitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		size := r.ContentLength
+		if size > maxBody {
+			WriteError(w, http.StatusRequestEntityTooLarge, BadData(fmt.Errorf("body: Content-Length %d is over the %d-byte limit of a request body", size, maxBody)))
+			return
+		}
+		if size < 0 {
+			size = maxBody
+		}
+		need := checkMemory(size)
+		if err := s.adm.acquire(r.Context(), need); err != nil {
+			var big *TooBigError
+			switch {
+			case r.Context().Err() != nil:
+			case errors.As(err, &big):
+				WriteError(w, http.StatusRequestEntityTooLarge, err)
+			default:
+				w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.lim.QueueWait/time.Second))))
+				WriteError(w, http.StatusTooManyRequests, err)
+			}
+			return
+		}
+		defer s.adm.release(need)
+		next.ServeHTTP(w, r)
+	})
+}
+
 // check is /api/check: a startup log held against the plan, as kvscope
 // check does. The request's model, draft and vllm_version override the
-// log's.
+// log's. Its memory is admitted before its body is read (admitBody).
 func (s *Server) check(ctx context.Context, req *CheckRequest) (any, error) {
-	// A check plans the logged engine under every version: bounded work,
-	// admitted as one base unit so a storm of checks queues too.
-	if err := s.adm.acquire(ctx, baseBytes); err != nil {
-		return nil, err
-	}
-	defer s.adm.release(baseBytes)
 	l, err := vlog.Parse(req.Log)
 	if err != nil {
 		return nil, BadData(fmt.Errorf("log: %w", err))
