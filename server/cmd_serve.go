@@ -309,6 +309,7 @@ func limitFlags(fs *flag.FlagSet) func() (api.Limits, error) {
 	resp := fs.String("max-response", fmt.Sprintf("%dMiB", d.MaxResponse>>20), "estimated size of one API response")
 	wait := fs.Duration("queue-wait", d.QueueWait, "how long a heavy request waits for memory before 429")
 	queue := fs.Int("max-queue", d.MaxQueue, fmt.Sprintf("heavy requests that may wait for memory or a core at once, 0 to %d (429 beyond; 0: none waits)", api.MaxQueueLimit))
+	tuneDeadline := fs.Duration("tune-deadline", d.TuneDeadline, fmt.Sprintf("how long one /api/tune may run, its wait in the queue included, at most %s (under the server's 60 s write timeout); a search still running then answers what it has, marked partial", api.MaxTuneDeadline))
 	running := fs.Int("max-running", d.MaxRunning, fmt.Sprintf("heavy requests computing at once, 1 to %d (default: the cores but one)", api.MaxRunningLimit))
 	return func() (api.Limits, error) {
 		l := d
@@ -331,7 +332,10 @@ func limitFlags(fs *flag.FlagSet) func() (api.Limits, error) {
 		if *running < 1 || *running > api.MaxRunningLimit {
 			return l, fmt.Errorf("--max-running %d: must be between 1 and %d", *running, api.MaxRunningLimit)
 		}
-		l.MaxPairs, l.QueueWait, l.MaxQueue, l.MaxRunning = *pairs, *wait, *queue, *running
+		if *tuneDeadline <= 0 || *tuneDeadline > api.MaxTuneDeadline {
+			return l, fmt.Errorf("--tune-deadline %s: must be above 0 and at most %s", *tuneDeadline, api.MaxTuneDeadline)
+		}
+		l.MaxPairs, l.QueueWait, l.MaxQueue, l.MaxRunning, l.TuneDeadline = *pairs, *wait, *queue, *running, *tuneDeadline
 		return l, nil
 	}
 }

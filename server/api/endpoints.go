@@ -100,40 +100,40 @@ func (s *Server) oracle(ctx context.Context, req *PDRequest) (any, error) {
 const tuneCandidateBytes = 2 << 10
 
 // tune is /api/tune: a search as kvscope tune runs it, admitted by its
-// estimated memory (what it keeps per candidate and per distinct plan).
+// estimated memory (tuneMemory: what it keeps per candidate and per
+// distinct plan) and bounded in time (Limits.TuneDeadline: a search still
+// running then answers what it has, marked partial).
 func (s *Server) tune(ctx context.Context, req *TuneRequest) (any, error) {
-	obj, err := tune.ParseObjective(req.Objective, req.Weights)
-	if err != nil {
-		return nil, BadData(err)
-	}
-	m, err := req.load(s.cat)
+	search, m, err := tuneSearch(s, req)
 	if err != nil {
 		return nil, err
 	}
-	prompt := req.Prompt
-	if prompt == 0 {
-		prompt = 4096
-	}
-	draft := req.Draft
-	if draft != "" && draft != "mtp" {
-		draft = model.DisplayName(draft)
-	}
-	search, err := tune.NewSearch(tune.Space{Model: m, ModelName: m.Name, DraftName: draft, P: req.P, D: req.D, Ranges: req.Ranges,
-		Request: xfer.Request{PromptTokens: prompt}, Objective: obj, Top: req.Top})
-	if err != nil {
-		return nil, BadData(err)
-	}
+	// The deadline counts the wait in the queue too: the answer must be
+	// written before the server's write timeout.
+	limit := s.lim.tuneDeadline()
+	dctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	_, total := search.Progress()
-	need := baseBytes + int64(total)*tuneCandidateBytes
+	need := tuneMemory(m, search)
 	if need > s.lim.MaxMemory {
 		return nil, &TooBigError{What: "memory", Estimate: need, Limit: s.lim.MaxMemory, Flag: "--max-memory"}
 	}
-	if err := s.adm.acquire(ctx, need); err != nil {
+	if err := s.adm.acquire(dctx, need); err != nil {
+		if ctx.Err() == nil && dctx.Err() != nil {
+			return nil, ErrBusy // the deadline passed in the queue
+		}
 		return nil, err
 	}
 	defer s.adm.release(need)
-	if err := search.Step(ctx, total); err != nil {
-		return nil, err
+	if err := search.Step(dctx, total); err != nil {
+		if ctx.Err() != nil {
+			return nil, err // the client hung up
+		}
+		done, _ := search.Progress()
+		res := search.Result()
+		res.Partial = true
+		res.Stopped = fmt.Sprintf("the search reached this server's --tune-deadline %s after %d of %d candidates: the figures rank those only; narrow a range for the whole search", limit, done, total)
+		return res, nil
 	}
 	return search.Result(), nil
 }
@@ -186,6 +186,83 @@ func (s *Server) admitBody(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// tuneSearch is the search a /api/tune request describes, and its model.
+func tuneSearch(s *Server, req *TuneRequest) (*tune.Search, *model.Model, error) {
+	obj, err := tune.ParseObjective(req.Objective, req.Weights)
+	if err != nil {
+		return nil, nil, BadData(err)
+	}
+	m, err := req.load(s.cat)
+	if err != nil {
+		return nil, nil, err
+	}
+	prompt := req.Prompt
+	if prompt == 0 {
+		prompt = 4096
+	}
+	draft := req.Draft
+	if draft != "" && draft != "mtp" {
+		draft = model.DisplayName(draft)
+	}
+	search, err := tune.NewSearch(tune.Space{Model: m, ModelName: m.Name, DraftName: draft, P: req.P, D: req.D, Ranges: req.Ranges,
+		Request: xfer.Request{PromptTokens: prompt}, Objective: obj, Top: req.Top})
+	if err != nil {
+		return nil, nil, BadData(err)
+	}
+	return search, m, nil
+}
+
+// tuneMemory is the memory admission reserves for a search over m: what
+// the search holds at its peak (TestTuneMemoryEstimate holds it above the
+// heap measured over small and large models). Besides its figures per
+// candidate, a search keeps per rank and layer: P's registrations of every
+// distinct P engine (kept for the whole search), D's of the run under way
+// and of the last one (whose memory the next takes over), and the
+// planner's ranks of the run (candidates come in runs of one TP pair and D
+// block size). A hostile search is one of a wide model at high TP: its
+// registrations, not its candidates, are what it holds.
+func tuneMemory(m *model.Model, search *tune.Search) int64 {
+	layers := int64(len(m.Layers))
+	type pKey struct {
+		ranks, block, minLayers int
+		selector, dtype, conn   string
+	}
+	type run struct{ p, d, block int }
+	type dKey struct {
+		minLayers             int
+		selector, dtype, conn string
+	}
+	pEngines := map[pKey]bool{}
+	runs := map[run]map[dKey]bool{}
+	var pRankLayers, dRankLayers, plannerRankLayers int64
+	cands := search.Candidates()
+	for _, c := range cands {
+		pe, de := search.Engines(c)
+		pr := int64(max(1, pe.TensorParallelSize)) * int64(max(1, pe.PipelineParallelSize))
+		dr := int64(max(1, de.TensorParallelSize)) * int64(max(1, de.PipelineParallelSize))
+		if k := (pKey{int(pr), c.PBlockSize, c.MinGroupLayers, c.Selector, c.KVCacheDType, c.Connector}); !pEngines[k] {
+			pEngines[k] = true
+			pRankLayers = xfer.SatAdd(pRankLayers, xfer.SatMul(pr, layers))
+		}
+		r := run{int(pr), int(dr), c.DBlockSize}
+		ds := runs[r]
+		if ds == nil {
+			ds = map[dKey]bool{}
+			runs[r] = ds
+		}
+		ds[dKey{c.MinGroupLayers, c.Selector, c.KVCacheDType, c.Connector}] = true
+		dRankLayers = max(dRankLayers, xfer.SatMul(xfer.SatMul(dr, layers), int64(len(ds))))
+		plannerRankLayers = max(plannerRankLayers, xfer.SatMul(pr+dr, layers))
+	}
+	n := xfer.SatAdd(baseBytes, xfer.SatMul(int64(len(cands)), tuneCandidateBytes))
+	held := xfer.SatAdd(xfer.SatAdd(pRankLayers, xfer.SatMul(dRankLayers, 2)), plannerRankLayers)
+	return xfer.SatAdd(n, xfer.SatMul(held, tuneRankLayerBytes))
+}
+
+// tuneRankLayerBytes is what a search holds per rank and layer of a plan
+// it keeps: the layer's registered regions (two) and the planner's ranks.
+const tuneRankLayerBytes = 768
 
 // check is /api/check: a startup log held against the plan, as kvscope
 // check does. The request's model, draft and vllm_version override the
