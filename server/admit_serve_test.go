@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvscope/kvscope/agent/scenario"
 	kvapp "github.com/kvscope/kvscope/app"
+	"github.com/kvscope/kvscope/core/xfer"
 	"github.com/kvscope/kvscope/server/api"
 )
 
@@ -99,7 +100,7 @@ func TestLiveRunAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release, err := srv.api.AdmitPD(context.Background(), setup)
+	_, release, err := srv.api.AdmitPD(context.Background(), func() (xfer.Setup, error) { return setup, nil })
 	if err != nil {
 		t.Fatal(err)
 	}

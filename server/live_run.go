@@ -145,8 +145,9 @@ func liveRunHandler(e *embeddedAgent, cat model.Catalog, a *api.Server) http.Han
 // liveScenario turns the app's settings (a URL query) into the embedded
 // agent's scenario: the same model and plans, every request the view's
 // prompt and prefix hit, the KV pools fitted to limit bytes of host memory.
-// Its transfer is admitted by a (AdmitPD) once the pools are fitted (which
-// plans each engine once) and before it is prepared.
+// It is admitted by a (AdmitPD): the pools are fitted (which plans each
+// engine) in the heavy requests' queue, and the transfer's estimate from
+// those plans is admitted before it is prepared.
 func liveScenario(ctx context.Context, query string, cat model.Catalog, limit int64, a *api.Server) (scenario.Scenario, []string, error) {
 	maxPairs := a.Limits().MaxPairs
 	q, err := url.ParseQuery(query)
@@ -184,17 +185,17 @@ func liveScenario(ctx context.Context, query string, cat model.Catalog, limit in
 	if err != nil {
 		return s, nil, err
 	}
-	adjusted, err := s.FitHost(m, limit)
-	if err != nil {
-		return s, nil, err
-	}
-	setup, err := s.Setup(m)
-	if err != nil {
-		return s, nil, err
-	}
-	setup.Ctx = ctx
-	setup.Request = xfer.Request{PromptTokens: set.Prompt, PrefixHitTokens: set.Hit}
-	release, err := a.AdmitPD(ctx, setup)
+	var adjusted []string
+	setup, release, err := a.AdmitPD(ctx, func() (xfer.Setup, error) {
+		var err error
+		if adjusted, err = s.FitHost(m, limit); err != nil {
+			return xfer.Setup{}, err
+		}
+		setup, err := s.Setup(m)
+		setup.Ctx = ctx
+		setup.Request = xfer.Request{PromptTokens: set.Prompt, PrefixHitTokens: set.Hit}
+		return setup, err
+	})
 	if err != nil {
 		var big *api.TooBigError
 		if errors.As(err, &big) && big.What == "descriptor pairs" {

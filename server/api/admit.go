@@ -146,30 +146,50 @@ func (l Limits) precheck(s xfer.Setup) error {
 
 // AdmitPD admits the preparation of a P/D setup that is not an API
 // request (Run live: /api/live/run) as /api/pd is admitted, before anything
-// is prepared: from the two engines' own plans it refuses a setup whose
-// descriptor pairs are far over --max-pairs, or whose memory (PDMemory: its
-// registrations and pairs) is over --max-memory (413 TooBigError), then
-// waits in the heavy requests' queue for that memory and a core (ErrBusy:
-// 429). The caller prepares the setup and calls release when done.
-func (s *Server) AdmitPD(ctx context.Context, setup xfer.Setup) (release func(), err error) {
+// is prepared. The planning comes first, in the heavy requests' queue
+// (429 ErrBusy) with one request's base memory and a core: plan (fitting
+// the KV pools, say) returns the setup, whose two engines' own plans then
+// bound its transfer: descriptor pairs far over --max-pairs, or memory
+// (PDMemory: its registrations and pairs) over --max-memory, are refused
+// (413 TooBigError). The setup then holds that memory (waiting in the queue
+// again when it is more than the base) until the caller, done preparing
+// it, calls release.
+func (s *Server) AdmitPD(ctx context.Context, plan func() (xfer.Setup, error)) (setup xfer.Setup, release func(), err error) {
+	if err := s.adm.acquire(ctx, baseBytes); err != nil {
+		return setup, nil, err
+	}
+	held := int64(baseBytes)
+	defer func() {
+		if err != nil && held > 0 {
+			s.adm.release(held)
+		}
+	}()
+	if setup, err = plan(); err != nil {
+		return setup, nil, err
+	}
 	c, ok, err := planCost(setup)
 	if err != nil {
-		return nil, BadData(err)
+		return setup, nil, BadData(err)
 	}
 	if !ok {
 		c = xfer.Cost{} // no transport: no registrations, no pairs
 	}
 	if c.Pairs/4 > s.lim.MaxPairs {
-		return nil, &TooBigError{"descriptor pairs", c.Pairs, s.lim.MaxPairs, "--max-pairs"}
+		return setup, nil, &TooBigError{"descriptor pairs", c.Pairs, s.lim.MaxPairs, "--max-pairs"}
 	}
 	n := PDMemory(c)
 	if n > s.lim.MaxMemory {
-		return nil, &TooBigError{"memory", n, s.lim.MaxMemory, "--max-memory"}
+		return setup, nil, &TooBigError{"memory", n, s.lim.MaxMemory, "--max-memory"}
 	}
-	if err := s.adm.acquire(ctx, n); err != nil {
-		return nil, err
+	if n > held {
+		s.adm.release(held)
+		held = 0
+		if err = s.adm.acquire(ctx, n); err != nil {
+			return setup, nil, err
+		}
+		held = n
 	}
-	return func() { s.adm.release(n) }, nil
+	return setup, func() { s.adm.release(held) }, nil
 }
 
 // planCost is a setup's transfer cost estimated from the two engines' own
