@@ -72,6 +72,12 @@ func TestStormAdmission(t *testing.T) {
 			func(int) (int, string) { return stormFlood(t, addr, 2000), "" }, "200"},
 	}
 	for _, ph := range phases {
+		// Each attack on its own: the last one's memory handed back first
+		// (when its last heavy request left), at most 15 s.
+		for settle := time.Now(); procRSS(t, cmd.Process.Pid) > 400<<20 && time.Since(settle) < 15*time.Second; {
+			time.Sleep(250 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
 		var peak atomic.Int64
 		stop := make(chan struct{})
 		var sampling sync.WaitGroup
@@ -108,6 +114,7 @@ func TestStormAdmission(t *testing.T) {
 		done := make(chan struct{})
 		go func() { storm.Wait(); close(done) }()
 		var plans []time.Duration
+		var slow []string // plans over 100 ms, when in the phase
 		for waiting := true; waiting; {
 			select {
 			case <-done:
@@ -118,6 +125,9 @@ func TestStormAdmission(t *testing.T) {
 					t.Errorf("%s: a plan during it: %d %s", ph.name, code, msg)
 				}
 				plans = append(plans, time.Since(t0))
+				if d := time.Since(t0); d > 100*time.Millisecond {
+					slow = append(slow, fmt.Sprintf("%v at %v", d.Round(time.Millisecond), t0.Sub(start).Round(time.Millisecond)))
+				}
 			}
 		}
 		took := time.Since(start)
@@ -148,7 +158,7 @@ func TestStormAdmission(t *testing.T) {
 			t.Errorf("%s: peak RSS %d MiB, over 2 GiB", ph.name, peak.Load()>>20)
 		}
 		if p99 > 100*time.Millisecond {
-			t.Errorf("%s: /api/plan p99 %v, over 100 ms", ph.name, p99)
+			t.Errorf("%s: /api/plan p99 %v, over 100 ms (plans over 100 ms: %s)", ph.name, p99, strings.Join(slow, ", "))
 		}
 	}
 	if n := stormMetric(t, base, "kvscope_http_refused_connections_total"); n < 1000 {

@@ -104,27 +104,46 @@ const tuneCandidateBytes = 2 << 10
 // distinct plan) and bounded in time (Limits.TuneDeadline: a search still
 // running then answers what it has, marked partial).
 func (s *Server) tune(ctx context.Context, req *TuneRequest) (any, error) {
-	search, m, err := tuneSearch(s, req)
-	if err != nil {
-		return nil, err
-	}
 	// The deadline counts the wait in the queue too: the answer must be
 	// written before the server's write timeout.
 	limit := s.lim.tuneDeadline()
 	dctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	_, total := search.Progress()
-	need := tuneMemory(m, search)
+	acquire := func(n int64) error {
+		err := s.adm.acquire(dctx, n)
+		if err != nil && ctx.Err() == nil && dctx.Err() != nil {
+			return ErrBusy // the deadline passed in the queue
+		}
+		return err
+	}
+	// Building a search (a pasted config parsed, every candidate listed)
+	// is work too: it runs in the queue with one request's base memory,
+	// and is dropped once estimated, so that no built search waits in the
+	// queue for its memory; it is built again once admitted.
+	if err := acquire(baseBytes); err != nil {
+		return nil, err
+	}
+	search, m, err := tuneSearch(s, req)
+	var need int64
+	if err == nil {
+		need = tuneMemory(m, search)
+	}
+	search, m = nil, nil
+	s.adm.release(baseBytes)
+	if err != nil {
+		return nil, err
+	}
 	if need > s.lim.MaxMemory {
 		return nil, &TooBigError{What: "memory", Estimate: need, Limit: s.lim.MaxMemory, Flag: "--max-memory"}
 	}
-	if err := s.adm.acquire(dctx, need); err != nil {
-		if ctx.Err() == nil && dctx.Err() != nil {
-			return nil, ErrBusy // the deadline passed in the queue
-		}
+	if err := acquire(need); err != nil {
 		return nil, err
 	}
 	defer s.adm.release(need)
+	if search, _, err = tuneSearch(s, req); err != nil {
+		return nil, err
+	}
+	_, total := search.Progress()
 	if err := search.Step(dctx, total); err != nil {
 		if ctx.Err() != nil {
 			return nil, err // the client hung up
