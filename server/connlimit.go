@@ -92,6 +92,15 @@ type limitedConn struct {
 	release func()
 }
 
+// CloseWrite half-closes a TCP connection, as the HTTP server does
+// before it closes one whose request it refused.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
