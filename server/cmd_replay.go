@@ -37,8 +37,8 @@ func runReplay(args []string, stdout io.Writer) error {
 	if *speed < 0 {
 		return &usageError{fmt.Errorf("--speed %v: must not be negative", *speed)}
 	}
-	var events []event.Event
-	source := ""
+	var events []event.Event // from the event log (a file is streamed)
+	source, count := "", 0
 	if *natsURL != "" {
 		auth.Password = os.Getenv("KVSCOPE_NATS_PASSWORD")
 		b, err := eventlog.Open(context.Background(), eventlog.Options{URLs: *natsURL, Auth: auth, ReadOnly: true})
@@ -50,16 +50,13 @@ func runReplay(args []string, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("--nats %s, stream messages %d-%d: %w", eventlog.Redact(*natsURL), *from, *through, err)
 		}
-		source = fmt.Sprintf("stream %s on %s from message %d", eventlog.StreamName, eventlog.Redact(*natsURL), *from)
+		source, count = fmt.Sprintf("stream %s on %s from message %d", eventlog.StreamName, eventlog.Redact(*natsURL), *from), len(events)
 	} else {
-		f, err := os.Open(files[0])
-		if err != nil {
+		// A recording may be larger than memory: it is read once here to
+		// check every line (an error names the line before anything is
+		// served), then streamed from the file as it plays.
+		if count, err = checkRecording(files[0]); err != nil {
 			return err
-		}
-		events, err = event.ReadJSONL(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", files[0], err)
 		}
 		source = files[0]
 	}
@@ -74,9 +71,14 @@ func runReplay(args []string, stdout io.Writer) error {
 	}
 	srv := newServer(catalog(), o, nil)
 	return srv.listenAndServe(o, func(ctx context.Context, _ string) {
-		o.Logf("replaying %d events from %s at %gx", len(events), source, *speed)
+		o.Logf("replaying %d events from %s at %gx", count, source, *speed)
 		go func() {
-			live.Replay(ctx, srv.hub, events, *speed)
+			if events != nil || *natsURL != "" {
+				live.Replay(ctx, srv.hub, events, *speed)
+			} else if err := playRecording(ctx, files[0], *speed, func(f []event.Event) { srv.hub.Publish(f) }); err != nil && ctx.Err() == nil {
+				o.Logf("replay stopped: %v", err)
+				return
+			}
 			o.Logf("replay done; still serving")
 		}()
 	})

@@ -58,7 +58,10 @@ type serveOptions struct {
 	// AgentBudget is what each agent may have stored a second (the zero
 	// value: no bound).
 	AgentBudget live.Budget
-	Logf        func(format string, args ...any)
+	// MaxConnsPerClient bounds the connections one remote IP may hold
+	// open (0: DefaultMaxConnsPerClient; negative: unlimited).
+	MaxConnsPerClient int
+	Logf              func(format string, args ...any)
 }
 
 func runServe(args []string, stdout io.Writer) error {
@@ -71,7 +74,8 @@ func runServe(args []string, stdout io.Writer) error {
 	var allowed hostList
 	fs.Var(&allowed, "allowed-host", "a Host name the server also answers to (repeatable; loopback names and the --addr host always)")
 	agent := fs.String("agent", "embedded", "embedded (a host-memory agent in this process, streaming the default scenario) or none")
-	record := fs.String("record", "", "append every agent event to this JSONL file (kvscope replay plays it back)")
+	record := fs.String("record", "", "append every agent event to this JSONL file (kvscope replay plays it back); a regular file, never a pipe or device")
+	conns := fs.Int("max-conns-per-client", DefaultMaxConnsPerClient, fmt.Sprintf("connections one client (remote IP address) may hold open, 1 to %d; more are closed as they come", MaxConnsPerClientLimit))
 	budget := budgetFlags(fs)
 	lim := limitFlags(fs)
 	busFlags := natsFlags(fs)
@@ -82,12 +86,15 @@ func runServe(args []string, stdout io.Writer) error {
 	if err != nil {
 		return &usageError{err}
 	}
+	if *conns < 1 || *conns > MaxConnsPerClientLimit {
+		return &usageError{fmt.Errorf("--max-conns-per-client %d: must be between 1 and %d", *conns, MaxConnsPerClientLimit)}
+	}
 	b, err := budget()
 	if err != nil {
 		return &usageError{err}
 	}
 	o := serveOptions{Addr: *addr, Token: *token, RequireToken: *token != "", AllowedHosts: allowed, Agent: *agent, Record: *record,
-		Limits: l, AgentBudget: b, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
+		Limits: l, MaxConnsPerClient: *conns, AgentBudget: b, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
 	// Keep the heap near what admission allows: the runtime collects
 	// sooner rather than growing past it (a soft limit, with room for the
 	// server itself and the embedded agent).
@@ -100,7 +107,7 @@ func runServe(args []string, stdout io.Writer) error {
 	}
 	var rec io.Writer
 	if o.Record != "" {
-		f, err := os.OpenFile(o.Record, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := openRecord(o.Record)
 		if err != nil {
 			return err
 		}
@@ -144,6 +151,13 @@ func (srv *server) listenAndServe(o serveOptions, started func(ctx context.Conte
 	if err != nil {
 		return err
 	}
+	maxConns := o.MaxConnsPerClient
+	if maxConns == 0 {
+		maxConns = DefaultMaxConnsPerClient
+	}
+	ln = limitConns(ln, maxConns, func(string) {
+		srv.metrics.Add("kvscope_http_refused_connections_total", "Connections closed as accepted: their client (remote IP) held --max-conns-per-client open already.", 1)
+	})
 	hs := newHTTPServer(srv.handler)
 	o.Logf("serving the app on http://%s (open it in a browser)", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -217,6 +231,49 @@ func (o serveOptions) check() error {
 	return nil
 }
 
+// openRecord opens --record's file to append to, creating it. Only a
+// regular file is taken: a named pipe would block the server's start until
+// a reader came (and stall the hub when the reader went), a device or
+// directory is no recording. The file is opened without blocking and
+// checked again once open, so a pipe put in its place meanwhile is
+// refused too.
+func openRecord(name string) (*os.File, error) {
+	if fi, err := os.Stat(name); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("--record %s: %s, not a regular file: give a file to append the events to", name, fileKind(fi.Mode()))
+	}
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("--record %s: %w", name, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--record %s: %w", name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("--record %s: %s, not a regular file: give a file to append the events to", name, fileKind(fi.Mode()))
+	}
+	return f, nil
+}
+
+// fileKind names what a file that is not a regular file is.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a special file (" + m.Type().String() + ")"
+}
+
 func newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -250,7 +307,7 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	if o.Agent == "embedded" {
 		emb = &embeddedAgent{}
 	}
-	mux.Handle("/api/live/run", liveRunHandler(emb, cat, a.Limits().MaxPairs))
+	mux.Handle("/api/live/run", liveRunHandler(emb, cat, a))
 	mux.Handle("/ws/agent", h.AgentHandler(o.Token))
 	mux.Handle("/ws/live", h.LiveHandler())
 	mux.Handle("/metrics", reg.Handler())
@@ -274,6 +331,7 @@ func limitFlags(fs *flag.FlagSet) func() (api.Limits, error) {
 	resp := fs.String("max-response", fmt.Sprintf("%dMiB", d.MaxResponse>>20), "estimated size of one API response")
 	wait := fs.Duration("queue-wait", d.QueueWait, "how long a heavy request waits for memory before 429")
 	queue := fs.Int("max-queue", d.MaxQueue, fmt.Sprintf("heavy requests that may wait for memory or a core at once, 0 to %d (429 beyond; 0: none waits)", api.MaxQueueLimit))
+	tuneDeadline := fs.Duration("tune-deadline", d.TuneDeadline, fmt.Sprintf("how long one /api/tune may run, its wait in the queue included, at most %s (under the server's 60 s write timeout); a search still running then answers what it has, marked partial", api.MaxTuneDeadline))
 	running := fs.Int("max-running", d.MaxRunning, fmt.Sprintf("heavy requests computing at once, 1 to %d (default: the cores but one)", api.MaxRunningLimit))
 	return func() (api.Limits, error) {
 		l := d
@@ -296,7 +354,10 @@ func limitFlags(fs *flag.FlagSet) func() (api.Limits, error) {
 		if *running < 1 || *running > api.MaxRunningLimit {
 			return l, fmt.Errorf("--max-running %d: must be between 1 and %d", *running, api.MaxRunningLimit)
 		}
-		l.MaxPairs, l.QueueWait, l.MaxQueue, l.MaxRunning = *pairs, *wait, *queue, *running
+		if *tuneDeadline <= 0 || *tuneDeadline > api.MaxTuneDeadline {
+			return l, fmt.Errorf("--tune-deadline %s: must be above 0 and at most %s", *tuneDeadline, api.MaxTuneDeadline)
+		}
+		l.MaxPairs, l.QueueWait, l.MaxQueue, l.MaxRunning, l.TuneDeadline = *pairs, *wait, *queue, *running, *tuneDeadline
 		return l, nil
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -98,7 +99,13 @@ type liveRunRequest struct {
 // flags, connector, plans, layout, and the request's prompt and prefix
 // hit), fitted to the agent's host memory. It is behind the access rules
 // of every API POST: same origin, JSON, and the token when there is one.
-func liveRunHandler(e *embeddedAgent, cat model.Catalog, maxPairs int64) http.Handler {
+//
+// A pasted configuration can ask for any model and ranks, so the run is
+// admitted as /api/pd is, before anything is prepared: from the engines'
+// own plans (a setup far over --max-pairs or over --max-memory is 413
+// too_large), then in the heavy requests' queue (429 busy), holding its
+// estimated memory while its plans and registrations are prepared.
+func liveRunHandler(e *embeddedAgent, cat model.Catalog, a *api.Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e == nil {
 			api.WriteError(w, http.StatusConflict, api.BadData(errors.New("this server runs no embedded agent (kvscope serve --agent none): start one with --agent embedded, or run kvscope-agent with a scenario")))
@@ -108,8 +115,20 @@ func liveRunHandler(e *embeddedAgent, cat model.Catalog, maxPairs int64) http.Ha
 		if !api.ReadBody(w, r, &req, `{"query": "..."}`) {
 			return
 		}
-		s, adjusted, err := liveScenario(req.Query, cat, embeddedHostLimit, maxPairs)
-		if err != nil {
+		s, adjusted, err := liveScenario(r.Context(), req.Query, cat, embeddedHostLimit, a)
+		var big *api.TooBigError
+		switch {
+		case err == nil:
+		case r.Context().Err() != nil:
+			return // the client hung up
+		case errors.As(err, &big):
+			api.WriteError(w, http.StatusRequestEntityTooLarge, err)
+			return
+		case errors.Is(err, api.ErrBusy):
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.Limits().QueueWait/time.Second))))
+			api.WriteError(w, http.StatusTooManyRequests, err)
+			return
+		default:
 			api.WriteError(w, http.StatusBadRequest, api.BadData(err))
 			return
 		}
@@ -126,7 +145,11 @@ func liveRunHandler(e *embeddedAgent, cat model.Catalog, maxPairs int64) http.Ha
 // liveScenario turns the app's settings (a URL query) into the embedded
 // agent's scenario: the same model and plans, every request the view's
 // prompt and prefix hit, the KV pools fitted to limit bytes of host memory.
-func liveScenario(query string, cat model.Catalog, limit, maxPairs int64) (scenario.Scenario, []string, error) {
+// It is admitted by a (AdmitPD): the pools are fitted (which plans each
+// engine) in the heavy requests' queue, and the transfer's estimate from
+// those plans is admitted before it is prepared.
+func liveScenario(ctx context.Context, query string, cat model.Catalog, limit int64, a *api.Server) (scenario.Scenario, []string, error) {
+	maxPairs := a.Limits().MaxPairs
 	q, err := url.ParseQuery(query)
 	if err != nil {
 		return scenario.Scenario{}, nil, fmt.Errorf("query: %w", err)
@@ -162,14 +185,25 @@ func liveScenario(query string, cat model.Catalog, limit, maxPairs int64) (scena
 	if err != nil {
 		return s, nil, err
 	}
-	adjusted, err := s.FitHost(m, limit)
+	var adjusted []string
+	setup, release, err := a.AdmitPD(ctx, func() (xfer.Setup, error) {
+		var err error
+		if adjusted, err = s.FitHost(m, limit); err != nil {
+			return xfer.Setup{}, err
+		}
+		setup, err := s.Setup(m)
+		setup.Ctx = ctx
+		setup.Request = xfer.Request{PromptTokens: set.Prompt, PrefixHitTokens: set.Hit}
+		return setup, err
+	})
 	if err != nil {
+		var big *api.TooBigError
+		if errors.As(err, &big) && big.What == "descriptor pairs" {
+			return s, nil, &livePairsError{big, set.Prompt}
+		}
 		return s, nil, err
 	}
-	setup, err := s.Setup(m)
-	if err != nil {
-		return s, nil, err
-	}
+	defer release()
 	pd, err := xfer.Prepare(setup)
 	if err != nil {
 		return s, nil, err
@@ -180,7 +214,21 @@ func liveScenario(query string, cat model.Catalog, limit, maxPairs int64) (scena
 		return s, nil, err
 	}
 	if c := xfer.EstimateCost(m, pp, dp, r); c.Pairs > maxPairs {
-		return s, nil, fmt.Errorf("a %d-token request is up to %d descriptor pairs, over this server's --max-pairs %d: shorten the prompt", set.Prompt, c.Pairs, maxPairs)
+		return s, nil, &livePairsError{&api.TooBigError{What: "descriptor pairs", Estimate: c.Pairs, Limit: maxPairs, Flag: "--max-pairs"}, set.Prompt}
 	}
 	return s, adjusted, nil
 }
+
+// livePairsError is a Run live request over --max-pairs, said in the
+// view's terms (its prompt); it is the TooBigError beneath (413).
+type livePairsError struct {
+	big    *api.TooBigError
+	prompt int
+}
+
+func (e *livePairsError) Error() string {
+	return fmt.Sprintf("a %d-token request is up to %d descriptor pairs, over this server's --max-pairs %d: shorten the prompt, or ask for fewer ranks or layers",
+		e.prompt, e.big.Estimate, e.big.Limit)
+}
+
+func (e *livePairsError) Unwrap() error { return e.big }

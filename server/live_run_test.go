@@ -11,7 +11,15 @@ import (
 	"time"
 
 	"github.com/kvscope/kvscope/agent/scenario"
+	"github.com/kvscope/kvscope/server/api"
 )
+
+// liveLimits are the default limits with maxPairs descriptor pairs.
+func liveLimits(maxPairs int64) api.Limits {
+	l := api.DefaultLimits()
+	l.MaxPairs = maxPairs
+	return l
+}
 
 // TestLiveScenario: the app's settings become the embedded agent's
 // scenario: the same model, engines, connector and layout, every request
@@ -19,7 +27,7 @@ import (
 // the agent cannot run is refused with the field named.
 func TestLiveScenario(t *testing.T) {
 	q := "model=Qwen%2FQwen3-0.6B&view=flow&p-tensor-parallel-size=1&d-tensor-parallel-size=2&prompt-tokens=512&prefix-hit-tokens=128&connector=nixl-push&layout=blocks-first&vllm-version=0.24.0"
-	s, adjusted, err := liveScenario(q, catalog(), embeddedHostLimit, 1<<24)
+	s, adjusted, err := liveScenario(context.Background(), q, catalog(), embeddedHostLimit, api.New(catalog(), liveLimits(1<<24)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +49,7 @@ func TestLiveScenario(t *testing.T) {
 		{"model=Qwen%2FQwen3-0.6B&prompt-tokens=30000", "one 30000-token request needs"},
 		{"%zz", "query"},
 	} {
-		if _, _, err := liveScenario(c.query, catalog(), embeddedHostLimit, 1000); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, _, err := liveScenario(context.Background(), c.query, catalog(), embeddedHostLimit, api.New(catalog(), liveLimits(1000))); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.query, err, c.want)
 		}
 	}

@@ -129,6 +129,11 @@ type Result struct {
 	All      []Scored `json:"-"`
 	// Inferred says which figures rest on behaviour kvscope infers.
 	Inferred []string `json:"inferred"`
+	// Partial marks a search stopped before its last candidate (a
+	// server's deadline): the figures rank the Evaluated candidates only,
+	// and Stopped says why. A whole search leaves both out.
+	Partial bool   `json:"partial,omitempty"`
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // Search is a search under way.
@@ -194,6 +199,7 @@ type transferKey struct {
 }
 
 type transferred struct {
+	stopped   bool // ctx ended during the computation (not kept)
 	descs     int
 	path      string
 	rejection *xfer.Rejection
@@ -341,13 +347,16 @@ func (s *Search) Progress() (done, total int) { return s.next, len(s.candidates)
 func (s *Search) Done() bool { return s.next == len(s.candidates) }
 
 // Step evaluates up to n more candidates; it stops early when ctx ends
-// (returning its error).
+// (returning its error), before the next candidate or within one's
+// transfer, leaving that candidate to the next Step.
 func (s *Search) Step(ctx context.Context, n int) error {
 	for end := min(s.next+n, len(s.candidates)); s.next < end; s.next++ {
-		if s.next%64 == 0 && ctx.Err() != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !s.evaluate(ctx, s.candidates[s.next]) {
 			return ctx.Err()
 		}
-		s.evaluate(s.candidates[s.next])
 	}
 	return nil
 }
@@ -405,8 +414,9 @@ func (s *Search) plan(e plan.Engine, cache bool) (*plan.Plan, error) {
 }
 
 // evaluate plans a candidate's engines, checks the handshake and costs
-// the request, keeping it or counting why not.
-func (s *Search) evaluate(c Candidate) {
+// the request, keeping it or counting why not. It reports false when ctx
+// ended in the candidate's transfer, which then counts for nothing.
+func (s *Search) evaluate(ctx context.Context, c Candidate) bool {
 	// Candidates come in runs of one TP pair and D block size (the inner
 	// ranges vary the rest): the Planner forgets its ranks at each run, so
 	// it holds the run's few, not every block size of the search (tens of
@@ -423,37 +433,39 @@ func (s *Search) evaluate(c Candidate) {
 	ce := s.connEng[c.Connector]
 	if ce.err != nil {
 		s.refuse("connector: "+c.Connector, ce.err.Error())
-		return
+		return true
 	}
 	pe, de := s.Engines(c)
 	notes := ce.notes
 	pp, err := s.plan(pe, true)
 	if err != nil {
 		s.refuse(refusalOf("P", err), err.Error())
-		return
+		return true
 	}
 	dp, err := s.plan(de, false)
 	if err != nil {
 		s.refuse(refusalOf("D", err), err.Error())
-		return
+		return true
 	}
 	if pp.VLLMVersion != dp.VLLMVersion {
 		s.refuse("P and D follow different vLLM versions", fmt.Sprintf("P %s, D %s", pp.VLLMVersion, dp.VLLMVersion))
-		return
+		return true
 	}
 	req := s.space.Request
 	if err := req.Check(pp, dp); err != nil {
 		s.refuse("the request does not fit max_model_len", err.Error())
-		return
+		return true
 	}
-	t := s.transfer(pp, dp, conn, c.Connector)
+	t := s.transfer(ctx, pp, dp, conn, c.Connector)
 	switch {
+	case t.stopped:
+		return false
 	case t.err != nil:
 		s.refuse("the transfer cannot be computed", t.err.Error())
-		return
+		return true
 	case t.rejection != nil:
 		s.refuse("handshake: "+t.rejection.Rule, t.rejection.Detail)
-		return
+		return true
 	}
 	sc := Scored{Candidate: c, PBlock: pp.BlockSize, DBlock: dp.BlockSize, PGroups: pp.NumGroups, DGroups: dp.NumGroups,
 		DKVTokens: dp.KVCacheTokens, PKVTokens: pp.KVCacheTokens, DConcurrency: dp.MaxConcurrency, Descs: t.descs,
@@ -465,6 +477,7 @@ func (s *Search) evaluate(c Candidate) {
 		}
 	}
 	s.feasible = append(s.feasible, sc)
+	return true
 }
 
 // refusalOf names why vLLM refuses an engine: the flag at fault, or the
@@ -484,7 +497,7 @@ func refusalOf(side string, err error) string {
 
 // transfer computes a request between two plans, once per distinct pair
 // of plan geometries and connector.
-func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) transferred {
+func (s *Search) transfer(ctx context.Context, pp, dp *plan.Plan, conn xfer.Connector, name string) transferred {
 	k := transferKey{s.signature(pp), s.signature(dp), name}
 	if got, ok := s.transfers[k]; ok {
 		return got
@@ -510,8 +523,10 @@ func (s *Search) transfer(pp, dp *plan.Plan, conn xfer.Connector, name string) t
 		}
 		s.dRegs[k.d] = dRegs
 	}
-	t, err := xfer.Compute(s.space.Model, pp, dp, s.space.Request, xfer.Options{Connector: conn, Output: xfer.CountPairs, PRegs: pRegs, DRegs: dRegs})
+	t, err := xfer.Compute(s.space.Model, pp, dp, s.space.Request, xfer.Options{Connector: conn, Output: xfer.CountPairs, PRegs: pRegs, DRegs: dRegs, Ctx: ctx})
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return transferred{stopped: true}
 	case err != nil:
 		out.err = err
 	case t.Rejection != nil:

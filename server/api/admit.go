@@ -41,7 +41,20 @@ type Limits struct {
 	// one core: more than the cores but one would leave /api/plan, static
 	// files and websockets waiting for a core.
 	MaxRunning int
+	// TuneDeadline bounds one /api/tune request, its wait in the queue
+	// included (0: DefaultTuneDeadline): a search still running then
+	// answers what it has evaluated, marked partial. It stays under the
+	// HTTP server's 60 s write timeout, so the answer is never lost to it.
+	TuneDeadline time.Duration
 }
+
+// DefaultTuneDeadline is TuneDeadline's default, MaxTuneDeadline its
+// bound: 15 s under the server's write timeout (60 s) leaves room for the
+// candidate under way when the deadline passes and the answer's encoding.
+const (
+	DefaultTuneDeadline = 40 * time.Second
+	MaxTuneDeadline     = 45 * time.Second
+)
 
 // MaxQueueLimit bounds --max-queue (each waiter holds its request's
 // plans while it waits), MaxRunningLimit --max-running.
@@ -55,7 +68,15 @@ const (
 // computes on every core but one (at least one).
 func DefaultLimits() Limits {
 	return Limits{MaxMemory: max(TotalMemory()/16, 512<<20), MaxPairs: 4_000_000, MaxResponse: 64 << 20,
-		QueueWait: 10 * time.Second, MaxQueue: 64, MaxRunning: max(1, runtime.NumCPU()-1)}
+		QueueWait: 10 * time.Second, MaxQueue: 64, MaxRunning: max(1, runtime.NumCPU()-1), TuneDeadline: DefaultTuneDeadline}
+}
+
+// tuneDeadline is l.TuneDeadline, or its default.
+func (l Limits) tuneDeadline() time.Duration {
+	if l.TuneDeadline <= 0 {
+		return DefaultTuneDeadline
+	}
+	return l.TuneDeadline
 }
 
 // TotalMemory is the machine's memory (Linux /proc/meminfo), or 8 GiB
@@ -121,6 +142,71 @@ func (l Limits) precheck(s xfer.Setup) error {
 		return &TooBigError{"descriptor pairs", c.Pairs, l.MaxPairs, "--max-pairs"}
 	}
 	return nil
+}
+
+// AdmitPD admits the preparation of a P/D setup that is not an API
+// request (Run live: /api/live/run) as /api/pd is admitted, before anything
+// is prepared. The planning comes first, in the heavy requests' queue
+// (429 ErrBusy) with one request's base memory and a core: plan (fitting
+// the KV pools, say) returns the setup, whose two engines' own plans then
+// bound its transfer: descriptor pairs far over --max-pairs, or memory
+// (PDMemory: its registrations and pairs) over --max-memory, are refused
+// (413 TooBigError). The setup then holds that memory (waiting in the queue
+// again when it is more than the base) until the caller, done preparing
+// it, calls release.
+func (s *Server) AdmitPD(ctx context.Context, plan func() (xfer.Setup, error)) (setup xfer.Setup, release func(), err error) {
+	if err := s.adm.acquire(ctx, baseBytes); err != nil {
+		return setup, nil, err
+	}
+	held := int64(baseBytes)
+	defer func() {
+		if err != nil && held > 0 {
+			s.adm.release(held)
+		}
+	}()
+	if setup, err = plan(); err != nil {
+		return setup, nil, err
+	}
+	c, ok, err := planCost(setup)
+	if err != nil {
+		return setup, nil, BadData(err)
+	}
+	if !ok {
+		c = xfer.Cost{} // no transport: no registrations, no pairs
+	}
+	if c.Pairs/4 > s.lim.MaxPairs {
+		return setup, nil, &TooBigError{"descriptor pairs", c.Pairs, s.lim.MaxPairs, "--max-pairs"}
+	}
+	n := PDMemory(c)
+	if n > s.lim.MaxMemory {
+		return setup, nil, &TooBigError{"memory", n, s.lim.MaxMemory, "--max-memory"}
+	}
+	if n > held {
+		s.adm.release(held)
+		held = 0
+		if err = s.adm.acquire(ctx, n); err != nil {
+			return setup, nil, err
+		}
+		held = n
+	}
+	return setup, func() { s.adm.release(held) }, nil
+}
+
+// planCost is a setup's transfer cost estimated from the two engines' own
+// plans; ok is false when its connector moves nothing.
+func planCost(s xfer.Setup) (c xfer.Cost, ok bool, err error) {
+	if _, ok := s.Connector.Transport(); !ok {
+		return c, false, nil
+	}
+	pp, err := plan.New(s.Model, s.P)
+	if err != nil {
+		return c, false, fmt.Errorf("P: %w", err)
+	}
+	dp, err := plan.New(s.Model, s.D)
+	if err != nil {
+		return c, false, fmt.Errorf("D: %w", err)
+	}
+	return xfer.EstimateCost(s.Model, pp, dp, s.Request), true, nil
 }
 
 // PDMemory and OracleMemory turn a cost into the memory pd (every pair is

@@ -77,7 +77,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.Handle("/api/pd", handle(s, s.pd))
 	mux.Handle("/api/oracle", handle(s, s.oracle))
 	mux.Handle("/api/tune", handle(s, s.tune))
-	mux.Handle("/api/check", handle(s, s.check))
+	mux.Handle("/api/check", s.admitBody(handle(s, s.check)))
 	mux.Handle("/api/models", s.models())
 	mux.Handle("/api/flags", flags())
 }

@@ -3,8 +3,11 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/kvscope/kvscope/core/check"
 	"github.com/kvscope/kvscope/core/model"
@@ -97,15 +100,121 @@ func (s *Server) oracle(ctx context.Context, req *PDRequest) (any, error) {
 const tuneCandidateBytes = 2 << 10
 
 // tune is /api/tune: a search as kvscope tune runs it, admitted by its
-// estimated memory (what it keeps per candidate and per distinct plan).
+// estimated memory (tuneMemory: what it keeps per candidate and per
+// distinct plan) and bounded in time (Limits.TuneDeadline: a search still
+// running then answers what it has, marked partial).
 func (s *Server) tune(ctx context.Context, req *TuneRequest) (any, error) {
+	// The deadline counts the wait in the queue too: the answer must be
+	// written before the server's write timeout.
+	limit := s.lim.tuneDeadline()
+	dctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	acquire := func(n int64) error {
+		err := s.adm.acquire(dctx, n)
+		if err != nil && ctx.Err() == nil && dctx.Err() != nil {
+			return ErrBusy // the deadline passed in the queue
+		}
+		return err
+	}
+	// Building a search (a pasted config parsed, every candidate listed)
+	// is work too: it runs in the queue with one request's base memory,
+	// and is dropped once estimated, so that no built search waits in the
+	// queue for its memory; it is built again once admitted.
+	if err := acquire(baseBytes); err != nil {
+		return nil, err
+	}
+	search, m, err := tuneSearch(s, req)
+	var need int64
+	if err == nil {
+		need = tuneMemory(m, search)
+	}
+	search, m = nil, nil
+	s.adm.release(baseBytes)
+	if err != nil {
+		return nil, err
+	}
+	if need > s.lim.MaxMemory {
+		return nil, &TooBigError{What: "memory", Estimate: need, Limit: s.lim.MaxMemory, Flag: "--max-memory"}
+	}
+	if err := acquire(need); err != nil {
+		return nil, err
+	}
+	defer s.adm.release(need)
+	if search, _, err = tuneSearch(s, req); err != nil {
+		return nil, err
+	}
+	_, total := search.Progress()
+	if err := search.Step(dctx, total); err != nil {
+		if ctx.Err() != nil {
+			return nil, err // the client hung up
+		}
+		done, _ := search.Progress()
+		res := search.Result()
+		res.Partial = true
+		res.Stopped = fmt.Sprintf("the search reached this server's --tune-deadline %s after %d of %d candidates: the figures rank those only; narrow a range for the whole search", limit, done, total)
+		return res, nil
+	}
+	return search.Result(), nil
+}
+
+// checkBodyFactor is what a check holds per byte of its body, beside
+// baseBytes: the body read, the decoded log and its lines, and what the
+// parser keeps of them (TestCheckMemoryEstimate holds it above measured
+// allocations).
+const checkBodyFactor = 12
+
+// checkMemory is the memory admission reserves for a check whose body is
+// bodyBytes long.
+func checkMemory(bodyBytes int64) int64 {
+	return xfer.SatAdd(baseBytes, xfer.SatMul(bodyBytes, checkBodyFactor))
+}
+
+// admitBody admits an /api/check by its body's size before the body is
+// read or decoded: a Content-Length over the 4 MiB body limit is refused
+// (413) at once, and otherwise the request waits in the heavy requests'
+// queue for checkMemory of its length (of the limit when the length is not
+// given), so a storm of large logs is read and parsed a few at a time.
+func (s *Server) admitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		size := r.ContentLength
+		if size > maxBody {
+			WriteError(w, http.StatusRequestEntityTooLarge, BadData(fmt.Errorf("body: Content-Length %d is over the %d-byte limit of a request body", size, maxBody)))
+			return
+		}
+		if size < 0 {
+			size = maxBody
+		}
+		need := checkMemory(size)
+		if err := s.adm.acquire(r.Context(), need); err != nil {
+			var big *TooBigError
+			switch {
+			case r.Context().Err() != nil:
+			case errors.As(err, &big):
+				WriteError(w, http.StatusRequestEntityTooLarge, err)
+			default:
+				w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.lim.QueueWait/time.Second))))
+				WriteError(w, http.StatusTooManyRequests, err)
+			}
+			return
+		}
+		defer s.adm.release(need)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// tuneSearch is the search a /api/tune request describes, and its model.
+func tuneSearch(s *Server, req *TuneRequest) (*tune.Search, *model.Model, error) {
 	obj, err := tune.ParseObjective(req.Objective, req.Weights)
 	if err != nil {
-		return nil, BadData(err)
+		return nil, nil, BadData(err)
 	}
 	m, err := req.load(s.cat)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	prompt := req.Prompt
 	if prompt == 0 {
@@ -118,33 +227,66 @@ func (s *Server) tune(ctx context.Context, req *TuneRequest) (any, error) {
 	search, err := tune.NewSearch(tune.Space{Model: m, ModelName: m.Name, DraftName: draft, P: req.P, D: req.D, Ranges: req.Ranges,
 		Request: xfer.Request{PromptTokens: prompt}, Objective: obj, Top: req.Top})
 	if err != nil {
-		return nil, BadData(err)
+		return nil, nil, BadData(err)
 	}
-	_, total := search.Progress()
-	need := baseBytes + int64(total)*tuneCandidateBytes
-	if need > s.lim.MaxMemory {
-		return nil, &TooBigError{What: "memory", Estimate: need, Limit: s.lim.MaxMemory, Flag: "--max-memory"}
-	}
-	if err := s.adm.acquire(ctx, need); err != nil {
-		return nil, err
-	}
-	defer s.adm.release(need)
-	if err := search.Step(ctx, total); err != nil {
-		return nil, err
-	}
-	return search.Result(), nil
+	return search, m, nil
 }
+
+// tuneMemory is the memory admission reserves for a search over m: what
+// the search holds at its peak (TestTuneMemoryEstimate holds it above the
+// heap measured over small and large models). Besides its figures per
+// candidate, a search keeps per rank and layer: P's registrations of every
+// distinct P engine (kept for the whole search), D's of the run under way
+// and of the last one (whose memory the next takes over), and the
+// planner's ranks of the run (candidates come in runs of one TP pair and D
+// block size). A hostile search is one of a wide model at high TP: its
+// registrations, not its candidates, are what it holds.
+func tuneMemory(m *model.Model, search *tune.Search) int64 {
+	layers := int64(len(m.Layers))
+	type pKey struct {
+		ranks, block, minLayers int
+		selector, dtype, conn   string
+	}
+	type run struct{ p, d, block int }
+	type dKey struct {
+		minLayers             int
+		selector, dtype, conn string
+	}
+	pEngines := map[pKey]bool{}
+	runs := map[run]map[dKey]bool{}
+	var pRankLayers, dRankLayers, plannerRankLayers int64
+	cands := search.Candidates()
+	for _, c := range cands {
+		pe, de := search.Engines(c)
+		pr := int64(max(1, pe.TensorParallelSize)) * int64(max(1, pe.PipelineParallelSize))
+		dr := int64(max(1, de.TensorParallelSize)) * int64(max(1, de.PipelineParallelSize))
+		if k := (pKey{int(pr), c.PBlockSize, c.MinGroupLayers, c.Selector, c.KVCacheDType, c.Connector}); !pEngines[k] {
+			pEngines[k] = true
+			pRankLayers = xfer.SatAdd(pRankLayers, xfer.SatMul(pr, layers))
+		}
+		r := run{int(pr), int(dr), c.DBlockSize}
+		ds := runs[r]
+		if ds == nil {
+			ds = map[dKey]bool{}
+			runs[r] = ds
+		}
+		ds[dKey{c.MinGroupLayers, c.Selector, c.KVCacheDType, c.Connector}] = true
+		dRankLayers = max(dRankLayers, xfer.SatMul(xfer.SatMul(dr, layers), int64(len(ds))))
+		plannerRankLayers = max(plannerRankLayers, xfer.SatMul(pr+dr, layers))
+	}
+	n := xfer.SatAdd(baseBytes, xfer.SatMul(int64(len(cands)), tuneCandidateBytes))
+	held := xfer.SatAdd(xfer.SatAdd(pRankLayers, xfer.SatMul(dRankLayers, 2)), plannerRankLayers)
+	return xfer.SatAdd(n, xfer.SatMul(held, tuneRankLayerBytes))
+}
+
+// tuneRankLayerBytes is what a search holds per rank and layer of a plan
+// it keeps: the layer's registered regions (two) and the planner's ranks.
+const tuneRankLayerBytes = 768
 
 // check is /api/check: a startup log held against the plan, as kvscope
 // check does. The request's model, draft and vllm_version override the
-// log's.
+// log's. Its memory is admitted before its body is read (admitBody).
 func (s *Server) check(ctx context.Context, req *CheckRequest) (any, error) {
-	// A check plans the logged engine under every version: bounded work,
-	// admitted as one base unit so a storm of checks queues too.
-	if err := s.adm.acquire(ctx, baseBytes); err != nil {
-		return nil, err
-	}
-	defer s.adm.release(baseBytes)
 	l, err := vlog.Parse(req.Log)
 	if err != nil {
 		return nil, BadData(fmt.Errorf("log: %w", err))
