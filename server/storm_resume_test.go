@@ -44,10 +44,13 @@ func TestStormResume(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	base := "http://" + addr
 	report := func(format string, args ...any) { fmt.Printf("soak: "+format+"\n", args...) }
-	for range 100 {
+	for i := 0; ; i++ {
 		if resp, err := http.Get(base + "/api/models"); err == nil {
 			resp.Body.Close()
 			break
+		}
+		if i == 100 {
+			t.Fatal("the server did not come up")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
