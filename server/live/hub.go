@@ -95,6 +95,7 @@ type Hub struct {
 	// at a time, the others waiting their turn in order (catchUpWaiting
 	// of them at most).
 	catchUps       chan struct{}
+	catchUpsHeld   chan struct{} // steps read or being sent
 	catchUpWaiting atomic.Int64
 	catchUpWait    time.Duration // how long one waits its turn
 
@@ -156,7 +157,7 @@ func New(o Options) *Hub {
 	h := &Hub{subs: map[*subscriber]struct{}{}, agents: map[string]*agent{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20},
 		metrics: o.Metrics, subQueue: o.SubscriberQueue, logf: o.Logf, stopped: stopped, stop: stop, agentsStopped: agentsStopped,
 		stopAgents: stopAgents, builders: make(chan struct{}, historyBuilders), log: o.Log, budget: o.AgentBudget,
-		catchUps: make(chan struct{}, maxCatchUps), catchUpWait: catchUpWait}
+		catchUps: make(chan struct{}, maxCatchUps), catchUpsHeld: make(chan struct{}, maxCatchUpsHeld), catchUpWait: catchUpWait}
 	if h.subQueue <= 0 {
 		h.subQueue = DefaultSubscriberQueue
 	}
