@@ -157,6 +157,9 @@ func TestStormResume(t *testing.T) {
 			t.Errorf("server RSS peaked at %d MiB, over 2 GiB", peak.Load()>>20)
 		}
 	}
+	// Idle again: what the server keeps once every browser has caught up.
+	time.Sleep(30 * time.Second)
+	report("resume storm: server RSS 30 s after the last browser caught up: %d MiB", procRSS(t, cmd.Process.Pid)>>20)
 }
 
 // stormRead is what one resume connection carried.
