@@ -47,7 +47,10 @@ func budgetFlags(fs *flag.FlagSet) func() (live.Budget, error) {
 		if *events < 0 || *events > 1e7 {
 			return b, fmt.Errorf("--agent-events-per-sec %g: must be between 0 and 10000000", *events)
 		}
-		n, err := parseBytes(*bytes)
+		n, err := int64(0), error(nil)
+		if *bytes != "0" {
+			n, err = parseBytes(*bytes)
+		}
 		if err != nil || n < 0 {
 			return b, fmt.Errorf("--agent-bytes-per-sec %q: want a size such as 4MiB (0: no bound)", event.Clip(*bytes, 64))
 		}

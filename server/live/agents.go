@@ -53,6 +53,13 @@ func (h *Hub) AgentHandler(secret string) http.Handler {
 			http.Error(w, "agent "+event.Clip(name, 64)+": "+err.Error(), http.StatusUnauthorized)
 			return
 		}
+		scope, _ := event.CredentialScope(got)
+		if n := h.connectedIn(scope, name); n >= h.maxPerCredential {
+			h.reject("credential_agents")
+			w.Header().Set("Retry-After", "10")
+			http.Error(w, fmt.Sprintf("agent %s: the credential of %q has %d agents connected already (at most %d)", event.Clip(name, 64), event.Clip(scope, 64), n, h.maxPerCredential), http.StatusTooManyRequests)
+			return
+		}
 		conn, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return
@@ -181,6 +188,20 @@ func (h *Hub) connect(ctx context.Context, name, epoch string, conn *websocket.C
 		go old.Close(websocket.StatusPolicyViolation, "replaced by a newer connection of this agent")
 	}
 	return welcome
+}
+
+// connectedIn counts the agents other than name connected here under
+// scope (a credential's).
+func (h *Hub) connectedIn(scope, name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for other, a := range h.agents {
+		if a.conn != nil && other != name && event.InScope(scope, other) {
+			n++
+		}
+	}
+	return n
 }
 
 // disconnect unties a connection from its agent's name.

@@ -41,9 +41,10 @@ func (h *Hub) LiveHandler() http.Handler {
 		}
 		s, hist := h.subscribeTo(agents)
 		defer h.unsubscribe(s)
-		var caughtUp uint64 // the last stream message the catch-up read
-		more := false       // the catch-up stopped short of the stream's end
-		var gone uint64     // stored messages the browser missed that the log no longer holds
+		var caughtUp uint64  // the last stream message the catch-up read
+		more := false        // the catch-up stopped short of the stream's end
+		var gone uint64      // stored messages the browser missed that the log no longer holds
+		release := func() {} // lets another catch-up hold its frames once these are sent
 		if since > 0 && h.log != nil {
 			// A browser coming back: everything stored from the last
 			// event it saw on, from the log, instead of the recent history
@@ -52,7 +53,9 @@ func (h *Hub) LiveHandler() http.Handler {
 			// part and is told to come back for the rest; one the log
 			// cannot serve now is told to come back, never given the
 			// recent history as if it were all it missed.
-			c, err := h.readBack(ctx, since, agents)
+			c, rel, err := h.readBack(ctx, since, agents)
+			defer rel()
+			release = rel
 			if err != nil {
 				h.metrics.Add("kvscope_hub_catchup_refused_total", "Browsers resuming from the event log told to come back (the log could not serve them in time, or too many were catching up).", 1)
 				h.logf("a browser resuming after stream message %d: %v (told to come back)", since, err)
@@ -78,6 +81,8 @@ func (h *Hub) LiveHandler() http.Handler {
 				return
 			}
 		}
+		release() // the catch-up's frames are sent: another may hold its own
+		hist = nil
 		if more {
 			conn.Close(websocket.StatusTryAgainLater, fmt.Sprintf("more to catch up: resume with ?since=%d", caughtUp))
 			return

@@ -37,12 +37,13 @@ type liveServer struct {
 
 // serverOptions are what a test's hub is made with.
 type serverOptions struct {
-	token  string
-	record io.Writer
-	log    *eventlog.Log
-	replay uint64
-	budget Budget
-	logf   func(string, ...any)
+	token         string
+	record        io.Writer
+	log           *eventlog.Log
+	replay        uint64
+	budget        Budget
+	perCredential int
+	logf          func(string, ...any)
 }
 
 // startLive listens on addr (retrying while a stopped server's port is
@@ -59,7 +60,7 @@ func startServer(t testing.TB, addr string, o serverOptions) *liveServer {
 // serveOn serves a hub made with o on ln.
 func serveOn(ln net.Listener, o serverOptions) *liveServer {
 	reg := metrics.New()
-	h := New(Options{Metrics: reg, Log: o.log, Replay: o.replay, Record: o.record, AgentBudget: o.budget, Logf: o.logf})
+	h := New(Options{Metrics: reg, Log: o.log, Replay: o.replay, Record: o.record, AgentBudget: o.budget, MaxAgentsPerCredential: o.perCredential, Logf: o.logf})
 	mux := http.NewServeMux()
 	mux.Handle("/ws/agent", h.AgentHandler(o.token))
 	mux.Handle("/ws/live", h.LiveHandler())

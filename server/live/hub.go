@@ -21,6 +21,9 @@ const (
 	// DefaultReplay is the stored frames a replica reads back from the
 	// event log at start: its browsers' history.
 	DefaultReplay = 1024
+	// DefaultMaxAgentsPerCredential is four times a watcher's default
+	// --max-agents.
+	DefaultMaxAgentsPerCredential = 1024
 )
 
 // Options configure a Hub. The zero value is a hub that keeps events in
@@ -51,6 +54,11 @@ type Options struct {
 	// sequence gaps, and keeps what says who the agent is and what
 	// failed. The zero value bounds nothing (kvscope serve sets one).
 	AgentBudget Budget
+	// MaxAgentsPerCredential bounds the agents connected at once under
+	// one credential (a watcher's NAME/... agents; 0:
+	// DefaultMaxAgentsPerCredential): past it a connection is refused with
+	// 429.
+	MaxAgentsPerCredential int
 	// Logf logs what an operator should know (nil: nothing).
 	Logf func(format string, args ...any)
 }
@@ -73,6 +81,8 @@ type Hub struct {
 	subQueue int // frames buffered per subscriber
 	logf     func(format string, args ...any)
 	budget   Budget // each agent's, per second
+	// maxPerCredential bounds the agents connected under one credential.
+	maxPerCredential int
 
 	stopped       context.Context // done once the hub closes
 	stop          context.CancelFunc
@@ -85,6 +95,7 @@ type Hub struct {
 	// at a time, the others waiting their turn in order (catchUpWaiting
 	// of them at most).
 	catchUps       chan struct{}
+	catchUpsHeld   chan struct{} // steps read or being sent
 	catchUpWaiting atomic.Int64
 	catchUpWait    time.Duration // how long one waits its turn
 
@@ -146,9 +157,12 @@ func New(o Options) *Hub {
 	h := &Hub{subs: map[*subscriber]struct{}{}, agents: map[string]*agent{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20},
 		metrics: o.Metrics, subQueue: o.SubscriberQueue, logf: o.Logf, stopped: stopped, stop: stop, agentsStopped: agentsStopped,
 		stopAgents: stopAgents, builders: make(chan struct{}, historyBuilders), log: o.Log, budget: o.AgentBudget,
-		catchUps: make(chan struct{}, maxCatchUps), catchUpWait: catchUpWait}
+		catchUps: make(chan struct{}, maxCatchUps), catchUpsHeld: make(chan struct{}, maxCatchUpsHeld), catchUpWait: catchUpWait}
 	if h.subQueue <= 0 {
 		h.subQueue = DefaultSubscriberQueue
+	}
+	if h.maxPerCredential = o.MaxAgentsPerCredential; h.maxPerCredential <= 0 {
+		h.maxPerCredential = DefaultMaxAgentsPerCredential
 	}
 	initMetrics(h.metrics)
 	if o.Record != nil {

@@ -448,3 +448,45 @@ func TestNATSConnectionsAreBounded(t *testing.T) {
 		t.Error("a 13th connection was taken (at most 12)")
 	}
 }
+
+// TestAgentsPerCredentialAreBounded: one credential (a watcher's) opens
+// at most MaxAgentsPerCredential agents' connections at once; past it a
+// connection is refused with 429 and the reason, and another credential's
+// agents still connect.
+func TestAgentsPerCredentialAreBounded(t *testing.T) {
+	l := startServer(t, "127.0.0.1:0", serverOptions{token: identityToken, perCredential: 3, logf: t.Logf})
+	defer l.stop()
+	reg := l.addr
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dial := func(scope, name string) (*websocket.Conn, error) {
+		conn, resp, err := websocket.Dial(ctx, "ws://"+reg+"/ws/agent?agent="+name, &websocket.DialOptions{HTTPHeader: map[string][]string{"Authorization": {"Bearer " + credFor(identityToken, scope)}}})
+		if err != nil && resp != nil && resp.StatusCode != 429 {
+			t.Errorf("%s: status %d, want 429", name, resp.StatusCode)
+		}
+		return conn, err
+	}
+	for i := 0; i < 3; i++ {
+		conn, err := dial("host", fmt.Sprintf("host/e%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.CloseNow()
+	}
+	if conn, err := dial("host", "host/e3"); err == nil {
+		conn.CloseNow()
+		t.Fatal("a fourth agent of one credential connected (at most 3)")
+	} else if !strings.Contains(err.Error(), "429") {
+		t.Errorf("the fourth: %v", err)
+	}
+	conn, err := dial("host", "host/e0") // the same agent again replaces its connection
+	if err != nil {
+		t.Fatalf("an agent reconnecting under a full credential: %v", err)
+	}
+	defer conn.CloseNow()
+	other, err := dial("other", "other")
+	if err != nil {
+		t.Fatalf("another credential's agent: %v", err)
+	}
+	other.CloseNow()
+}

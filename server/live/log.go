@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/kvscope/kvscope/core/event"
@@ -58,14 +59,17 @@ func agentRaws(frame []byte, n int) [][]byte {
 // catchUpMessageBytes bytes of stored messages a step (what is sent is
 // about as large, at most maxCatchUpBytes with each event's stream_seq),
 // then it is told to come back for the rest; at most maxCatchUps
-// browsers read back at once, catchUpQueue waiting their turn, each at
-// most catchUpWait; one that cannot be served is told to come back (1013),
-// never sent the recent history as if it were everything.
+// browsers read back from the log at once and maxCatchUpsHeld hold a
+// step's frames (read, or being sent), so a storm of resumes holds at
+// most maxCatchUpsHeld steps of memory; catchUpQueue wait their turn, each
+// at most catchUpWait; one that cannot be served is told to come back
+// (1013), never sent the recent history as if it were everything.
 const (
 	maxCatchUp          = 50_000
 	maxCatchUpBytes     = 16 << 20
 	catchUpMessageBytes = 12 << 20
 	maxCatchUps         = 4
+	maxCatchUpsHeld     = 16
 	catchUpQueue        = 256
 	catchUpWait         = 10 * time.Second
 	catchUpTimeout      = 20 * time.Second
@@ -87,25 +91,46 @@ var errCatchUpBusy = errors.New("too many browsers catching up")
 // stream message since on (that message again: a browser may have seen
 // only part of it), in turn with the others. A message that does not
 // route and an event too large for a frame are left out, and counted.
-func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool) (catchUp, error) {
+// The step's frames are held until release is called (once they are
+// sent); release is never nil.
+func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool) (c catchUp, release func(), err error) {
+	release = func() {}
 	if h.catchUpWaiting.Add(1) > catchUpQueue {
 		h.catchUpWaiting.Add(-1)
-		return catchUp{}, errCatchUpBusy
+		return catchUp{}, release, errCatchUpBusy
 	}
-	wait := time.NewTimer(h.catchUpWait)
-	select {
-	case h.catchUps <- struct{}{}:
-		wait.Stop()
-		h.catchUpWaiting.Add(-1)
-	case <-wait.C:
-		h.catchUpWaiting.Add(-1)
-		return catchUp{}, errCatchUpBusy
-	case <-ctx.Done():
-		wait.Stop()
-		h.catchUpWaiting.Add(-1)
-		return catchUp{}, ctx.Err()
+	wctx, cancel := context.WithTimeout(ctx, h.catchUpWait)
+	defer cancel()
+	take := func(slots chan struct{}) error {
+		select {
+		case slots <- struct{}{}:
+			return nil
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return errCatchUpBusy
+		}
 	}
-	defer func() { <-h.catchUps }()
+	err = take(h.catchUpsHeld)
+	if err == nil {
+		err = take(h.catchUps)
+		if err != nil {
+			<-h.catchUpsHeld
+		}
+	}
+	h.catchUpWaiting.Add(-1)
+	if err != nil {
+		return catchUp{}, release, err
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { <-h.catchUpsHeld }) }
+	defer func() {
+		<-h.catchUps
+		if err != nil {
+			release()
+		}
+	}()
 	var raws [][]byte
 	skipped := 0
 	rr, err := h.log.ReadRange(ctx, eventlog.Range{From: since, MaxEvents: maxCatchUp, MaxBytes: catchUpMessageBytes, Timeout: catchUpTimeout},
@@ -131,9 +156,9 @@ func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool
 		h.metrics.Add(metricCatchUpSkipped, helpCatchUpSkipped, float64(skipped))
 	}
 	if err != nil {
-		return catchUp{}, err
+		return catchUp{}, release, err
 	}
-	c := catchUp{through: rr.Last, more: !rr.Complete, gone: rr.Gone(since)}
+	c = catchUp{through: rr.Last, more: !rr.Complete, gone: rr.Gone(since)}
 	if c.through == 0 {
 		c.through = since
 	}
@@ -141,7 +166,7 @@ func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool
 	if c.frames == nil {
 		c.frames = [][]byte{}
 	}
-	return c, nil
+	return c, release, nil
 }
 
 // store keeps an agent's events and returns the last sequence number
