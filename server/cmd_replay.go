@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"strconv"
 
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
@@ -37,28 +38,28 @@ func runReplay(args []string, stdout io.Writer) error {
 	if *speed < 0 {
 		return &usageError{fmt.Errorf("--speed %v: must not be negative", *speed)}
 	}
-	var events []event.Event // from the event log (a file is streamed)
-	source, count := "", 0
+	// Both sources are streamed as they play: a file, or the event log
+	// read replayChunk events at a time.
+	var next func() (event.Event, error)
+	source, count := "", ""
 	if *natsURL != "" {
 		auth.Password = os.Getenv("KVSCOPE_NATS_PASSWORD")
 		b, err := eventlog.Open(context.Background(), eventlog.Options{URLs: *natsURL, Auth: auth, ReadOnly: true})
 		if err != nil {
 			return err
 		}
-		events, err = b.ReadEvents(context.Background(), *from, *through, maxReplayEvents)
-		b.Close()
-		if err != nil {
-			return fmt.Errorf("--nats %s, stream messages %d-%d: %w", eventlog.Redact(*natsURL), *from, *through, err)
-		}
-		source, count = fmt.Sprintf("stream %s on %s from message %d", eventlog.StreamName, eventlog.Redact(*natsURL), *from), len(events)
+		defer b.Close()
+		next = b.Events(context.Background(), *from, *through, replayChunk)
+		source, count = fmt.Sprintf("stream %s on %s from message %d", eventlog.StreamName, eventlog.Redact(*natsURL), *from), "the"
 	} else {
 		// A recording may be larger than memory: it is read once here to
 		// check every line (an error names the line before anything is
 		// served), then streamed from the file as it plays.
-		if count, err = checkRecording(files[0]); err != nil {
+		n, err := checkRecording(files[0])
+		if err != nil {
 			return err
 		}
-		source = files[0]
+		source, count = files[0], strconv.Itoa(n)
 	}
 	// serve's listen rules: beyond loopback only with a token, which then
 	// guards every route. No agent connects to a replay.
@@ -71,11 +72,18 @@ func runReplay(args []string, stdout io.Writer) error {
 	}
 	srv := newServer(catalog(), o, nil)
 	return srv.listenAndServe(o, func(ctx context.Context, _ string) {
-		o.Logf("replaying %d events from %s at %gx", count, source, *speed)
+		o.Logf("replaying %s events from %s at %gx", count, source, *speed)
 		go func() {
-			if events != nil || *natsURL != "" {
-				live.Replay(ctx, srv.hub, events, *speed)
-			} else if err := playRecording(ctx, files[0], *speed, func(f []event.Event) { srv.hub.Publish(f) }); err != nil && ctx.Err() == nil {
+			publish := func(f []event.Event) { srv.hub.Publish(f) }
+			var err error
+			if next != nil {
+				if err = live.Play(ctx, next, *speed, publish); err != nil {
+					err = fmt.Errorf("--nats %s, stream messages from %d: %w", eventlog.Redact(*natsURL), *from, err)
+				}
+			} else {
+				err = playRecording(ctx, files[0], *speed, publish)
+			}
+			if err != nil && ctx.Err() == nil {
 				o.Logf("replay stopped: %v", err)
 				return
 			}
@@ -84,5 +92,6 @@ func runReplay(args []string, stdout io.Writer) error {
 	})
 }
 
-// maxReplayEvents bounds what replay reads from the event log.
-const maxReplayEvents = 5_000_000
+// replayChunk is the events replay --nats reads from the event log at a
+// time (it holds one chunk).
+const replayChunk = 10_000

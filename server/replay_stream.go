@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live"
 )
 
 // jsonlEvents reads a recording (kvscope serve --record) one event at a
@@ -78,12 +78,9 @@ func checkRecording(name string) (int, error) {
 }
 
 // playRecording plays a recording from its file, in file order, as
-// live.Replay plays events held in memory: frames of at most 50 ms of
-// recorded time (and event.MaxFrameEvents events), waiting between frames
-// as recorded, divided by speed (at most 2 s; speed 0 plays without
-// pauses), until the file or ctx ends. It holds one frame and the event
-// after it, whatever the file's size; publish may keep the frame it is
-// given (each is a new slice).
+// live.Play plays (frames of at most 50 ms of recorded time, paced as
+// recorded), holding one frame and the event after it whatever the file's
+// size.
 func playRecording(ctx context.Context, name string, speed float64, publish func([]event.Event)) error {
 	f, err := os.Open(name)
 	if err != nil {
@@ -91,32 +88,8 @@ func playRecording(ctx context.Context, name string, speed float64, publish func
 	}
 	defer f.Close()
 	r := newJSONLEvents(bufio.NewReaderSize(f, 1<<20))
-	const window = int64(50 * time.Millisecond)
-	look, err := r.next()
-	for err == nil {
-		frame := []event.Event{look}
-		for {
-			look, err = r.next()
-			if err != nil || len(frame) >= event.MaxFrameEvents || look.TS-frame[0].TS >= window || look.TS < frame[0].TS {
-				break
-			}
-			frame = append(frame, look)
-		}
-		publish(frame)
-		if err == nil && speed > 0 {
-			gap := time.Duration(float64(look.TS-frame[0].TS) / speed)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(min(max(gap, 0), 2*time.Second)):
-			}
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	if err := live.Play(ctx, r.next, speed, publish); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	if err == io.EOF {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", name, err)
+	return nil
 }

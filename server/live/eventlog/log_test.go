@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -49,9 +50,16 @@ func TestReplayFromStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	events, err := ro.ReadEvents(context.Background(), 2, 3, 100)
-	if err != nil {
-		t.Fatal(err)
+	var events []event.Event
+	for next := ro.Events(context.Background(), 2, 3, 100); ; {
+		e, err := next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
 	}
 	var got []string
 	for _, e := range events {
@@ -112,6 +120,55 @@ func TestRouteStored(t *testing.T) {
 	} {
 		if _, _, err := Route([]byte(tt.frame), tt.agent, 1); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want %q", tt.frame, err, tt.want)
+		}
+	}
+}
+
+// TestEventsStreamsARange: Events reads a range of the log a chunk at a
+// time (kvscope replay --nats plays it so, whatever its length): every
+// event of messages 3 to the end, in order, each stamped with its
+// message, then io.EOF; messages stored after the first read are past its
+// end.
+func TestEventsStreamsARange(t *testing.T) {
+	b, err := Open(context.Background(), Options{DataDir: t.TempDir(), Token: "events-test-token-0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	publish := func(f uint64) {
+		var evs []event.Event
+		for i := uint64(1); i <= 10; i++ {
+			evs = append(evs, event.Event{V: event.Version, Agent: "a", Seq: 10*(f-1) + i, TS: int64(f), Kind: event.Sample, Sample: &event.SampleData{}})
+		}
+		frame, _ := event.EncodeFrame(evs)
+		if err := b.Publish(context.Background(), "a", "", frame, evs[0].Seq, evs[9].Seq, int64(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for f := uint64(1); f <= 30; f++ {
+		publish(f)
+	}
+	next := b.Events(context.Background(), 3, 0, 25)
+	var got []event.Event
+	for {
+		e, err := next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+		if len(got) == 1 {
+			publish(31) // after the first read: not played
+		}
+	}
+	if len(got) != 280 {
+		t.Fatalf("%d events, want the 280 of messages 3-30", len(got))
+	}
+	for i, e := range got {
+		if e.Seq != uint64(21+i) || e.Stream != uint64(3+i/10) {
+			t.Fatalf("event %d: seq %d of message %d, want %d of %d", i, e.Seq, e.Stream, 21+i, 3+i/10)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -153,21 +154,39 @@ func PayloadRead(k event.Kind) bool {
 	return k == event.Hello || k == event.TransferDone || k == event.Error || k == event.Sample
 }
 
-// ReadEvents reads the events of stream messages from to through (0: the
-// stream's last message when the read starts), at most maxEvents (the
-// read stops after the message that passes it), each decoded whole;
-// messages that do not decode are skipped.
-func (l *Log) ReadEvents(ctx context.Context, from, through uint64, maxEvents int) ([]event.Event, error) {
-	var out []event.Event
-	_, err := l.ReadRange(ctx, Range{From: from, Through: through, MaxEvents: maxEvents}, func(data []byte, agent string, seq uint64) int {
-		events, err := Decode(data, agent, seq)
-		if err != nil {
-			return 0
+// Events reads stream messages from to through (0: the stream's last
+// message when the first read starts) as a sequence of their events, each
+// decoded whole and stamped with its message's stream sequence, reading
+// chunk events at a time (at least: a message is read whole): it holds
+// one chunk however long the range. Messages that do not decode are
+// skipped. next returns io.EOF after the last.
+func (l *Log) Events(ctx context.Context, from, through uint64, chunk int) (next func() (event.Event, error)) {
+	var buf []event.Event
+	done := false
+	return func() (event.Event, error) {
+		for len(buf) == 0 {
+			if done {
+				return event.Event{}, io.EOF
+			}
+			rr, err := l.ReadRange(ctx, Range{From: from, Through: through, MaxEvents: chunk}, func(data []byte, agent string, seq uint64) int {
+				events, err := Decode(data, agent, seq)
+				if err != nil {
+					return 0
+				}
+				buf = append(buf, events...)
+				return len(events)
+			})
+			if err != nil {
+				return event.Event{}, err
+			}
+			through = rr.Through // fixed at the first read: a growing stream ends where it stood
+			done = rr.Complete || rr.Last == 0
+			from = rr.Last + 1
 		}
-		out = append(out, events...)
-		return len(events)
-	})
-	return out, err
+		e := buf[0]
+		buf = buf[1:]
+		return e, nil
+	}
 }
 
 // Range is a read of stream messages From to Through (0: the stream's
@@ -189,6 +208,7 @@ type RangeRead struct {
 	Last     uint64
 	Complete bool
 	First    uint64
+	Through  uint64 // the range's end, as the read resolved it
 }
 
 // Gone is how many messages of the range the stream no longer holds.
@@ -218,6 +238,7 @@ func (l *Log) ReadRange(ctx context.Context, r Range, take func(data []byte, age
 	if through == 0 || through > info.State.LastSeq {
 		through = info.State.LastSeq
 	}
+	out.Through = through
 	if info.State.FirstSeq > from && from > 0 {
 		out.First = info.State.FirstSeq
 	}
