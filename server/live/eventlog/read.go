@@ -60,7 +60,7 @@ func (l *Log) Follow(ctx context.Context, replay uint64, deliver func(events []e
 			return
 		}
 		deliver(events, raws, m.Headers().Get(stream.HeaderEpoch))
-	}, jetstream.PullMaxMessages(1024))
+	}, jetstream.PullMaxBytes(pullBytes))
 	if err != nil {
 		return err
 	}
@@ -68,6 +68,12 @@ func (l *Log) Follow(ctx context.Context, replay uint64, deliver func(events []e
 	cc.Stop()
 	return nil
 }
+
+// pullBytes is what a consumer of the log buffers ahead of its reader:
+// twice the largest message (8 MiB), so a read of a range holds at most
+// that, whatever its messages' count (1,024 messages of up to 8 MiB each
+// could be buffered otherwise).
+const pullBytes = 16 << 20
 
 // MessageAgent is the agent a stream message is of: the one its subject
 // names (an agent may publish on its own subject only). A message whose
@@ -252,7 +258,7 @@ func (l *Log) ReadRange(ctx context.Context, r Range, take func(data []byte, age
 	if err != nil {
 		return RangeRead{}, err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	it, err := cons.Messages(jetstream.PullMaxBytes(pullBytes))
 	if err != nil {
 		return RangeRead{}, err
 	}
