@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -28,19 +29,8 @@ import (
 // each again 200 ms later, while an agent streams. It prints the figures
 // README quotes.
 func TestSoak(t *testing.T) {
-	bin := os.Getenv("KVSCOPE_BIN")
-	if os.Getenv("KVSCOPE_SOAK") == "" || bin == "" {
-		t.Skip("the storm runs with make soak (KVSCOPE_SOAK=1 KVSCOPE_BIN=bin/kvscope)")
-	}
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--agent", "none", "--token", "soak-test-token-0123", "--data-dir", t.TempDir())
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := "http://" + addr
-	waitUp(t, base)
+	base, cmd := soakServe(t, soakToken, os.Stderr, "--agent", "none")
+	addr := strings.TrimPrefix(base, "http://")
 	rss := func() int64 { return procRSS(t, cmd.Process.Pid) }
 	report := func(format string, args ...any) { fmt.Printf("soak: "+format+"\n", args...) }
 	report("idle RSS %d MiB", rss()>>20)
@@ -154,7 +144,7 @@ func TestSoak(t *testing.T) {
 			defer wg.Done()
 			for churn.Err() == nil {
 				c, _, err := websocket.Dial(churn, "ws://"+addr+"/ws/live", &websocket.DialOptions{HTTPHeader: http.Header{
-					"Origin": {"http://" + addr}, "Authorization": {"Bearer soak-test-token-0123"}}})
+					"Origin": {"http://" + addr}, "Authorization": {"Bearer " + soakToken}}})
 				if err != nil {
 					continue
 				}
@@ -238,7 +228,7 @@ func TestSoakAgent(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
-	agent, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/agent?agent=soak-agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + credential(t, "soak-test-token-0123", "soak-agent")}}})
+	agent, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/agent?agent=soak-agent", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + credential(t, soakToken, "soak-agent")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,23 +291,47 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-func waitUp(t *testing.T, base string) {
+// soakToken is TestSoak's server token.
+const soakToken = "soak-test-token-0123"
+
+// soakServe starts the built kvscope serve (KVSCOPE_BIN, as make soak
+// sets it with KVSCOPE_SOAK=1; the test is skipped otherwise) on a free
+// loopback address with token, its own data directory and args, its
+// output to stdout and its log to stderr, and waits until it answers;
+// the process is killed when the test ends.
+func soakServe(t *testing.T, token string, stdout io.Writer, args ...string) (base string, cmd *exec.Cmd) {
+	t.Helper()
+	bin := os.Getenv("KVSCOPE_BIN")
+	if os.Getenv("KVSCOPE_SOAK") == "" || bin == "" {
+		t.Skip("the storm runs with make soak (KVSCOPE_SOAK=1 KVSCOPE_BIN=bin/kvscope)")
+	}
+	addr := freeAddr(t)
+	cmd = exec.Command(bin, append([]string{"serve", "--addr", addr, "--token", token, "--data-dir", t.TempDir()}, args...)...)
+	cmd.Stdout, cmd.Stderr = stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	base = "http://" + addr
 	for range 100 {
 		req, _ := http.NewRequest("GET", base+"/api/models", nil)
-		req.Header.Set("Authorization", "Bearer soak-test-token-0123")
+		req.Header.Set("Authorization", "Bearer "+token)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
-			return
+			if resp.StatusCode == 200 {
+				return base, cmd
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatal("the server did not come up")
+	return "", nil
 }
 
 func soakPost(t *testing.T, url, body string) int {
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer soak-test-token-0123")
+	req.Header.Set("Authorization", "Bearer "+soakToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Error(err)

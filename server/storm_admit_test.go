@@ -28,19 +28,8 @@ import (
 // client (p99 held to 100 ms). It prints the figures server/BENCHMARKS.md
 // quotes as soak: lines.
 func TestStormAdmission(t *testing.T) {
-	bin := os.Getenv("KVSCOPE_BIN")
-	if os.Getenv("KVSCOPE_SOAK") == "" || bin == "" {
-		t.Skip("the storm runs with make soak (KVSCOPE_SOAK=1 KVSCOPE_BIN=bin/kvscope)")
-	}
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--agent", "embedded", "--token", "soak-token", "--data-dir", t.TempDir())
-	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := "http://" + addr
-	waitUp(t, base)
+	base, cmd := soakServe(t, soakToken, io.Discard, "--agent", "embedded")
+	addr := strings.TrimPrefix(base, "http://")
 	report := func(format string, args ...any) { fmt.Printf("soak: "+format+"\n", args...) }
 	report("storm: idle RSS %d MiB (the embedded agent streaming)", procRSS(t, cmd.Process.Pid)>>20)
 
@@ -269,7 +258,7 @@ func stormFlood(t *testing.T, addr string, n int) int {
 func stormPost(url string, body []byte) (int, string) {
 	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer soak-token")
+	req.Header.Set("Authorization", "Bearer "+soakToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
@@ -289,7 +278,7 @@ func stormPost(url string, body []byte) (int, string) {
 // stormMetric reads one counter of the server's /metrics.
 func stormMetric(t *testing.T, base, name string) float64 {
 	req, _ := http.NewRequest("GET", base+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer soak-token")
+	req.Header.Set("Authorization", "Bearer "+soakToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

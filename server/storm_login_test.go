@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,18 +31,7 @@ const stormToken = "storm-login-test-token-0123"
 // /api/plan p99 before and during the storm, and how soon the storming
 // address logs in once the storm stops.
 func TestStormLogin(t *testing.T) {
-	bin := os.Getenv("KVSCOPE_BIN")
-	if os.Getenv("KVSCOPE_SOAK") == "" || bin == "" {
-		t.Skip("the storm runs with make soak (KVSCOPE_SOAK=1 KVSCOPE_BIN=bin/kvscope)")
-	}
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--agent", "embedded", "--token", stormToken, "--data-dir", t.TempDir())
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := "http://" + addr
+	base, _ := soakServe(t, stormToken, os.Stderr, "--agent", "embedded")
 	report := func(format string, args ...any) { fmt.Printf("soak: "+format+"\n", args...) }
 
 	storm := stormClient(t, "127.0.0.1", 16)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,31 +29,10 @@ import (
 // recent history as if it were all. /api/plan is timed and the server's
 // RSS sampled throughout; it prints "soak:" lines.
 func TestStormResume(t *testing.T) {
-	bin := os.Getenv("KVSCOPE_BIN")
-	if os.Getenv("KVSCOPE_SOAK") == "" || bin == "" {
-		t.Skip("the storm runs with make soak (KVSCOPE_SOAK=1 KVSCOPE_BIN=bin/kvscope)")
-	}
 	const token = "storm-resume-token-0123"
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--agent", "none", "--token", token, "--data-dir", t.TempDir(),
-		"--agent-events-per-sec", "0", "--agent-bytes-per-sec", "0")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := "http://" + addr
+	base, cmd := soakServe(t, token, os.Stderr, "--agent", "none", "--agent-events-per-sec", "0", "--agent-bytes-per-sec", "0")
+	addr := strings.TrimPrefix(base, "http://")
 	report := func(format string, args ...any) { fmt.Printf("soak: "+format+"\n", args...) }
-	for i := 0; ; i++ {
-		if resp, err := http.Get(base + "/api/models"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if i == 100 {
-			t.Fatal("the server did not come up")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 
 	const total = 300_000
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
