@@ -68,8 +68,8 @@ const (
 	maxCatchUp          = 50_000
 	maxCatchUpBytes     = 16 << 20
 	catchUpMessageBytes = 12 << 20
-	maxCatchUps         = 4
-	maxCatchUpsHeld     = 16
+	maxCatchUps         = 2
+	maxCatchUpsHeld     = 8
 	catchUpQueue        = 256
 	catchUpWait         = 10 * time.Second
 	catchUpTimeout      = 20 * time.Second
