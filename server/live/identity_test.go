@@ -184,6 +184,13 @@ func TestAgentsCannotSpeakForEachOther(t *testing.T) {
 	if got := r.metric(`kvscope_hub_rejected_total{reason="seq_jump"}`); !strings.HasSuffix(got, " 1") {
 		t.Errorf("the sequence jump: %q, want 1 refused", got)
 	}
+	// The refused connections and subscriptions are counted too.
+	if got := r.log.Refused(); got["credential"] != 3 || got["subscribe"] != 3 || got["publish"] != 0 {
+		t.Errorf("refusals counted %v, want 3 credentials and 3 subscriptions", got)
+	}
+	if got := r.metric(`kvscope_nats_refused_total{reason="subscribe"}`); !strings.HasSuffix(got, " 3") {
+		t.Errorf("on /metrics: %q", got)
+	}
 }
 
 // livetestEvent is a sample event of agent numbered seq.
@@ -446,6 +453,10 @@ func TestNATSConnectionsAreBounded(t *testing.T) {
 	if nc, err := connect("late"); err == nil {
 		nc.Close()
 		t.Error("a 13th connection was taken (at most 12)")
+	}
+	time.Sleep(100 * time.Millisecond) // the server logs the last refusal after closing the connection
+	if got := b.Refused()["connections"]; got < 7 {
+		t.Errorf("%d refused connections counted, want the 6 of greedy's and the 13th", got)
 	}
 }
 

@@ -27,12 +27,13 @@ var (
 	descNATSReconnect = prometheus.NewDesc("kvscope_nats_reconnects_total", "Times this replica reconnected to NATS.", nil, nil)
 	descNATSIn        = prometheus.NewDesc("kvscope_nats_in_msgs_total", "Messages this replica received from NATS.", nil, nil)
 	descNATSOut       = prometheus.NewDesc("kvscope_nats_out_msgs_total", "Messages this replica sent to NATS.", nil, nil)
+	descNATSRefused   = prometheus.NewDesc("kvscope_nats_refused_total", "What the embedded NATS server refused its clients, by reason: a credential not the user's, connections past their bound, a publish outside one's own subject, a subscription outside one's own inbox.", []string{"reason"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStreamMsgs, descStreamBytes, descStreamLast, descStreamFirst, descDelivered, descRedelivered, descLag,
-		descNATSReconnect, descNATSIn, descNATSOut} {
+		descNATSReconnect, descNATSIn, descNATSOut, descNATSRefused} {
 		ch <- d
 	}
 }
@@ -40,6 +41,9 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector; what NATS does not answer within
 // 2 s is left out of this scrape.
 func (c collector) Collect(ch chan<- prometheus.Metric) {
+	for reason, n := range c.l.Refused() {
+		ch <- prometheus.MustNewConstMetric(descNATSRefused, prometheus.CounterValue, float64(n), reason)
+	}
 	st := c.l.nc.Stats()
 	ch <- prometheus.MustNewConstMetric(descNATSReconnect, prometheus.CounterValue, float64(st.Reconnects))
 	ch <- prometheus.MustNewConstMetric(descNATSIn, prometheus.CounterValue, float64(st.InMsgs))

@@ -154,6 +154,7 @@ func Open(ctx context.Context, o Options) (*Log, error) {
 			return nil, fmt.Errorf("embedded NATS server: %w", err)
 		}
 		auth.srv = srv
+		srv.SetLogger(auth, false, false) // counts what the server refuses (Refused)
 		go srv.Start()
 		if !srv.ReadyForConnections(10 * time.Second) {
 			srv.Shutdown()
@@ -261,7 +262,10 @@ type natsAuth struct {
 	// server's own list, at most every 200 ms) that had started a second
 	// before it, and those admitted since then (by admission time): an
 	// over-estimate by the ones closed meanwhile, never an under-estimate.
+	refused [refusedReasons]atomic.Uint64
+
 	mu       sync.Mutex
+	told     time.Time // when a refusal was last logged
 	counting bool
 	countAt  time.Time
 	conns    map[string]int
@@ -291,10 +295,12 @@ func (a *natsAuth) Check(c natsserver.ClientAuthentication) bool {
 		err = event.CheckCredential(a.token, opts.Password, user)
 	}
 	if err != nil {
+		a.refused[refusedCredential].Add(1)
 		a.log("NATS: agent %q from %s refused: %v", user, c.RemoteAddress(), err)
 		return false
 	}
 	if !a.admit(user) {
+		a.refused[refusedConnections].Add(1)
 		a.log("NATS: agent %q from %s refused: it has %d connections already (at most %d an agent)", user, c.RemoteAddress(), a.perAgent, a.perAgent)
 		return false
 	}
@@ -303,6 +309,62 @@ func (a *natsAuth) Check(c natsserver.ClientAuthentication) bool {
 		Subscribe: &natsserver.SubjectPermission{Allow: []string{stream.InboxPrefix(user) + ".>"}},
 	}})
 	return true
+}
+
+// Why the embedded server refused a client something, as counted.
+const (
+	refusedCredential  = iota // a connection with a credential that is not its user's
+	refusedConnections        // a connection past the agent's or the server's bound
+	refusedPublish            // a publish outside the client's own subject
+	refusedSubscribe          // a subscription outside the client's own inbox
+	refusedReasons
+)
+
+var refusedNames = [refusedReasons]string{"credential", "connections", "publish", "subscribe"}
+
+// Refused is what the embedded server refused its clients so far, by
+// reason (credential, connections, publish, subscribe); nil for a
+// cluster.
+func (l *Log) Refused() map[string]uint64 {
+	if l.auth == nil {
+		return nil
+	}
+	out := map[string]uint64{}
+	for i, name := range refusedNames {
+		out[name] = l.auth.refused[i].Load()
+	}
+	return out
+}
+
+// The embedded server's log: natsAuth is its logger, and keeps of it the
+// refusals it counts (the server reports a permissions violation only
+// there), logging each kind of refusal at most once a minute.
+func (a *natsAuth) Noticef(string, ...any) {}
+func (a *natsAuth) Warnf(string, ...any)   {}
+func (a *natsAuth) Fatalf(string, ...any)  {}
+func (a *natsAuth) Debugf(string, ...any)  {}
+func (a *natsAuth) Tracef(string, ...any)  {}
+func (a *natsAuth) Errorf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	switch {
+	case strings.Contains(msg, "Publish Violation"):
+		a.refused[refusedPublish].Add(1)
+	case strings.Contains(msg, "Subscription Violation"):
+		a.refused[refusedSubscribe].Add(1)
+	case strings.Contains(strings.ToLower(msg), "maximum connections"):
+		a.refused[refusedConnections].Add(1)
+	default:
+		return
+	}
+	a.mu.Lock()
+	tell := time.Since(a.told) > time.Minute
+	if tell {
+		a.told = time.Now()
+	}
+	a.mu.Unlock()
+	if tell {
+		a.log("NATS: refused: %s (counted on /metrics as kvscope_nats_refused_total; told at most once a minute)", event.Clip(msg, 200))
+	}
 }
 
 func (a *natsAuth) log(format string, args ...any) {
