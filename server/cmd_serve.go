@@ -70,7 +70,7 @@ func runServe(args []string, stdout io.Writer) error {
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	token := fs.String("token", "", "the server's token: agents present it on /ws/agent, browsers log in with it at /login, scripts send it as a bearer; required to listen beyond loopback")
+	token := fs.String("token", "", "the server's token (16 characters at least): browsers log in with it at /login, scripts send it as a bearer, and each agent's credential is made from it (kvscope serve agent-token NAME); required to listen beyond loopback")
 	var allowed hostList
 	fs.Var(&allowed, "allowed-host", "a Host name the server also answers to (repeatable; loopback names and the --addr host always)")
 	agent := fs.String("agent", "embedded", "embedded (a host-memory agent in this process, streaming the default scenario) or none")
