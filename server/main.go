@@ -8,6 +8,7 @@
 //	kvscope check  LOG [--model M] [--draft D] [--vllm-version V] [--json]
 //	kvscope versions [--json]
 //	kvscope serve  [--addr A] [--token T] [--allowed-host H] [--agent embedded|none] [--record FILE.jsonl]
+//	kvscope serve agent-token [--token T] NAME
 //	kvscope replay [--speed S] [--addr A] [--token T] FILE.jsonl
 //	kvscope models
 //
@@ -41,7 +42,7 @@ func commands() []command {
 		{"oracle", "prove a transfer on bytes, or run the sweep (--sweep)", runOracle},
 		{"check", "hold a vLLM startup log against kvscope's plan, line by line (exit 3 when they differ)", runCheck},
 		{"versions", "list the vLLM version profiles and the table of behaviour changes", runVersions},
-		{"serve", "serve the browser app and the JSON API", runServe},
+		{"serve", "serve the browser app and the JSON API (serve agent-token NAME: an agent's credential)", runServe},
 		{"replay", "serve the app and play a recorded event file (serve --record) into its live view", runReplay},
 		{"site", "write the browser app as a static website (no server needed)", runSite},
 		{"models", "list the bundled model configs", runModels},
