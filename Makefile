@@ -87,6 +87,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./core/event
 	$(GO) test -run '^$$' -fuzz '^FuzzPeek$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./core/event
 	$(GO) test -run '^$$' -fuzz '^FuzzReadJSONL$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./core/event
+	$(GO) test -run '^$$' -fuzz '^FuzzCredential$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./core/event
 	$(GO) test -run '^$$' -fuzz '^FuzzPeerRead$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/transfer
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRead$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/transfer/peer
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/scenario
