@@ -52,6 +52,7 @@ func TestAgentTokenCommand(t *testing.T) {
 		want string
 	}{
 		{[]string{"agent-token", "gpu7"}, "--token"},
+		{[]string{"agent-token", "--token", "short", "gpu7"}, "--token: 5 characters"},
 		{[]string{"agent-token", "--token", secret}, "want one agent name"},
 		{[]string{"agent-token", "--token", secret, "a b"}, `NAME "a b"`},
 	} {

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"unicode/utf8"
 
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/api"
 	"github.com/kvscope/kvscope/server/live"
 )
 
@@ -27,6 +29,9 @@ func runAgentToken(args []string, stdout io.Writer) error {
 	}
 	if *token == "" {
 		return &usageError{fmt.Errorf("--token: the server's token is needed (or $KVSCOPE_TOKEN)")}
+	}
+	if n := utf8.RuneCountInString(*token); n < api.MinTokenLen {
+		return &usageError{fmt.Errorf("--token: %d characters, want at least %d (kvscope serve refuses a shorter one)", n, api.MinTokenLen)}
 	}
 	cred, err := event.IssueCredential(*token, pos[0])
 	if err != nil {
