@@ -285,6 +285,7 @@ func (a *natsAuth) Check(c natsserver.ClientAuthentication) bool {
 		c.RegisterUser(&natsserver.User{Username: serveUser})
 		return true
 	case event.CheckAgentName(user) != nil:
+		a.refused[refusedCredential].Add(1)
 		return false
 	}
 	scope, err := event.CredentialScope(opts.Password)
