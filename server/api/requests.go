@@ -47,7 +47,7 @@ type PDRequest struct {
 }
 
 // TuneRequest is the body of /api/tune: the engines' fixed flags, the
-// ranges searched (the range flags' names without "--"), the objective
+// ranges searched (the range flags' names in snake case), the objective
 // and its mix weights, and how many candidates to list.
 type TuneRequest struct {
 	ModelRequest
