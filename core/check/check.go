@@ -77,6 +77,9 @@ func Run(in Input) (*Result, error) {
 		Lines: []LineCheck{}, Explain: []string{}, Missing: []string{}, Notes: append([]string{}, setup.Notes...)}
 	if prof, err := vllm.Lookup(setup.Version); err == nil {
 		res.ProfileLabel = prof.Label
+		if prof.Version.Newer { // a log from a release newer than kvscope's newest profile
+			res.Notes = append(res.Notes, vllm.NewerNote(prof.Version))
+		}
 	}
 	m, err := resolveModel(in, res)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	modelcatalog "github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/vllm"
 	"github.com/kvscope/kvscope/core/vlog"
 )
 
@@ -136,7 +137,6 @@ func TestCheckBadInput(t *testing.T) {
 		name, log, want string
 	}{
 		{"no version", "INFO Available KV cache memory: 10.00 GiB\nINFO GPU KV cache size: 1,000 tokens\n", "names no vLLM version"},
-		{"a version newer than any profile", "INFO vLLM API server version 0.40.0\nINFO non-default args: {'model': 'openai/gpt-oss-20b'}\nINFO GPU KV cache size: 1,000 tokens\n", "newer than the newest profile"},
 		{"a version before 0.10", "INFO vLLM API server version 0.8.4\nINFO GPU KV cache size: 1,000 tokens\n", "start at vLLM 0.10.0"},
 		{"a model kvscope does not have", "INFO vLLM API server version 0.20.0\nINFO non-default args: {'model': 'acme/unknown-7b'}\nINFO GPU KV cache size: 1,000 tokens\n", "pass --model"},
 		{"no model", "INFO vLLM API server version 0.20.0\nINFO GPU KV cache size: 1,000 tokens\n", "names no model"},
@@ -153,6 +153,28 @@ func TestCheckBadInput(t *testing.T) {
 				t.Errorf("error %v, want one naming %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestCheckNewerVersion: a log from a vLLM newer than every release
+// kvscope has read is checked with the newest release's rules, and the
+// result says so (a note, the profile's label), instead of an error.
+func TestCheckNewerVersion(t *testing.T) {
+	l, err := vlog.Parse("INFO vLLM API server version 0.40.0\nINFO non-default args: {'model': 'openai/gpt-oss-20b'}\nINFO GPU KV cache size: 1,000 tokens\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(Input{Log: l, Catalog: catalog()})
+	if err != nil {
+		t.Fatalf("a log of vLLM 0.40.0: %v, want it checked with the newest profile", err)
+	}
+	want := "vLLM 0.40.0 is newer than the newest release kvscope has read (" + vllm.Newest().Name() + ")"
+	noted := false
+	for _, n := range res.Notes {
+		noted = noted || strings.Contains(n, want) && strings.Contains(n, "inferred")
+	}
+	if !noted || !strings.Contains(res.ProfileLabel, "newer than the newest release") {
+		t.Errorf("notes %q, label %q: want %q and an inferred label", res.Notes, res.ProfileLabel, want)
 	}
 }
 

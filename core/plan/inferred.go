@@ -98,6 +98,9 @@ func relevant(rule string, specs []kvspec.LayerSpec, e Engine) bool {
 // of these specs, as inferred reasons.
 func profileReasons(prof vllm.Profile, specs []kvspec.LayerSpec, e Engine) []string {
 	var out []string
+	if prof.Version.Newer { // every plan of a version newer than kvscope's newest is inferred
+		out = append(out, "profile "+prof.Name+": "+vllm.NewerNote(prof.Version))
+	}
 	for _, r := range prof.Inferred() {
 		if relevant(r, specs, e) {
 			out = append(out, "profile "+prof.Name+": "+r)

@@ -197,12 +197,22 @@ func For(v Version) Profile {
 // inferred rather than read in vLLM's code at that version.
 func (p Profile) Inferred() []string {
 	out := []string{}
+	if p.Version.Newer {
+		out = append(out, NewerNote(p.Version))
+	}
 	for _, r := range p.Rules {
 		if r.Evidence == Inferred {
 			out = append(out, r.What()+" from "+r.From+" ("+r.Source+"): inferred")
 		}
 	}
 	return out
+}
+
+// NewerNote is what kvscope says of a version newer than every release
+// it has read: it plans it with the newest release's rules, which may not
+// be that version's.
+func NewerNote(v Version) string {
+	return fmt.Sprintf("vLLM %s is newer than the newest release kvscope has read (%s): planned with %s's rules; inferred", v.Text, Newest().Name(), Newest().Name())
 }
 
 // Lookup parses a version and builds its profile.
@@ -220,6 +230,8 @@ func label(v Version) string {
 		return "vLLM main (as far as kvscope has read it)"
 	case v.Line == Branch:
 		return "vLLM PR #58207's planner with group-pair NixlConnector transfers (RFC #58638)"
+	case v.Newer:
+		return fmt.Sprintf("vLLM %s (newer than the newest release kvscope has read, %s: planned with its rules, inferred)", v.Name(), Newest().Name())
 	case v.Dev:
 		return fmt.Sprintf("vLLM %s (development build %s, planned as that release)", v.Name(), v.Text)
 	}

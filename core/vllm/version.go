@@ -27,6 +27,10 @@ type Version struct {
 	// Dev is set for a development build (0.11.1.dev42+gabc): kvscope
 	// plans it as the release it leads to.
 	Dev bool
+	// Newer is set for a release newer than every release kvscope has
+	// read (a log from a newer vLLM): kvscope plans it with the newest
+	// release's rules and says so (inferred).
+	Newer bool
 	// Text is the version as written.
 	Text string
 }
@@ -54,7 +58,8 @@ func oldest() Version { return Version{Major: 0, Minor: 10, Patch: 0} }
 // ParseVersion reads a vLLM version as users and logs write it: "0.11",
 // "0.11.0", "v0.10.1.1", "0.11.1rc6", "0.11.1.dev42+g1234abc", "main",
 // "pr58207" (or "branch"), or "" and "latest" for the newest release.
-// Versions before 0.10 and after the newest profile are errors that say so.
+// Versions before 0.10 are errors that say so; a release after the
+// newest profile is planned as the newest, marked Newer.
 func ParseVersion(s string) (Version, error) {
 	text := strings.TrimSpace(s)
 	low := strings.ToLower(text)
@@ -98,7 +103,7 @@ func ParseVersion(s string) (Version, error) {
 		return Version{}, versionErr(text, "kvscope's profiles start at vLLM 0.10.0 (the first V1 releases with the hybrid KV cache manager)")
 	}
 	if n := Newest(); v.Major > n.Major || v.Major == n.Major && v.Minor > n.Minor {
-		return Version{}, versionErr(text, fmt.Sprintf("newer than the newest profile kvscope has (%s); pass --vllm-version %s or main to plan with the nearest one", n.Name(), n.Name()))
+		v.Newer = true
 	}
 	return v, nil
 }

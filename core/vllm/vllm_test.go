@@ -21,8 +21,8 @@ func TestParseVersion(t *testing.T) {
 		{"branch", Branch, false, ""},
 		{"PR58207", Branch, false, ""},
 		{"0.9.0", "", false, "start at vLLM 0.10.0"},
-		{"0.40.0", "", false, "newer than the newest profile"},
-		{"1.0", "", false, "newer than the newest profile"},
+		{"0.40.0", "0.40.0", false, ""},
+		{"1.0", "1.0.0", false, ""},
 		{"eleven", "", false, "want a release"},
 		{"0.x.1", "", false, "want a release"},
 	}
@@ -37,6 +37,32 @@ func TestParseVersion(t *testing.T) {
 			t.Errorf("%q: %v", tt.in, err)
 		case v.Name() != tt.name || v.Dev != tt.dev:
 			t.Errorf("%q: %s dev %v, want %s dev %v", tt.in, v.Name(), v.Dev, tt.name, tt.dev)
+		}
+	}
+}
+
+// TestNewerThanEveryProfile: a release newer than the newest profile is
+// planned with the newest release's rules (the same profile, but for its
+// name), marked newer, labelled and listed as inferred; the newest itself
+// and a build of it are not.
+func TestNewerThanEveryProfile(t *testing.T) {
+	newest := For(Newest())
+	for _, in := range []string{"0.40.0", "1.0", "v0.99.1rc2"} {
+		p, err := Lookup(in)
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		if !p.Version.Newer || len(p.Rules) != len(newest.Rules) || p.Selector != newest.Selector || p.MergeBuckets != newest.MergeBuckets || p.AsyncDefault != newest.AsyncDefault {
+			t.Errorf("%q: newer %v, %d rules (want %d, the newest release's)", in, p.Version.Newer, len(p.Rules), len(newest.Rules))
+		}
+		inf := p.Inferred()
+		if len(inf) == 0 || !strings.Contains(inf[0], "newer than the newest release kvscope has read ("+Newest().Name()+")") || !strings.Contains(p.Label, "inferred") {
+			t.Errorf("%q: inferred %q, label %q", in, inf, p.Label)
+		}
+	}
+	for _, in := range []string{Newest().Name(), Newest().Name() + ".dev7+gabc", "main"} {
+		if v, err := ParseVersion(in); err != nil || v.Newer {
+			t.Errorf("%q: newer %v, %v", in, v.Newer, err)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func TestErrorsNameTheFlagAsSpelled(t *testing.T) {
 		{[]string{"--async-scheduling", "--no-async-scheduling"}, "", "--async-scheduling and --no-async-scheduling contradict each other"},
 		{[]string{"--p-enable-prefix-caching", "--p-no-enable-prefix-caching"}, "p", "--p-enable-prefix-caching and --p-no-enable-prefix-caching contradict"},
 		{[]string{"--block-size", "7", "--vllm-version", "0.19.0"}, "d", "--block-size 7"},
-		{[]string{"--vllm-version", "9.9.9"}, "", "9.9.9"},
+		{[]string{"--vllm-version", "0.9.9"}, "", "0.9.9"},
 	} {
 		s := parse(t, c.args...)
 		if _, err := s.Engine(c.side); err == nil || !strings.Contains(err.Error(), c.want) {
