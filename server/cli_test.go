@@ -107,8 +107,8 @@ func TestPlanErrorsAreOneClearLine(t *testing.T) {
 		{"MTP on a model without MTP", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--draft", "mtp"}, 1, "no MTP layers"},
 		// Hostile sizes (issue 10): each refused, naming the flag and the cap.
 		{"a config that never ends", []string{"plan", "--model", "/dev/zero"}, 1, "--model /dev/zero: larger than the 4194304-byte limit"},
-		{"a block size vLLM's CLI refuses", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--block-size", "1048576"}, 2, "--block-size 1048576: vLLM 0.33.0 refuses it (argparse: invalid choice"},
-		{"a block size between the choices", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--block-size", "48"}, 2, "--block-size 48: vLLM 0.33.0 refuses it"},
+		{"a block size vLLM's CLI refuses", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--block-size", "1048576"}, 2, "--block-size 1048576: vLLM 0.31.0 refuses it (argparse: invalid choice"},
+		{"a block size between the choices", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--block-size", "48"}, 2, "--block-size 48: vLLM 0.31.0 refuses it"},
 		{"a block override that would overflow", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--num-gpu-blocks-override", "9223372036854775807"}, 1, "--num-gpu-blocks-override 9223372036854775807: must be between 0 and 4294967296"},
 		{"a size that is not a number", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--kv-cache-memory-bytes", "NaNGiB"}, 2, `--kv-cache-memory-bytes "NaNGiB": want a positive size`},
 		{"an infinite size", []string{"plan", "--model", modelPath("openai__gpt-oss-20b"), "--kv-cache-memory-bytes", "InfGiB"}, 2, `--kv-cache-memory-bytes "InfGiB": want a positive size`},

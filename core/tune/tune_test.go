@@ -195,7 +195,7 @@ func TestParetoFront(t *testing.T) {
 // accepted or refused.
 func TestRefusalsAreCounted(t *testing.T) {
 	m := qwenDFlash(t)
-	e := plan.Engine{VLLMVersion: "0.33.0", TensorParallelSize: 2, NumSpeculativeTokens: 7}
+	e := plan.Engine{VLLMVersion: "0.31.0", TensorParallelSize: 2, NumSpeculativeTokens: 7}
 	r, err := Run(context.Background(), Space{Model: m, P: e, D: e, Ranges: Ranges{TPPairs: "2:2,2:4", BlockSizes: "0,16:1024:16"}})
 	if err != nil {
 		t.Fatal(err)

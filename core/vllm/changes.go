@@ -259,11 +259,11 @@ func changes() []Change {
 			Note:  "not in 0.28.0; in v0.29.0rc1-rc4",
 			apply: func(p *Profile) { p.NullBlock = true }},
 
-		// main (as of 0.33 and after, as far as kvscope has read): nothing that changes the numbers.
+		// main (as of 0.31 and after, as far as kvscope has read): nothing that changes the numbers.
 
 		// The branch: vLLM main plus #58207's selector and the group-pair transfers.
 		{Behaviour: BSelector, From: Branch, Rule: "the g with the fewest worst-case padding bytes, then fewest groups, from min(max(smallest bucket, --min-kv-cache-group-layers), largest) up", Source: "#58207", Evidence: Read,
-			Note:  "read from the PR's diff (reference/padding-bytes-selector.md); not merged in main as of 0.33",
+			Note:  "read from the PR's diff (reference/padding-bytes-selector.md); not merged in main as of 0.31",
 			apply: func(p *Profile) { p.Selector, p.Threshold = SelectorPaddingBytes, 0 }},
 		{Behaviour: BBucketMerge, From: Branch, Rule: "with padding-bytes, attention layers that agree on kind, block size, page bytes and window share a bucket whatever their head layout", Source: "the published P TP2 / D TP4 deployment", Evidence: Inferred,
 			apply: func(p *Profile) { p.LooseMerge = true }},
@@ -287,6 +287,6 @@ func Versions() []string {
 		"0.10.0", "0.10.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1",
 		"0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.19.0", "0.20.0", "0.20.1", "0.20.2",
 		"0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1",
-		"0.28.0", "0.28.1", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", Main, Branch,
+		"0.28.0", "0.28.1", "0.29.0", "0.30.0", "0.31.0", Main, Branch,
 	}
 }

@@ -49,8 +49,13 @@ const (
 var branchAliases = []string{Branch, "branch", "group-pairs", "pr58207-gp"}
 
 // Newest is the newest vLLM release kvscope has a profile for; a user who
-// names no version gets it.
-func Newest() Version { return Version{Major: 0, Minor: 33, Patch: 0, Text: "0.33.0"} }
+// names no version gets it. It is the newest release public material
+// shows: v0.31.0, 2026-10-05, commit db9527a4
+// (https://github.com/vllm-project/vllm/releases/tag/v0.31.0; the
+// vllm/vllm-openai:v0.31.0 image; vllm==0.31.0 pins). No public tag,
+// release note, image or pin read here shows a 0.32 or a 0.33, so a
+// version past 0.31 plans with 0.31.0's rules, inferred (Version.Newer).
+func Newest() Version { return Version{Major: 0, Minor: 31, Patch: 0, Text: "0.31.0"} }
 
 // oldest is the first release kvscope models.
 func oldest() Version { return Version{Major: 0, Minor: 10, Patch: 0} }

@@ -33,7 +33,7 @@ func TestCountOnlyMatchesPairs(t *testing.T) {
 		{"gpt-oss group pairs TP2->4", false, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, BlockSize: 48}, "nixl", 1100},
 		{"gpt-oss push TP4->2", false, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, BlockSize: 32}, "nixl-push", 777},
 		{"qwen+dflash group pairs TP2->4", true, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7}, "nixl", 4096},
-		{"qwen+dflash vLLM path TP4->4", true, plan.Engine{VLLMVersion: "0.33.0", TensorParallelSize: 4, NumSpeculativeTokens: 7}, plan.Engine{VLLMVersion: "0.33.0", TensorParallelSize: 4, NumSpeculativeTokens: 7}, "nixl", 3000},
+		{"qwen+dflash vLLM path TP4->4", true, plan.Engine{VLLMVersion: "0.31.0", TensorParallelSize: 4, NumSpeculativeTokens: 7}, plan.Engine{VLLMVersion: "0.31.0", TensorParallelSize: 4, NumSpeculativeTokens: 7}, "nixl", 3000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := gpt
@@ -236,7 +236,7 @@ func TestPreparedSharesRegistrations(t *testing.T) {
 		{"own plans TP2->4 (group pairs)", plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7}, IndependentPlans, "nixl"},
 		{"invariant plans TP2->4", plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, NumSpeculativeTokens: 7}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4, NumSpeculativeTokens: 7}, InvariantPlans, "nixl"},
 		{"push TP4->2", plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 4}, plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 2, BlockSize: 32}, IndependentPlans, "nixl-push"},
-		{"release TP4->4 (vLLM's path)", plan.Engine{VLLMVersion: "0.33.0", TensorParallelSize: 4, NumSpeculativeTokens: 7}, plan.Engine{VLLMVersion: "0.33.0", TensorParallelSize: 4, NumSpeculativeTokens: 7}, IndependentPlans, "nixl"},
+		{"release TP4->4 (vLLM's path)", plan.Engine{VLLMVersion: "0.31.0", TensorParallelSize: 4, NumSpeculativeTokens: 7}, plan.Engine{VLLMVersion: "0.31.0", TensorParallelSize: 4, NumSpeculativeTokens: 7}, IndependentPlans, "nixl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConnector(tc.connector)
