@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/metrics"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/internal/memtest"
 )
 
 // sampleLine is one recorded sample event of agent a at ts nanoseconds.
@@ -107,55 +105,36 @@ func TestReplayStreamsALargeRecording(t *testing.T) {
 	}
 	f.Close()
 	fi, _ := os.Stat(name)
-	heap := func() int64 {
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		metrics.Read(s)
-		return int64(s[0].Value.Uint64())
-	}
-	runtime.GC()
-	base := heap()
-	var peak atomic.Int64
-	done := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			peak.Store(max(peak.Load(), heap()-base))
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
 	start := time.Now()
-	count, err := checkRecording(name)
-	if err != nil || count != n {
+	var played, frames, count int
+	peak := memtest.PeakGrowth(time.Millisecond, func() {
+		if count, err = checkRecording(name); err != nil || count != n {
+			return
+		}
+		next := uint64(1)
+		err = playRecording(context.Background(), name, 0, func(fr []event.Event) {
+			frames++
+			for _, e := range fr {
+				if e.Seq != next {
+					t.Fatalf("event %d played where %d was due", e.Seq, next)
+				}
+				next++
+			}
+			played += len(fr)
+		})
+	})
+	if count != n {
 		t.Fatalf("checking: %d events, %v", count, err)
 	}
-	var played, frames int
-	next := uint64(1)
-	err = playRecording(context.Background(), name, 0, func(fr []event.Event) {
-		frames++
-		for _, e := range fr {
-			if e.Seq != next {
-				t.Fatalf("event %d played where %d was due", e.Seq, next)
-			}
-			next++
-		}
-		played += len(fr)
-	})
-	close(done)
-	<-sampled
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d events (%.0f MB) checked and played in %d frames in %v; heap grew by at most %.1f MiB", played, float64(fi.Size())/1e6, frames,
-		time.Since(start).Round(time.Millisecond), float64(peak.Load())/(1<<20))
+		time.Since(start).Round(time.Millisecond), float64(peak)/(1<<20))
 	if played != n || frames != n/50 {
 		t.Errorf("%d events in %d frames, want %d in %d", played, frames, n, n/50)
 	}
-	if peak.Load() > 16<<20 {
-		t.Errorf("the heap grew by %d MiB replaying the file, want at most 16", peak.Load()>>20)
+	if peak > 16<<20 {
+		t.Errorf("the heap grew by %d MiB replaying the file, want at most 16", peak>>20)
 	}
 }

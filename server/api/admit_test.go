@@ -10,10 +10,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
 	"github.com/kvscope/kvscope/server/internal/budget"
+	"github.com/kvscope/kvscope/server/internal/memtest"
 )
 
 // hostilePD is a 457-byte /api/pd body inside the config parser's bounds
@@ -183,11 +182,6 @@ func oracleUse(t *testing.T, a *Server, req PDRequest) (allocated, sampled int64
 			t.Fatalf("the oracle: %s %s", r.Verdict, r.Reason)
 		}
 	}
-	heap := func() int64 {
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		metrics.Read(s)
-		return int64(s[0].Value.Uint64())
-	}
 	// Two collections empty the pools (the check's scratch) first.
 	runtime.GC()
 	runtime.GC()
@@ -198,25 +192,7 @@ func oracleUse(t *testing.T, a *Server, req PDRequest) (allocated, sampled int64
 	runtime.ReadMemStats(&m1)
 	debug.SetGCPercent(old)
 	allocated = int64(m1.TotalAlloc - m0.TotalAlloc)
-
-	runtime.GC()
-	runtime.GC()
-	base := heap()
-	done := make(chan struct{})
-	var peak atomic.Int64
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(100 * time.Microsecond):
-				peak.Store(max(peak.Load(), heap()-base))
-			}
-		}
-	}()
-	run()
-	close(done)
-	return allocated, peak.Load()
+	return allocated, memtest.PeakGrowth(100*time.Microsecond, run)
 }
 
 // TestOracleMemoryEstimate: the memory admission reserves for an oracle

@@ -4,16 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime"
-	"runtime/metrics"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/tune"
+	"github.com/kvscope/kvscope/server/internal/memtest"
 )
 
 // wideConfig is a pasted config.json of layers decoder layers of 64 KV
@@ -30,38 +28,17 @@ func wideConfig(layers int) json.RawMessage {
 // sampled while it runs, and what it took.
 func tuneUse(t *testing.T, a *Server, req TuneRequest) (peak int64, took time.Duration, res *tune.Result) {
 	t.Helper()
-	heap := func() int64 {
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		metrics.Read(s)
-		return int64(s[0].Value.Uint64())
-	}
-	runtime.GC()
-	runtime.GC()
-	base := heap()
-	done := make(chan struct{})
-	var top atomic.Int64
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			top.Store(max(top.Load(), heap()-base))
-			select {
-			case <-done:
-				return
-			case <-time.After(200 * time.Microsecond):
-			}
-		}
-	}()
-	start := time.Now()
-	out, err := a.tune(context.Background(), &req)
-	took = time.Since(start)
-	close(done)
-	<-sampled
+	var out any
+	var err error
+	peak = memtest.PeakGrowth(200*time.Microsecond, func() {
+		start := time.Now()
+		out, err = a.tune(context.Background(), &req)
+		took = time.Since(start)
+	})
 	if err != nil {
 		t.Fatalf("the search: %v", err)
 	}
-	top.Store(max(top.Load(), heap()-base))
-	return top.Load(), took, out.(*tune.Result)
+	return peak, took, out.(*tune.Result)
 }
 
 // TestTuneMemoryEstimate: the memory admission reserves for an /api/tune
