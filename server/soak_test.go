@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live/livetest"
 )
 
 // TestSoak is the full storm of issue 10 against a real `kvscope serve`
@@ -279,18 +279,6 @@ func TestSoakAgent(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address nothing listens on (a restarted
-// component comes back on it).
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // soakToken is TestSoak's server token.
 const soakToken = "soak-test-token-0123"
 
@@ -305,7 +293,7 @@ func soakServe(t *testing.T, token string, stdout io.Writer, args ...string) (ba
 	if os.Getenv("KVSCOPE_SOAK") == "" || bin == "" {
 		t.Skip("the storm runs with make soak (KVSCOPE_SOAK=1 KVSCOPE_BIN=bin/kvscope)")
 	}
-	addr := freeAddr(t)
+	addr := livetest.FreeAddr(t)
 	cmd = exec.Command(bin, append([]string{"serve", "--addr", addr, "--token", token, "--data-dir", t.TempDir()}, args...)...)
 	cmd.Stdout, cmd.Stderr = stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
