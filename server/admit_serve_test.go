@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -255,40 +254,9 @@ func TestConnectionsPerClient(t *testing.T) {
 	}
 }
 
-// TestTuneDeadlineFlag: --tune-deadline is the search's bound, 40 s by
-// default, above 0 and at most 45 s (under the server's 60 s write
-// timeout); --max-conns-per-client is 1 to 65,536.
-func TestTuneDeadlineFlag(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want time.Duration
-		err  string
-	}{
-		{nil, 40 * time.Second, ""},
-		{[]string{"--tune-deadline", "5s"}, 5 * time.Second, ""},
-		{[]string{"--tune-deadline", "45s"}, 45 * time.Second, ""},
-		{[]string{"--tune-deadline", "0s"}, 0, "--tune-deadline 0s: must be above 0 and at most 45s"},
-		{[]string{"--tune-deadline", "50s"}, 0, "--tune-deadline 50s: must be above 0 and at most 45s"},
-	} {
-		t.Run(strings.Join(append([]string{"flags"}, tc.args...), " "), func(t *testing.T) {
-			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-			lim := limitFlags(fs)
-			if err := fs.Parse(tc.args); err != nil {
-				t.Fatal(err)
-			}
-			l, err := lim()
-			switch {
-			case tc.err != "":
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want %q", err, tc.err)
-				}
-			case err != nil:
-				t.Fatal(err)
-			case l.TuneDeadline != tc.want:
-				t.Fatalf("TuneDeadline %v, want %v", l.TuneDeadline, tc.want)
-			}
-		})
-	}
+// TestConnsPerClientFlag: --max-conns-per-client is 1 to 65,536 (the
+// limits' flags, --tune-deadline among them, are TestLimitFlags').
+func TestConnsPerClientFlag(t *testing.T) {
 	for _, n := range []string{"0", "65537"} {
 		var out, errb bytes.Buffer
 		if code := run([]string{"serve", "--max-conns-per-client", n}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--max-conns-per-client "+n+": must be between 1 and 65536") {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"strings"
 	"testing"
 
@@ -59,38 +58,6 @@ func TestAgentTokenCommand(t *testing.T) {
 		err := runServe(c.args, &out)
 		if _, usage := err.(*usageError); !usage || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("kvscope serve %v: %v, want a usage error naming %q", c.args, err, c.want)
-		}
-	}
-}
-
-// TestBudgetFlags: the agents' budget takes rates and sizes, 0 for no
-// bound, and names the flag and value it refuses.
-func TestBudgetFlags(t *testing.T) {
-	for _, c := range []struct {
-		args          []string
-		events, bytes float64
-		err           string
-	}{
-		{nil, 5000, 4 << 20, ""},
-		{[]string{"--agent-events-per-sec", "0", "--agent-bytes-per-sec", "0"}, 0, 0, ""},
-		{[]string{"--agent-bytes-per-sec", "1.5MiB"}, 5000, 1.5 * (1 << 20), ""},
-		{[]string{"--agent-events-per-sec", "-1"}, 0, 0, "--agent-events-per-sec -1"},
-		{[]string{"--agent-bytes-per-sec", "lots"}, 0, 0, `--agent-bytes-per-sec "lots"`},
-	} {
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		read := budgetFlags(fs)
-		if err := fs.Parse(c.args); err != nil {
-			t.Fatal(err)
-		}
-		b, err := read()
-		if c.err != "" {
-			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("%v: %v, want an error naming %s", c.args, err, c.err)
-			}
-			continue
-		}
-		if err != nil || b.EventsPerSec != c.events || b.BytesPerSec != c.bytes {
-			t.Errorf("%v: %+v, %v; want %g events/s and %g bytes/s", c.args, b, err, c.events, c.bytes)
 		}
 	}
 }

@@ -362,6 +362,29 @@ func limitFlags(fs *flag.FlagSet) func() (api.Limits, error) {
 	}
 }
 
+// budgetFlags registers each agent's budget on fs; the returned function
+// reads it once parsed.
+func budgetFlags(fs *flag.FlagSet) func() (live.Budget, error) {
+	d := live.DefaultAgentBudget
+	events := fs.Float64("agent-events-per-sec", d.EventsPerSec, "events each agent may have stored a second (5 s of burst); past it its descriptor batches, samples and transfers are shed and counted (0: no bound)")
+	bytes := fs.String("agent-bytes-per-sec", fmt.Sprintf("%dMiB", int64(d.BytesPerSec)>>20), "bytes of events each agent may have stored a second, as --agent-events-per-sec (0: no bound)")
+	return func() (live.Budget, error) {
+		b := d
+		if *events < 0 || *events > 1e7 {
+			return b, fmt.Errorf("--agent-events-per-sec %g: must be between 0 and 10000000", *events)
+		}
+		n, err := int64(0), error(nil)
+		if *bytes != "0" {
+			n, err = parseBytes(*bytes)
+		}
+		if err != nil || n < 0 {
+			return b, fmt.Errorf("--agent-bytes-per-sec %q: want a size such as 4MiB (0: no bound)", event.Clip(*bytes, 64))
+		}
+		b.EventsPerSec, b.BytesPerSec = *events, float64(n)
+		return b, nil
+	}
+}
+
 // hostList is a repeatable string flag.
 type hostList []string
 
