@@ -184,25 +184,16 @@ func (h *Hub) store(ctx context.Context, agent, epoch string, events []event.Eve
 		raws = agentRaws(frame, len(events))
 	}
 	h.mu.Lock()
-	var last uint64
-	var lastTS int64
-	if a := h.agents[agent]; a != nil {
-		last, lastTS = a.lastSeq, a.lastTS
-		if h.log != nil {
-			last, lastTS = a.storedSeq, a.storedTS
-		}
+	a := h.agent(agent)
+	last, lastTS := a.lastSeq, a.lastTS
+	if h.log != nil {
+		last, lastTS = a.storedSeq, a.storedTS
 	}
-	type pending struct {
-		seq uint64
-		ts  int64
-	}
-	var todo []pending    // the events to store
-	var todoRaws [][]byte // and their encodings
-	var keep []event.Event
+	var keep []event.Event // the events to store
+	var keepRaws [][]byte  // and their encodings
 	restarted := false
 	now := time.Now()
 	shed, shedBytes := 0, 0
-	a := h.agent(agent)
 	for i, e := range events {
 		if last > 0 && event.Restarted(e, lastTS) {
 			restarted = true
@@ -232,8 +223,7 @@ func (h *Hub) store(ctx context.Context, agent, epoch string, events []event.Eve
 			shed, shedBytes = shed+1, shedBytes+len(raw)
 			continue
 		}
-		todo, todoRaws = append(todo, pending{e.Seq, e.TS}), append(todoRaws, raw)
-		keep = append(keep, e)
+		keep, keepRaws = append(keep, e), append(keepRaws, raw)
 	}
 	tell := false
 	if shed > 0 {
@@ -259,7 +249,7 @@ func (h *Hub) store(ctx context.Context, agent, epoch string, events []event.Eve
 			for i := range keep {
 				keep[i].Stream = 0 // there is no log
 			}
-			h.publishEncoded(keep, todoRaws, epoch)
+			h.publishEncoded(keep, keepRaws, epoch)
 		}
 		// What was left out (shed, too big, sent before) counts as
 		// stored: the agent is not to send it again.
@@ -271,26 +261,26 @@ func (h *Hub) store(ctx context.Context, agent, epoch string, events []event.Eve
 		}
 		return a.lastSeq, nil
 	}
-	if len(todo) == len(events) && len(todo) > 0 && raws != nil {
+	if len(keep) == len(events) && len(keep) > 0 && raws != nil {
 		// Every event is new: store the agent's frame as it came.
-		last := todo[len(todo)-1]
-		if err := h.log.Publish(ctx, agent, epoch, frame, todo[0].seq, last.seq, last.ts); err != nil {
+		end := keep[len(keep)-1]
+		if err := h.log.Publish(ctx, agent, epoch, frame, keep[0].Seq, end.Seq, end.TS); err != nil {
 			h.metrics.Add("kvscope_bus_publish_errors_total", "Frames JetStream did not store (the agent resends them).", 1)
 			return 0, err
 		}
-		h.metrics.Add("kvscope_bus_stored_events_total", "Events this replica stored in JetStream.", float64(len(todo)))
-		todo = nil
+		h.metrics.Add("kvscope_bus_stored_events_total", "Events this replica stored in JetStream.", float64(len(keep)))
+		keep = nil
 	}
 	// One message per frame within a browser's limits, each with its own
 	// sequence range (its message id).
-	for len(todo) > 0 {
-		n := event.Fit(todoRaws)
-		if err := h.log.Publish(ctx, agent, epoch, event.JoinFrame(todoRaws[:n]), todo[0].seq, todo[n-1].seq, todo[n-1].ts); err != nil {
+	for len(keep) > 0 {
+		n := event.Fit(keepRaws)
+		if err := h.log.Publish(ctx, agent, epoch, event.JoinFrame(keepRaws[:n]), keep[0].Seq, keep[n-1].Seq, keep[n-1].TS); err != nil {
 			h.metrics.Add("kvscope_bus_publish_errors_total", "Frames JetStream did not store (the agent resends them).", 1)
 			return 0, err
 		}
 		h.metrics.Add("kvscope_bus_stored_events_total", "Events this replica stored in JetStream.", float64(n))
-		todo, todoRaws = todo[n:], todoRaws[n:]
+		keep, keepRaws = keep[n:], keepRaws[n:]
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
