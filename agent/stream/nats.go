@@ -105,6 +105,10 @@ type Frame struct {
 	// Resent says the frame went before under this id (its
 	// acknowledgement was lost).
 	Resent bool
+	// Forged, when set, is told of each "duplicate" answer that was not
+	// believed (stream message seq holds the frame's id and is not it):
+	// the caller counts or logs it.
+	Forged func(seq uint64)
 }
 
 // ErrDuplicateForged is a JetStream "duplicate" answer for a frame never
@@ -149,6 +153,9 @@ func PublishFrame(ctx context.Context, js jetstream.JetStream, f Frame) error {
 			}
 			if stored {
 				return nil
+			}
+			if f.Forged != nil {
+				f.Forged(ack.Sequence)
 			}
 			if reIDs++; reIDs > maxReIDs {
 				return fmt.Errorf("storing %s's events %d-%d (message id %s): %w (message %d), %d times", f.Agent, f.First, f.Last, base, ErrDuplicateForged, ack.Sequence, maxReIDs)
@@ -243,7 +250,11 @@ func (n *NATS) Run(ctx context.Context) error {
 			}
 			last := batch[len(batch)-1]
 			f := Frame{Agent: n.Agent, Epoch: n.Epoch, Data: frame, First: batch[0].Seq, Last: last.Seq, LastTS: last.TS,
-				Key: key, Resent: sentFirst == batch[0].Seq && sentLast == last.Seq}
+				Key: key, Resent: sentFirst == batch[0].Seq && sentLast == last.Seq, Forged: func(seq uint64) {
+					if n.Logf != nil {
+						n.Logf("stream: JetStream called events %d-%d a duplicate of message %d, which this agent did not send: sent again under a new id", batch[0].Seq, last.Seq, seq)
+					}
+				}}
 			sentFirst, sentLast = f.First, f.Last
 			if err := PublishFrame(ctx, js, f); err != nil {
 				if ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,7 +249,12 @@ func TestForgedMessageIDsLoseNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Straight to NATS, the agent's own publish.
-	na := &stream.NATS{Streamer: stream.Streamer{Agent: "natsvictim", Epoch: "EPOCHTWO"}, URLs: r.log.URL(),
+	var told atomic.Int64
+	na := &stream.NATS{Streamer: stream.Streamer{Agent: "natsvictim", Epoch: "EPOCHTWO", Logf: func(f string, a ...any) {
+		if strings.Contains(fmt.Sprintf(f, a...), "which this agent did not send") {
+			told.Add(1)
+		}
+	}}, URLs: r.log.URL(),
 		Auth: stream.NATSAuth{User: "natsvictim", Password: natsCred}}
 	go na.Run(ctx)
 	na.Publish(livetestEvent("natsvictim", 1))
@@ -262,6 +268,13 @@ func TestForgedMessageIDsLoseNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitDelivered(t, map[string]uint64{"victim": 200, "natsvictim": 200})
+	if told.Load() != 1 {
+		t.Errorf("the NATS agent told of %d forged duplicates, want 1 (its first frame's)", told.Load())
+	}
+	// The one forged id the server met (victim's first frame) is counted.
+	if got := r.metric("kvscope_bus_forged_duplicates_total"); got != "kvscope_bus_forged_duplicates_total 1" {
+		t.Errorf("forged duplicates: %q, want 1 counted", got)
+	}
 	for _, agent := range []string{"victim", "natsvictim"} {
 		if got, err := r.log.LastStored(ctx, agent); err != nil || got.Seq != 200 {
 			t.Errorf("%s: the log holds through %d (%v), want 200", agent, got.Seq, err)

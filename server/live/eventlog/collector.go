@@ -27,13 +27,14 @@ var (
 	descNATSReconnect = prometheus.NewDesc("kvscope_nats_reconnects_total", "Times this replica reconnected to NATS.", nil, nil)
 	descNATSIn        = prometheus.NewDesc("kvscope_nats_in_msgs_total", "Messages this replica received from NATS.", nil, nil)
 	descNATSOut       = prometheus.NewDesc("kvscope_nats_out_msgs_total", "Messages this replica sent to NATS.", nil, nil)
+	descForged        = prometheus.NewDesc("kvscope_bus_forged_duplicates_total", "JetStream \"duplicate\" answers for frames this replica had not stored (another message held the frame's id): each frame went again under a new id.", nil, nil)
 	descNATSRefused   = prometheus.NewDesc("kvscope_nats_refused_total", "What the embedded NATS server refused its clients, by reason: a credential not the user's, connections past their bound, a publish outside one's own subject, a subscription outside one's own inbox.", []string{"reason"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStreamMsgs, descStreamBytes, descStreamLast, descStreamFirst, descDelivered, descRedelivered, descLag,
-		descNATSReconnect, descNATSIn, descNATSOut, descNATSRefused} {
+		descNATSReconnect, descNATSIn, descNATSOut, descNATSRefused, descForged} {
 		ch <- d
 	}
 }
@@ -41,6 +42,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector; what NATS does not answer within
 // 2 s is left out of this scrape.
 func (c collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descForged, prometheus.CounterValue, float64(c.l.forged.Load()))
 	for reason, n := range c.l.Refused() {
 		ch <- prometheus.MustNewConstMetric(descNATSRefused, prometheus.CounterValue, float64(n), reason)
 	}

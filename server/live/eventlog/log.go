@@ -98,7 +98,8 @@ type Log struct {
 	srv    *natsserver.Server // the embedded server, nil for a cluster
 	auth   *natsAuth          // its client authentication, nil for a cluster
 	url    string
-	secret string // the server's token: the key of the message ids it makes
+	secret string        // the server's token: the key of the message ids it makes
+	forged atomic.Uint64 // "duplicate" answers for frames not stored before (Publish)
 
 	mu       sync.Mutex
 	follower jetstream.Consumer // Follow's consumer, for its figures
@@ -474,7 +475,8 @@ func splitLoopback(addr string) (string, int, error) {
 func (l *Log) Publish(ctx context.Context, agent, epoch string, frame []byte, first, last uint64, lastTS int64) error {
 	subject := event.Subject(agent)
 	return stream.PublishFrame(ctx, l.js, stream.Frame{Agent: agent, Epoch: epoch, Data: frame, First: first, Last: last, LastTS: lastTS,
-		Key: event.MessageIDKey(l.secret, agent),
+		Key:    event.MessageIDKey(l.secret, agent),
+		Forged: func(uint64) { l.forged.Add(1) },
 		Stored: func(ctx context.Context, seq uint64) (bool, error) {
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
