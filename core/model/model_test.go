@@ -52,6 +52,8 @@ func TestEveryBundledModelParses(t *testing.T) {
 		{"Qwen__Qwen3-32B", 64, map[Kind]int{Full: 64}, 64, 0},
 		{"Qwen__Qwen3-30B-A3B", 48, map[Kind]int{Full: 48}, 48, 0},
 		{"Qwen__Qwen3-Coder-30B-A3B-Instruct", 48, map[Kind]int{Full: 48}, 48, 0},
+		// 94 layers, no layer_types, use_sliding_window false: all full.
+		{"Qwen__Qwen3-235B-A22B-Instruct-2507", 94, map[Kind]int{Full: 94}, 94, 0},
 		{"deepseek-ai__DeepSeek-R1-Distill-Qwen-7B", 28, map[Kind]int{Full: 28}, 28, 0},
 		{"ibm-granite__granite-4.0-h-1b", 40, map[Kind]int{Full: 4, Mamba2: 36}, 40, 0},
 		{"ibm-granite__granite-4.0-h-tiny", 40, map[Kind]int{Full: 4, Mamba2: 36}, 40, 0},

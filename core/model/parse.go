@@ -80,6 +80,9 @@ func (p *parser) parse() error {
 		p.note("model_type missing: reading the config as a Llama-style decoder (transformers LlamaConfig defaults)")
 	}
 	p.defaults = defaultsFor(family)
+	if err := p.refuse(); err != nil {
+		return err
+	}
 
 	if p.m.HiddenLayers, err = p.text.positive("num_hidden_layers"); err != nil {
 		return err
@@ -101,7 +104,7 @@ func (p *parser) parse() error {
 		err = p.graniteHybrid()
 	case p.text.has("kv_lora_rank"):
 		err = p.mla()
-	case strings.HasPrefix(modelType, "qwen3_next") || strings.HasPrefix(modelType, "qwen3_5"):
+	case strings.HasPrefix(modelType, "qwen3_next") || strings.HasPrefix(modelType, "qwen3_5") || modelType == "qwen3_8" || modelType == "qwen3_8_text":
 		err = p.qwenGDN()
 	case modelType == "llama4_text" || modelType == "llama4":
 		err = p.llama4()
@@ -327,6 +330,9 @@ func (p *parser) layerTypes() ([]string, bool, error) {
 }
 
 func (p *parser) badLayerType(i int, t string, want string) error {
+	if err := p.notModelledLayerType(i, t); err != nil {
+		return err
+	}
 	return &FieldError{Field: fmt.Sprintf("%s[%d]", p.text.field("layer_types"), i), Value: fmt.Sprintf("%q", t),
 		Reason: "unknown layer type for model type " + orUnknown(p.m.ModelType) + " (want " + want + ")"}
 }
@@ -469,8 +475,9 @@ func (p *parser) mla() error {
 	return nil
 }
 
-// qwenGDN handles Qwen3-Next and Qwen3.5/3.6: gated delta net layers with a
-// full attention layer every full_attention_interval layers.
+// qwenGDN handles Qwen3-Next and Qwen3.5/3.6 (and Qwen3.8, read as
+// Qwen3.5: inferred, see Families): gated delta net layers with a full
+// attention layer every full_attention_interval layers.
 func (p *parser) qwenGDN() error {
 	d, err := p.attnDims()
 	if err != nil {

@@ -1,0 +1,210 @@
+package model
+
+import "fmt"
+
+// Status says what kvscope does with the configs of a model family.
+type Status string
+
+// The statuses of a model family.
+const (
+	// Modelled: Parse reads the family as vLLM's model code reads it.
+	Modelled Status = "modelled"
+	// Inferred: Parse reads the family as another one it is believed to
+	// share its layers with; the vLLM class for it was not read, and the
+	// model's notes say so.
+	Inferred Status = "inferred"
+	// Refused: the family has a layer kind kvscope does not model; Parse
+	// returns a *NotModelledError naming it.
+	Refused Status = "refused"
+	// Unknown: the model type is in no row of the table. Parse reads it
+	// as a dense decoder (full or sliding attention) when the config
+	// carries no marker of a hybrid layer kind, and refuses it when it
+	// does; the model's notes say which.
+	Unknown Status = "unknown"
+)
+
+// Family is one row of kvscope's table of model families: which config
+// model types (and, where the model type is unconfirmed, architectures)
+// it covers, and what kvscope does with them.
+type Family struct {
+	Name          string   `json:"name"`                    // "Qwen3.5 / Qwen3.6"
+	ModelTypes    []string `json:"model_types"`             // config model_type values, top level or text_config
+	Architectures []string `json:"architectures,omitempty"` // architectures that identify the family when its model type is unconfirmed
+	Status        Status   `json:"status"`
+	// LayerKinds are the kinds kvscope plans for the family's layers
+	// (modelled, inferred), or the kind it does not model (refused).
+	LayerKinds string `json:"layer_kinds"`
+	Note       string `json:"note,omitempty"` // where the reading comes from, or why a family is refused
+}
+
+// Families returns kvscope's table of model families, in display order: a
+// new copy on every call.
+func Families() []Family {
+	return []Family{
+		{Name: "Llama-style decoders", ModelTypes: []string{"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl", "phi3"},
+			Status: Modelled, LayerKinds: "full (sliding_window where the config enables it)",
+			Note: "num_key_value_heads x head_dim per layer; sliding_window with use_sliding_window"},
+		{Name: "gpt-oss", ModelTypes: []string{"gpt_oss"}, Status: Modelled, LayerKinds: "full + sliding_window (layer_types)"},
+		{Name: "Gemma 2 / 3", ModelTypes: []string{"gemma2", "gemma3", "gemma3_text"}, Status: Modelled, LayerKinds: "sliding_window + full (layer_types or the sliding-window pattern)"},
+		{Name: "Gemma 4", ModelTypes: []string{"gemma4", "gemma4_text"}, Status: Modelled,
+			LayerKinds: "sliding_window + full, KV-shared layers", Note: "full layers use global_head_dim; the last num_kv_shared_layers read an earlier layer's KV"},
+		{Name: "Llama 4", ModelTypes: []string{"llama4", "llama4_text"}, Status: Modelled, LayerKinds: "chunked_local + full (no_rope_layers)"},
+		{Name: "DeepSeek-V2 / V3, Kimi-K2 (MLA)", ModelTypes: []string{"deepseek_v2", "deepseek_v3", "kimi_k2"}, Status: Modelled,
+			LayerKinds: "mla (kv_lora_rank + qk_rope_head_dim), MTP layers", Note: "only without a sparse-attention indexer (see DeepSeek-V3.2)"},
+		{Name: "Qwen3-Next", ModelTypes: []string{"qwen3_next"}, Status: Modelled, LayerKinds: "gdn + full"},
+		{Name: "Qwen3.5 / Qwen3.6", ModelTypes: []string{"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, Status: Modelled, LayerKinds: "gdn + full, MTP layers"},
+		{Name: "Qwen3.8 (dense, e.g. Qwen3.8-27B)", ModelTypes: []string{"qwen3_8", "qwen3_8_text"}, Architectures: []string{"Qwen3_8ForConditionalGeneration"}, Status: Inferred,
+			LayerKinds: "gdn + full, MTP layers (read as Qwen3.5)",
+			Note: "public configs and tests show Qwen3.5-27B's layer geometry under model_type qwen3_8; vLLM's class for it was not read, and no published config.json was found"},
+		{Name: "NemotronH", ModelTypes: []string{"nemotron_h"}, Status: Modelled, LayerKinds: "mamba2 + full (hybrid_override_pattern)"},
+		{Name: "Granite-4.0-H", ModelTypes: []string{"granitemoehybrid"}, Status: Modelled, LayerKinds: "mamba2 + full (layer_types)"},
+		{Name: "Mamba", ModelTypes: []string{"mamba", "falcon_mamba"}, Status: Modelled, LayerKinds: "mamba1"},
+		{Name: "Jamba", ModelTypes: []string{"jamba"}, Status: Modelled, LayerKinds: "mamba1 + full"},
+
+		{Name: "DeepSeek-V4 / V4.1", ModelTypes: []string{"deepseek_v4"}, Architectures: []string{"DeepseekV4ForCausalLM", "DeepseekV41ForCausalLM"}, Status: Refused,
+			LayerKinds: "compressed sparse attention (CSA/HCA, compress_ratios) with its indexer and sliding-window caches",
+			Note: "vLLM plans these caches with DeepSeek-V4's own spec types; kvscope has not read them"},
+		{Name: "DeepSeek-V3.2, GLM-5 (DSA)", ModelTypes: []string{"deepseek_v32", "glm_moe_dsa"}, Architectures: []string{"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"}, Status: Refused,
+			LayerKinds: "DeepSeek sparse attention: an indexer key cache beside each MLA layer (index_n_heads)",
+			Note: "planning only the MLA latent would leave the indexer cache out"},
+		{Name: "GLM-5.3-Flash", ModelTypes: []string{"glm5_next", "glm5_next_text", "glm53_flash"}, Architectures: []string{"Glm5NextForCausalLM", "Glm5NextForConditionalGeneration"}, Status: Refused,
+			LayerKinds: "KDA (Kimi Delta Attention) state + DSA sparse MLA + k-pool tail cache",
+			Note: "the model type is not confirmed by a published config; the architectures are vLLM's"},
+		{Name: "Kimi-Linear, Kimi-K3", ModelTypes: []string{"kimi_linear"}, Architectures: []string{"KimiLinearForCausalLM"}, Status: Refused,
+			LayerKinds: "KDA (Kimi Delta Attention) state beside MLA (linear_attn_config)",
+			Note: "vLLM's KDA state layout differs between the versions read (four tensors, or one packed conv tensor and the recurrent state), and no version could be tied to a release"},
+		{Name: "Qwen3.8-Flash-Next", ModelTypes: []string{"qwen4_exp", "qwen4_exp_text", "qwen3_8_flash_next", "qwen3_8_flash_next_text"},
+			Architectures: []string{"Qwen4ExpForConditionalGeneration", "Qwen3_8FlashNextForConditionalGeneration"}, Status: Refused,
+			LayerKinds: "QSA sparse-attention indexer, hyper-connections, an n-gram layer and a PLE state cache beside gated delta net"},
+		{Name: "MiMo-V2-Flash / V2.6-Flash", ModelTypes: []string{"mimo_v2_flash"}, Architectures: []string{"MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM"}, Status: Refused,
+			LayerKinds: "hybrid sliding-window/full attention with different KV heads per kind",
+			Note: "kvscope has not read how vLLM's mimo_v2_flash reads the layer pattern from the config"},
+	}
+}
+
+// FamilyOf returns the row of the family table for a model type, or for
+// an architecture when no row names the model type, and whether one
+// matched. A config without a model type reads as Llama.
+func FamilyOf(modelType, architecture string) (Family, bool) {
+	if modelType == "" {
+		modelType = "llama"
+	}
+	fams := Families()
+	for _, f := range fams {
+		for _, t := range f.ModelTypes {
+			if t == modelType {
+				return f, true
+			}
+		}
+	}
+	for _, f := range fams {
+		for _, a := range f.Architectures {
+			if a == architecture {
+				return f, true
+			}
+		}
+	}
+	return Family{}, false
+}
+
+// NotModelledError reports a config whose model type or layer kind
+// kvscope does not model. It is returned instead of a plan that would
+// read the layers as something else.
+type NotModelledError struct {
+	ModelType string // the config's model_type ("(none)" when it has none)
+	LayerKind string // the layer kind kvscope does not model
+	Field     string // the key that shows it: "model_type", "text_config.compress_ratios", "layer_types[3]"
+	Value     string // the key's value as written, shortened
+}
+
+func (e *NotModelledError) Error() string {
+	return fmt.Sprintf("model: model_type %s, layer kind %s: not modelled by kvscope (%s = %s)", orUnknown(e.ModelType), e.LayerKind, e.Field, e.Value)
+}
+
+// hybridMarker is a config key that only models with a layer kind kvscope
+// does not model carry.
+type hybridMarker struct{ key, kind string }
+
+// hybridMarkers are the keys that mark an unmodelled layer kind, in the
+// order they are looked for.
+func hybridMarkers() []hybridMarker {
+	return []hybridMarker{
+		{"compress_ratios", "compressed sparse attention (CSA/HCA) with its indexer and sliding-window caches"},
+		{"linear_attn_config", "KDA (Kimi Delta Attention) state"},
+		{"index_kpool", "sparse MLA with a k-pool tail cache"},
+		{"index_n_heads", "a sparse-attention indexer cache (DSA)"},
+		{"indexer_n_heads", "a sparse-attention indexer cache (QSA)"},
+		{"index_topk", "a sparse-attention indexer cache (DSA)"},
+		{"hc_mult", "hyper-connection streams, which come with caches kvscope does not model (DeepSeek-V4, GLM-5.3-Flash)"},
+		{"hc_count", "hyper-connection streams, which come with caches kvscope does not model (Qwen3.8-Flash-Next)"},
+	}
+}
+
+// unmodelledLayerTypes are layer_types entries that name a layer kind
+// kvscope does not model where the family does not say what they are.
+func unmodelledLayerType(t string) (string, bool) {
+	switch t {
+	case "deepseek_sparse_attention":
+		return "DeepSeek sparse attention (DSA)", true
+	case "linear_attention":
+		return "linear attention (kvscope reads it as gated delta net only in the Qwen3-Next and Qwen3.5 families)", true
+	case "mamba", "mamba2":
+		return "a Mamba state (kvscope reads it only in the Granite-4.0-H family)", true
+	}
+	return "", false
+}
+
+// refuse returns a *NotModelledError when the config belongs to a refused
+// family or carries a marker of a layer kind kvscope does not model, and
+// records in the notes what kvscope assumes of a model type it does not
+// know.
+func (p *parser) refuse() error {
+	fam, known := FamilyOf(p.m.ModelType, p.m.Architecture)
+	if known && fam.Status == Refused {
+		field, value := p.text.field("model_type"), fmt.Sprintf("%q", p.m.ModelType)
+		if !p.text.has("model_type") {
+			field = "model_type"
+		}
+		if !fam.hasModelType(p.m.ModelType) {
+			field, value = "architectures", fmt.Sprintf("%q", p.m.Architecture)
+		}
+		return &NotModelledError{ModelType: p.m.ModelType, LayerKind: fam.LayerKinds, Field: field, Value: value}
+	}
+	for _, o := range []object{p.text, p.root} {
+		for _, mk := range hybridMarkers() {
+			if v, ok := o.raw(mk.key); ok {
+				return &NotModelledError{ModelType: p.m.ModelType, LayerKind: mk.kind, Field: o.field(mk.key), Value: shorten(string(v))}
+			}
+		}
+		if o.path == p.root.path {
+			break
+		}
+	}
+	if !known && p.m.ModelType != "" {
+		p.note("model_type %s is not in kvscope's family table: read as a dense decoder (full or sliding attention), which holds only if it has no other layer kind", p.m.ModelType)
+	}
+	if known && fam.Status == Inferred {
+		p.note("model_type %s: %s (inferred: %s)", p.m.ModelType, fam.LayerKinds, fam.Note)
+	}
+	return nil
+}
+
+func (f Family) hasModelType(t string) bool {
+	for _, x := range f.ModelTypes {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+// notModelledLayerType is the error for a layer_types entry of a kind
+// kvscope does not model, or nil when the entry is no known kind.
+func (p *parser) notModelledLayerType(i int, t string) error {
+	kind, ok := unmodelledLayerType(t)
+	if !ok {
+		return nil
+	}
+	return &NotModelledError{ModelType: p.m.ModelType, LayerKind: kind,
+		Field: fmt.Sprintf("%s[%d]", p.text.field("layer_types"), i), Value: fmt.Sprintf("%q", t)}
+}

@@ -1,0 +1,175 @@
+package model
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// testdataModels holds real configs kvscope refuses, and configs derived
+// for tests (each says which in its _source).
+var testdataModels = filepath.Join("..", "..", "testdata", "models")
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testdataModels, name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestRefusedLayerKindsAreNamed(t *testing.T) {
+	tests := []struct {
+		name      string
+		config    string // inline JSON, or "@file" under testdata/models
+		modelType string
+		field     string
+		kind      string // a part of the layer kind named
+	}{
+		{"the published Kimi-Linear-48B-A3B-Instruct config: KDA", "@moonshotai__Kimi-Linear-48B-A3B-Instruct", "kimi_linear", "model_type", "KDA"},
+		{"a published DeepSeek-V4-Flash config: compressed sparse attention", "@nvidia__DeepSeek-V4-Flash-NVFP4", "deepseek_v4", "model_type", "compressed sparse attention"},
+		{"Kimi-K3's wrapper reads its kimi_linear text config",
+			`{"model_type":"kimi_k3","text_config":{"model_type":"kimi_linear","num_hidden_layers":4,"linear_attn_config":{"kda_layers":[1,2,3],"full_attn_layers":[4]}}}`,
+			"kimi_linear", "text_config.model_type", "KDA"},
+		{"GLM-5.3-Flash by its model type",
+			`{"model_type":"glm5_next","architectures":["Glm5NextForConditionalGeneration"],"text_config":{"model_type":"glm5_next_text","num_hidden_layers":2,"layer_types":["linear_attention","deepseek_sparse_attention"]}}`,
+			"glm5_next_text", "text_config.model_type", "k-pool"},
+		{"GLM-5.3-Flash by its architecture when the model type is another",
+			`{"model_type":"glm_next_x","architectures":["Glm5NextForCausalLM"],"num_hidden_layers":2}`,
+			"glm_next_x", "architectures", "KDA"},
+		{"Qwen3.8-Flash-Next as published (qwen4_exp)",
+			`{"model_type":"qwen4_exp","architectures":["Qwen4ExpForConditionalGeneration"],"text_config":{"num_hidden_layers":48,"layer_types":["linear_attention"]}}`,
+			"qwen4_exp", "model_type", "PLE state"},
+		{"DeepSeek-V3.2's indexer beside MLA",
+			`{"model_type":"deepseek_v32","num_hidden_layers":2,"num_attention_heads":8,"kv_lora_rank":512,"qk_rope_head_dim":64,"index_n_heads":64}`,
+			"deepseek_v32", "model_type", "indexer"},
+		{"MiMo-V2-Flash", `{"model_type":"mimo_v2_flash","num_hidden_layers":48}`, "mimo_v2_flash", "model_type", "sliding-window/full"},
+		{"an unknown model type with compress_ratios",
+			`{"model_type":"future_v5","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"compress_ratios":[0,4]}`,
+			"future_v5", "compress_ratios", "compressed sparse attention"},
+		{"an unknown model type with linear_attn_config in its text config",
+			`{"model_type":"wrapper","text_config":{"model_type":"mystery","num_hidden_layers":2,"linear_attn_config":{"num_heads":2}}}`,
+			"mystery", "text_config.linear_attn_config", "KDA"},
+		{"an unknown model type with hyper-connections",
+			`{"model_type":"mystery","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"hc_count":4}`,
+			"mystery", "hc_count", "hyper-connection"},
+		{"an unknown model type with a sparse-MLA k-pool",
+			`{"model_type":"mystery","num_hidden_layers":2,"num_attention_heads":8,"kv_lora_rank":512,"index_kpool":4}`,
+			"mystery", "index_kpool", "k-pool"},
+		{"a DSA layer type in an attention-only config",
+			`{"model_type":"mystery","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"layer_types":["full_attention","deepseek_sparse_attention"]}`,
+			"mystery", "layer_types[1]", "DeepSeek sparse attention"},
+		{"linear attention outside the families that read it as GDN",
+			`{"model_type":"gpt_oss","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"sliding_window":128,"layer_types":["linear_attention","full_attention"]}`,
+			"gpt_oss", "layer_types[0]", "linear attention"},
+		{"a Qwen3.5 config with a sparse-attention layer type",
+			`{"model_type":"qwen3_5_text","num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64,"layer_types":["linear_attention","deepseek_sparse_attention"]}`,
+			"qwen3_5_text", "layer_types[1]", "DeepSeek sparse attention"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := []byte(tt.config)
+			if name, ok := strings.CutPrefix(tt.config, "@"); ok {
+				data = readTestdata(t, name)
+			}
+			m, err := Parse(data)
+			if err == nil {
+				t.Fatalf("Parse planned %d layers (%s), want a refusal", len(m.Layers), KindSummary(m.KindCounts()))
+			}
+			var nm *NotModelledError
+			if !errors.As(err, &nm) {
+				t.Fatalf("error %v is not a *NotModelledError", err)
+			}
+			if nm.ModelType != tt.modelType || nm.Field != tt.field || !strings.Contains(nm.LayerKind, tt.kind) {
+				t.Errorf("refusal %+v; want model type %s, field %s, a kind with %q", nm, tt.modelType, tt.field, tt.kind)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "model_type "+tt.modelType+", layer kind ") || !strings.Contains(msg, ": not modelled by kvscope") {
+				t.Errorf("message %q does not read \"model_type X, layer kind Y: not modelled by kvscope\"", msg)
+			}
+		})
+	}
+}
+
+func TestUnknownModelTypesWithoutMarkersReadAsDense(t *testing.T) {
+	m, err := Parse([]byte(`{"model_type":"olmo2","num_hidden_layers":16,"num_attention_heads":16,"num_key_value_heads":16,"head_dim":128}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.KindCounts(); c[Full] != 16 || len(c) != 1 {
+		t.Errorf("kinds %v, want 16 full", c)
+	}
+	if !strings.Contains(strings.Join(m.Notes, "\n"), "model_type olmo2 is not in kvscope's family table") {
+		t.Errorf("notes %q do not say the model type is unknown", m.Notes)
+	}
+	if _, ok := FamilyOf("olmo2", ""); ok {
+		t.Error("olmo2 has a row in the family table")
+	}
+}
+
+// TestQwen38ReadsAsQwen35: the derived Qwen3.8-27B config (Qwen3.5-27B's
+// file under Qwen3.8's model type, testdata/models) plans Qwen3.5-27B's
+// layers: layer_types has 16 full_attention and 48 linear_attention
+// entries; the MTP layer is the config's mtp_num_hidden_layers = 1.
+func TestQwen38ReadsAsQwen35(t *testing.T) {
+	m, err := Parse(readTestdata(t, "DERIVED__Qwen3.8-27B"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.KindCounts()
+	if c[Full] != 16 || c[GatedDeltaNet] != 48 || len(m.MTPLayers) != 1 || m.ModelType != "qwen3_8_text" {
+		t.Errorf("kinds %v, %d MTP layers, model type %s", c, len(m.MTPLayers), m.ModelType)
+	}
+	l3, _ := m.Layer("L3")
+	l0, _ := m.Layer("L0")
+	if l3.Kind != Full || l3.KVHeads != 4 || l3.HeadDim != 256 || l0.State == nil || l0.State.ValueHeads != 48 || l0.State.KeyHeads != 16 {
+		t.Errorf("L3 %+v, L0 %+v", l3, l0.State)
+	}
+	if !strings.Contains(strings.Join(m.Notes, "\n"), "inferred") {
+		t.Errorf("notes %q do not say the reading is inferred", m.Notes)
+	}
+}
+
+func TestFamilyTable(t *testing.T) {
+	owner := map[string]string{}
+	for _, f := range Families() {
+		if f.Name == "" || f.LayerKinds == "" || len(f.ModelTypes) == 0 {
+			t.Errorf("row %+v lacks a name, layer kinds or model types", f)
+		}
+		switch f.Status {
+		case Modelled, Inferred, Refused:
+		default:
+			t.Errorf("%s: status %q", f.Name, f.Status)
+		}
+		if f.Status == Inferred && f.Note == "" {
+			t.Errorf("%s is inferred without saying why", f.Name)
+		}
+		for _, mt := range f.ModelTypes {
+			if prev, dup := owner[mt]; dup {
+				t.Errorf("model type %s is in %s and %s", mt, prev, f.Name)
+			}
+			owner[mt] = f.Name
+		}
+	}
+	t.Run("every bundled config is of a planned family", func(t *testing.T) {
+		files, _ := filepath.Glob(filepath.Join(catalogDir, "*.json"))
+		for _, file := range files {
+			name := strings.TrimSuffix(filepath.Base(file), ".json")
+			m := load(t, name)
+			f, ok := FamilyOf(m.ModelType, m.Architecture)
+			if !ok || f.Status != Modelled {
+				t.Errorf("%s: model type %q is %v in the table (%s)", name, m.ModelType, f.Status, f.Name)
+			}
+		}
+	})
+	t.Run("Families returns a copy", func(t *testing.T) {
+		a := Families()
+		a[0].Status = Refused
+		if Families()[0].Status == Refused {
+			t.Error("a caller changed the table")
+		}
+	})
+}
