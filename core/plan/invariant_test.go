@@ -78,6 +78,10 @@ func TestCompareReportsBlockSizeChanges(t *testing.T) {
 // Every bundled model plans at TP 1, 2, 4 and 8, or is refused with an
 // error naming --tensor-parallel-size; TP 1 always plans.
 func TestEveryBundledModelPlans(t *testing.T) {
+	// minTP is the smallest TP at which one request of the model's derived
+	// max_model_len fits the default 40 GiB per rank. Qwen3-235B: 262,144
+	// tokens x 94 layers x 4 KV heads x 128 x 2 x 2 B = 47 GiB at TP1.
+	minTP := map[string]int{"Qwen__Qwen3-235B-A22B-Instruct-2507": 2}
 	files, _ := filepath.Glob(filepath.Join(modeltest.Dir(), "*.json"))
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
@@ -87,6 +91,10 @@ func TestEveryBundledModelPlans(t *testing.T) {
 				p, err := New(m, Engine{TensorParallelSize: tp, Selector: sel})
 				if err != nil {
 					var oe *kvspec.OptionError
+					var re *RefusalError
+					if tp < minTP[name] && errors.As(err, &re) {
+						continue // vLLM refuses it too: one request does not fit the default 40 GiB
+					}
 					if tp == 1 || !errors.As(err, &oe) || oe.Option != "--tensor-parallel-size" {
 						t.Errorf("%s TP%d %s: %v", name, tp, sel, err)
 					}

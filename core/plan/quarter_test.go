@@ -1,0 +1,66 @@
+package plan
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvscope/kvscope/core/model"
+	"github.com/kvscope/kvscope/core/model/modeltest"
+)
+
+// TestModelsOfTheQuarter plans the models added for issue 25 at the TP
+// they are usually served at. Every figure is derived by hand from the
+// config in the comment, never read off kvscope's own output.
+func TestModelsOfTheQuarter(t *testing.T) {
+	// Qwen3-235B-A22B-Instruct-2507 (bundled): 94 full-attention layers,
+	// 4 KV heads of 128, bf16 KV, block 16. At TP4 each rank keeps one KV
+	// head; at TP8 the 4 heads are replicated, still one per rank. A page
+	// is 16 tokens x 1 head x 128 x 2 (K and V) x 2 B = 8,192 B; all 94
+	// layers share one group, so one block of the group takes 94 x 8,192 =
+	// 770,048 B of the default 40 GiB per rank: floor(42,949,672,960 /
+	// 770,048) = 55,775 blocks = 892,400 tokens; a 262,144-token request
+	// needs 262,144 / 16 = 16,384 blocks.
+	for _, tp := range []int{4, 8} {
+		t.Run(fmt.Sprintf("Qwen3-235B-A22B-Instruct-2507 at TP%d", tp), func(t *testing.T) {
+			m := modeltest.Load(t, "Qwen__Qwen3-235B-A22B-Instruct-2507")
+			p := mustPlan(t, m, Engine{TensorParallelSize: tp, MaxModelLen: 262144})
+			if p.BlockSize != 16 || p.PageBytes != 8192 || p.NumGroups != 1 || p.Slots != 94 {
+				t.Errorf("block %d, page %d, %d groups of %d slots; want 16, 8192, 1 of 94", p.BlockSize, p.PageBytes, p.NumGroups, p.Slots)
+			}
+			if p.NumBlocks != 55775 || p.KVCacheTokens != 892400 || p.BlocksPerRequest != 16384 {
+				t.Errorf("num_blocks %d, KV tokens %d, per request %d; want 55775, 892400, 16384", p.NumBlocks, p.KVCacheTokens, p.BlocksPerRequest)
+			}
+		})
+	}
+
+	// Qwen3.8-27B, from the derived config in testdata/models (Qwen3.5-27B's
+	// geometry; no published config.json was found), at TP2 with fp8 KV as
+	// in github.com/mitchross/talos-argocd-proxmox/pull/1995, whose log
+	// reports an attention block of 1,568 tokens. By hand, per rank:
+	// attention 2 KV heads x 256 x 2 x 1 B = 1,024 B per token; a GDN
+	// state is the conv state (4-1) x (16x128x2 + 48x128)/2 = 15,360 bf16
+	// values = 30,720 B plus the SSM state 48/2 x 128 x 128 float32 values
+	// = 1,572,864 B, 1,603,584 B in all; the smallest multiple of 16 tokens
+	// whose attention page holds it is 16 x ceil(1,603,584 / 16,384) =
+	// 16 x 98 = 1,568. (With a bf16 SSM state it would be 16 x 50 = 800:
+	// the log agrees with the float32 state that Qwen3.5's config hook
+	// gives, which kvscope infers for qwen3_8.)
+	t.Run("Qwen3.8-27B (derived config) at TP2 with fp8 KV matches the log's block size", func(t *testing.T) {
+		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "DERIVED__Qwen3.8-27B.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := model.Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"0.27.1", "0.29.0", "0.31.0"} {
+			p := mustPlan(t, m, Engine{VLLMVersion: v, TensorParallelSize: 2, MaxModelLen: 131072, KVCacheDType: "fp8"})
+			if p.Alignment == nil || p.Alignment.AttnBytesPerToken != 1024 || p.Alignment.StatePageBytes != 1603584 || p.BlockSize != 1568 {
+				t.Errorf("%s: alignment %+v, block %d; want 1,024 B per token, a 1,603,584 B state and block 1,568", v, p.Alignment, p.BlockSize)
+			}
+		}
+	})
+}
