@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,14 +10,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/model/modeltest"
 )
 
 // TestFreshCloneListsEveryModel builds the server as a fresh clone would:
 // the files git would hold for this tree (tracked and not ignored, so
 // nothing make generated: no app.wasm, no ECharts bundle), then a plain
-// `go build ./server`, without make. Its `models`, run outside any source
-// tree, lists every config of the catalog's directory.
+// `go build ./server`, without make. Its `models --json`, run outside any
+// source tree, lists every config of the catalog's directory, each of a
+// family kvscope plans.
 func TestFreshCloneListsEveryModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the server from a copy of the tree (half a minute)")
@@ -62,7 +65,7 @@ func TestFreshCloneListsEveryModel(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./server in a clone of %d files: %v\n%s", copied, err, out)
 	}
-	run := exec.Command(bin, "models")
+	run := exec.Command(bin, "models", "--json")
 	run.Dir = t.TempDir()
 	var stderr bytes.Buffer
 	run.Stderr = &stderr
@@ -79,7 +82,18 @@ func TestFreshCloneListsEveryModel(t *testing.T) {
 		want = append(want, strings.Replace(strings.TrimSuffix(filepath.Base(f), ".json"), "__", "/", 1))
 	}
 	slices.Sort(want)
-	if got := strings.Fields(string(out)); !slices.Equal(got, want) {
+	var listing model.Listing
+	if err := json.Unmarshal(out, &listing); err != nil {
+		t.Fatalf("kvscope models --json: %v\n%s", err, out)
+	}
+	var got []string
+	for _, e := range listing.Models {
+		got = append(got, e.Name)
+		if e.Status != model.Modelled && e.Status != model.Inferred {
+			t.Errorf("bundled %s is %s: %s", e.Name, e.Status, e.Error)
+		}
+	}
+	if !slices.Equal(got, want) {
 		t.Errorf("kvscope models from a fresh clone lists %d models:\n%s\nthe catalog's directory holds %d:\n%s",
 			len(got), out, len(want), strings.Join(want, "\n"))
 	}

@@ -10,7 +10,7 @@
 //	kvscope serve  [--addr A] [--token T] [--allowed-host H] [--agent embedded|none] [--record FILE.jsonl]
 //	kvscope serve agent-token [--token T] NAME
 //	kvscope replay [--speed S] [--addr A] [--token T] FILE.jsonl
-//	kvscope models
+//	kvscope models [--json]
 //
 // Every subcommand is a function of its arguments and an output writer, so
 // tests run them exactly as a user does.
@@ -45,7 +45,7 @@ func commands() []command {
 		{"serve", "serve the browser app and the JSON API (serve agent-token NAME: an agent's credential)", runServe},
 		{"replay", "serve the app and play a recorded event file (serve --record) into its live view", runReplay},
 		{"site", "write the browser app as a static website (no server needed)", runSite},
-		{"models", "list the bundled model configs", runModels},
+		{"models", "list the bundled model configs and which model families kvscope models, refuses (with the layer kind) or does not know", runModels},
 		{"help", "a command's flags (kvscope help COMMAND), or the engine flags (kvscope help flags)", runHelp},
 	}
 }
@@ -134,15 +134,4 @@ func parseWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-}
-
-func runModels(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("models", flag.ContinueOnError)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	for _, n := range catalog().Names() {
-		fmt.Fprintln(stdout, n)
-	}
-	return nil
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -73,4 +74,51 @@ func DisplayName(ref string) string {
 	}
 	base = strings.TrimSuffix(base, ".json")
 	return strings.Replace(base, "__", "/", 1)
+}
+
+// Entry is one bundled model as kvscope models lists it: its model type
+// and what kvscope does with its family.
+type Entry struct {
+	Name      string `json:"name"`            // "org/name"
+	ModelType string `json:"model_type"`      // the text config's model_type
+	Family    string `json:"family"`          // the family table's row, "" when unknown
+	Status    Status `json:"status"`          // modelled, inferred, refused or unknown
+	Error     string `json:"error,omitempty"` // why the config does not parse, if it does not
+}
+
+// Listing is the bundled models with their families' status, and the
+// family table itself (kvscope models, GET /api/families).
+type Listing struct {
+	Models   []Entry  `json:"models"`
+	Families []Family `json:"families"`
+	// Unknown says what a model type in no row of the table gets.
+	Unknown string `json:"unknown"`
+}
+
+// Listing parses every bundled config and reports its family.
+func (c Catalog) Listing() Listing {
+	out := Listing{Models: []Entry{}, Families: Families(), Unknown: UnknownRule()}
+	for _, n := range c.Names() {
+		e := Entry{Name: n, Status: Unknown}
+		_, data, err := c.Lookup(n)
+		var m *Model
+		if err == nil {
+			m, err = Parse(data)
+		}
+		if err != nil {
+			e.Error = err.Error()
+			var nm *NotModelledError
+			if errors.As(err, &nm) {
+				e.ModelType, e.Status = nm.ModelType, Refused
+			}
+			out.Models = append(out.Models, e)
+			continue
+		}
+		e.ModelType = m.ModelType
+		if f, ok := FamilyOf(m.ModelType, m.Architecture); ok {
+			e.Family, e.Status = f.Name, f.Status
+		}
+		out.Models = append(out.Models, e)
+	}
+	return out
 }

@@ -121,6 +121,20 @@ func (e *NotModelledError) Error() string {
 	return fmt.Sprintf("model: model_type %s, layer kind %s: not modelled by kvscope (%s = %s)", orUnknown(e.ModelType), e.LayerKind, e.Field, e.Value)
 }
 
+// UnknownRule says what Parse does with a model type in no row of the
+// family table.
+func UnknownRule() string {
+	keys := ""
+	for i, mk := range hybridMarkers() {
+		if i > 0 {
+			keys += ", "
+		}
+		keys += mk.key
+	}
+	return "read as a dense decoder (full, or sliding where the config says so), with a note; refused by name when the config carries a marker of a layer kind kvscope does not model (" + keys +
+		", or a layer_types entry such as deepseek_sparse_attention or linear_attention)"
+}
+
 // hybridMarker is a config key that only models with a layer kind kvscope
 // does not model carry.
 type hybridMarker struct{ key, kind string }

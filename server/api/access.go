@@ -24,7 +24,8 @@ import (
 //     name an attacker points at 127.0.0.1 is refused: DNS rebinding); a
 //     server on a named address answers to that name and --allowed-host.
 //   - Methods: the JSON API takes POST, /login GET and POST, every other
-//     route (the app, its assets, /api/models, /metrics, the websockets)
+//     route (the app, its assets, /api/models, /api/families, /metrics,
+//     the websockets)
 //     GET and HEAD only.
 //   - CSRF: a POST must carry application/json (a form or text/plain from
 //     another page is refused) and, when the browser says where it comes

@@ -319,6 +319,18 @@ func (s *Server) models() http.Handler {
 	})
 }
 
+// families is GET /api/families: the bundled models with their families'
+// status (modelled, inferred, refused with the layer kind, unknown) and
+// core/model's family table, as kvscope models --json prints them.
+func (s *Server) families() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(s.cat.Listing())
+	})
+}
+
 // flags is GET /api/flags: the engine flags (the engine-flag table) with
 // their defaults in the version the query names (?vllm_version=0.19.0;
 // the newest release by default), what every engine JSON, command line,

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/kvscope/kvscope/core/model"
+)
+
+// TestModelsMarksFamilies: kvscope models lists every bundled model with
+// its model type and status, then the family table with the refused
+// families' layer kinds and the rule for unknown model types; --json and
+// GET /api/families print the same listing.
+func TestModelsMarksFamilies(t *testing.T) {
+	var text bytes.Buffer
+	if err := runModels(nil, &text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Qwen/Qwen3-235B-A22B-Instruct-2507",
+		"qwen3_moe",
+		"model families:",
+		"refused   DeepSeek-V4 / V4.1",
+		"compressed sparse attention",
+		"KDA (Kimi Delta Attention)",
+		"inferred  Qwen3.8",
+		"unknown   any other model type",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("kvscope models lacks %q:\n%s", want, text.String())
+		}
+	}
+	var js bytes.Buffer
+	if err := runModels([]string{"--json"}, &js); err != nil {
+		t.Fatal(err)
+	}
+	var l model.Listing
+	if err := json.Unmarshal(js.Bytes(), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Models) != len(catalog().Names()) || len(l.Families) == 0 || l.Unknown == "" {
+		t.Errorf("--json: %d models of %d, %d families, unknown %q", len(l.Models), len(catalog().Names()), len(l.Families), l.Unknown)
+	}
+	refused := 0
+	for _, f := range l.Families {
+		if f.Status == model.Refused {
+			refused++
+		}
+	}
+	if refused < 5 {
+		t.Errorf("%d refused families, want DeepSeek-V4, DSA, GLM-5.3-Flash, Kimi-Linear, Qwen3.8-Flash-Next, MiMo", refused)
+	}
+	srv := httptest.NewServer(newMux(catalog(), serveOptions{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/api/families")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(body, js.Bytes()) {
+		t.Errorf("GET /api/families: %d, and not what kvscope models --json prints:\n%s", resp.StatusCode, body)
+	}
+}
