@@ -23,6 +23,8 @@ func kindColor(k model.Kind) string {
 		return "#8b5cf6"
 	case model.GatedDeltaNet:
 		return "#ec4899"
+	case model.KDA:
+		return "#d946ef"
 	case model.Mamba1, model.Mamba2:
 		return "#ef4444"
 	}

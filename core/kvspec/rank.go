@@ -129,6 +129,8 @@ func ForRank(m *model.Model, o Options) (*Rank, error) {
 		switch m.MambaAll {
 		case "reject":
 			return nil, optErr("--mamba-cache-mode", mode, "this model does not support Mamba prefix caching (vLLM raises NotImplementedError); use none or align")
+		case "unknown":
+			return nil, optErr("--mamba-cache-mode", mode, "kvscope has not read whether vLLM supports Mamba prefix caching for this model; use none or align")
 		case "align", "":
 			mode = "align"
 			r.Logs = append(r.Logs, "Mamba prefix caching mode all is not supported by this model; using align.")
@@ -262,6 +264,10 @@ func stateDTypes(m *model.Model, o Options, prof vllm.Profile, kvBytes int) (con
 		default:
 			return 0, 0, nil, optErr("--mamba-ssm-cache-dtype", o.MambaSSMCacheDType, "vLLM %s has no such flag: its Mamba state takes the KV cache dtype", prof.Name)
 		}
+		if m.HasKind(model.KDA) { // inferred: KDA came after these versions
+			ssm, notes = kdaRecurrent(o, nil)
+			return kvBytes, ssm, notes, nil
+		}
 		return kvBytes, kvBytes, nil, nil
 	}
 	conv, err = DTypeBytes(m.DType)
@@ -292,7 +298,23 @@ func stateDTypes(m *model.Model, o Options, prof vllm.Profile, kvBytes int) (con
 	default:
 		return 0, 0, nil, optErr("--mamba-ssm-cache-dtype", o.MambaSSMCacheDType, "want auto, float32, bfloat16 or float16")
 	}
+	if m.HasKind(model.KDA) {
+		ssm, notes = kdaRecurrent(o, notes)
+	}
 	return conv, ssm, notes, nil
+}
+
+// kdaRecurrent is the element size of a KDA layer's recurrent state:
+// float32 whatever the flags say, as vLLM's kda_state_dtype gives it (the
+// conv states take the conv dtype). --mamba-ssm-cache-dtype does not reach
+// it, so setting it to another dtype earns a note.
+func kdaRecurrent(o Options, notes []string) (int, []string) {
+	switch o.MambaSSMCacheDType {
+	case "", "auto", "float32":
+	default:
+		notes = append(notes, fmt.Sprintf("--mamba-ssm-cache-dtype %s does not apply to KDA layers: vLLM keeps their recurrent state in float32", o.MambaSSMCacheDType))
+	}
+	return 4, notes
 }
 
 // specRows is how many conv rows speculative tokens add to a state layer
@@ -389,6 +411,14 @@ func StateShapes(l model.Layer, tp, spec int) [][]int {
 	case model.GatedDeltaNet:
 		convDim := st.KeyHeadDim*st.KeyHeads*2 + st.ValueHeadDim*st.ValueHeads
 		return [][]int{{st.ConvKernel - 1 + spec, convDim / tp}, {st.ValueHeads / tp, st.ValueHeadDim, st.KeyHeadDim}}
+	case model.KDA:
+		// vLLM's MambaStateShapeCalculator.kda_state_shape: q, k and v
+		// conv states of (K-1) x heads*head_dim/tp each (one packed conv
+		// state of three times that in later versions: the same bytes in
+		// the same order, given the channel-major layout), and a recurrent
+		// state of heads/tp x head_dim x head_dim. It takes no rows for
+		// speculative tokens.
+		return [][]int{{st.ConvKernel - 1, 3 * st.Heads * st.HeadDim / tp}, {st.Heads / tp, st.HeadDim, st.HeadDim}}
 	}
 	return nil
 }
@@ -420,6 +450,10 @@ func checkTP(m *model.Model, tp int) error {
 			}
 			if l.State.Groups%tp != 0 && l.State.Groups != 1 {
 				return optErr(flag, tp, "must divide n_groups = %d (vLLM replicates groups only when n_groups is 1)", l.State.Groups)
+			}
+		case l.Kind == model.KDA:
+			if l.State.Heads%tp != 0 {
+				return optErr(flag, tp, "must divide the %d KDA heads (linear_attn_config.num_heads)", l.State.Heads)
 			}
 		case l.Kind == model.GatedDeltaNet:
 			if l.State.KeyHeads%tp != 0 {

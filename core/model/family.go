@@ -35,6 +35,8 @@ type Family struct {
 	// (modelled, inferred), or the kind it does not model (refused).
 	LayerKinds string `json:"layer_kinds"`
 	Note       string `json:"note,omitempty"` // where the reading comes from, or why a family is refused
+
+	reads []string // hybrid-marker keys the family's reading covers
 }
 
 // Families returns kvscope's table of model families, in display order: a
@@ -56,6 +58,9 @@ func Families() []Family {
 		{Name: "Qwen3.8 (dense, e.g. Qwen3.8-27B)", ModelTypes: []string{"qwen3_8", "qwen3_8_text"}, Architectures: []string{"Qwen3_8ForConditionalGeneration"}, Status: Inferred,
 			LayerKinds: "gdn + full, MTP layers (read as Qwen3.5)",
 			Note:       "public configs and tests show Qwen3.5-27B's layer geometry under model_type qwen3_8; vLLM's class for it was not read, and no published config.json was found"},
+		{Name: "Kimi-Linear", ModelTypes: []string{"kimi_linear"}, Architectures: []string{"KimiLinearForCausalLM"}, Status: Modelled,
+			LayerKinds: "kda + mla (linear_attn_config.kda_layers, 1-based)", reads: []string{"linear_attn_config"},
+			Note: "vLLM's kimi_linear.py: MLA latent kv_lora_rank + qk_rope_head_dim; KDA state per MambaStateShapeCalculator.kda_state_shape and kda_state_dtype (recurrent state float32)"},
 		{Name: "NemotronH", ModelTypes: []string{"nemotron_h"}, Status: Modelled, LayerKinds: "mamba2 + full (hybrid_override_pattern)"},
 		{Name: "Granite-4.0-H", ModelTypes: []string{"granitemoehybrid"}, Status: Modelled, LayerKinds: "mamba2 + full (layer_types)"},
 		{Name: "Mamba", ModelTypes: []string{"mamba", "falcon_mamba"}, Status: Modelled, LayerKinds: "mamba1"},
@@ -70,9 +75,9 @@ func Families() []Family {
 		{Name: "GLM-5.3-Flash", ModelTypes: []string{"glm5_next", "glm5_next_text", "glm53_flash"}, Architectures: []string{"Glm5NextForCausalLM", "Glm5NextForConditionalGeneration"}, Status: Refused,
 			LayerKinds: "KDA (Kimi Delta Attention) state + DSA sparse MLA + k-pool tail cache",
 			Note:       "the model type is not confirmed by a published config; the architectures are vLLM's"},
-		{Name: "Kimi-Linear, Kimi-K3", ModelTypes: []string{"kimi_linear"}, Architectures: []string{"KimiLinearForCausalLM"}, Status: Refused,
-			LayerKinds: "KDA (Kimi Delta Attention) state beside MLA (linear_attn_config)",
-			Note:       "vLLM's KDA state layout differs between the versions read (four tensors, or one packed conv tensor and the recurrent state), and no version could be tied to a release"},
+		{Name: "Kimi-K3", ModelTypes: []string{"kimi_k3"}, Status: Refused,
+			LayerKinds: "KDA + MLA as vLLM's own kimi_k3 package plans them (gated MLA, attention residuals; not read)",
+			Note:       "its text config is kimi_linear, but kvscope has not read how vLLM's kimi_k3 sizes its caches"},
 		{Name: "Qwen3.8-Flash-Next", ModelTypes: []string{"qwen4_exp", "qwen4_exp_text", "qwen3_8_flash_next", "qwen3_8_flash_next_text"},
 			Architectures: []string{"Qwen4ExpForConditionalGeneration", "Qwen3_8FlashNextForConditionalGeneration"}, Status: Refused,
 			LayerKinds: "QSA sparse-attention indexer, hyper-connections, an n-gram layer and a PLE state cache beside gated delta net"},
@@ -173,6 +178,11 @@ func unmodelledLayerType(t string) (string, bool) {
 // records in the notes what kvscope assumes of a model type it does not
 // know.
 func (p *parser) refuse() error {
+	if outer, _, _ := p.root.str("model_type"); outer != "" && outer != p.m.ModelType {
+		if f, ok := FamilyOf(outer, ""); ok && f.Status == Refused {
+			return &NotModelledError{ModelType: outer, LayerKind: f.LayerKinds, Field: "model_type", Value: fmt.Sprintf("%q", outer)}
+		}
+	}
 	fam, known := FamilyOf(p.m.ModelType, p.m.Architecture)
 	if known && fam.Status == Refused {
 		field, value := p.text.field("model_type"), fmt.Sprintf("%q", p.m.ModelType)
@@ -186,7 +196,7 @@ func (p *parser) refuse() error {
 	}
 	for _, o := range []object{p.text, p.root} {
 		for _, mk := range hybridMarkers() {
-			if v, ok := o.raw(mk.key); ok {
+			if v, ok := o.raw(mk.key); ok && !(known && fam.readsKey(mk.key)) {
 				return &NotModelledError{ModelType: p.m.ModelType, LayerKind: mk.kind, Field: o.field(mk.key), Value: shorten(string(v))}
 			}
 		}
@@ -201,6 +211,15 @@ func (p *parser) refuse() error {
 		p.note("model_type %s: %s (inferred: %s)", p.m.ModelType, fam.LayerKinds, fam.Note)
 	}
 	return nil
+}
+
+func (f Family) readsKey(key string) bool {
+	for _, k := range f.reads {
+		if k == key {
+			return true
+		}
+	}
+	return false
 }
 
 func (f Family) hasModelType(t string) bool {

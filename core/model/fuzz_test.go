@@ -16,6 +16,8 @@ import (
 // each KV-owning layer exactly once (or a typed error naming a flag).
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join(modeltest.Dir(), "*.json"))
+	more, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "models", "*.json"))
+	files = append(files, more...)
 	for _, file := range files {
 		data, err := os.ReadFile(file)
 		if err != nil {
@@ -27,6 +29,21 @@ func FuzzParse(f *testing.F) {
 		`{}`, `null`, `[]`, `{"num_hidden_layers": 2}`, `{"text_config": 3}`,
 		`{"num_hidden_layers":3,"hybrid_override_pattern":"M*-","num_attention_heads":8,"head_dim":64}`,
 		`{"model_type":"gemma4_text","num_hidden_layers":4,"num_attention_heads":8,"head_dim":64,"global_head_dim":128,"sliding_window":512,"layer_types":["sliding_attention","full_attention","sliding_attention","full_attention"],"num_kv_shared_layers":2}`,
+		// Refusals by name (core/model's family table and hybrid markers).
+		`{"model_type":"deepseek_v4","num_hidden_layers":3,"compress_ratios":[0,4,128],"kv_lora_rank":512}`,
+		`{"model_type":"mystery","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"compress_ratios":[0,4]}`,
+		`{"model_type":"mystery","text_config":{"num_hidden_layers":2,"linear_attn_config":{"num_heads":2}}}`,
+		`{"model_type":"mystery","num_hidden_layers":2,"num_attention_heads":8,"kv_lora_rank":512,"index_n_heads":64,"index_topk":2048}`,
+		`{"model_type":"mystery","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"hc_mult":4}`,
+		`{"model_type":"glm5_next","text_config":{"model_type":"glm5_next_text","num_hidden_layers":2,"layer_types":["linear_attention","deepseek_sparse_attention"],"index_kpool":4}}`,
+		`{"model_type":"qwen4_exp","text_config":{"num_hidden_layers":4,"hc_count":4,"indexer_n_heads":2}}`,
+		`{"model_type":"kimi_k3","text_config":{"model_type":"kimi_linear","num_hidden_layers":2}}`,
+		`{"model_type":"mimo_v2_flash","num_hidden_layers":2}`,
+		`{"architectures":["Glm5NextForCausalLM"],"model_type":"x","num_hidden_layers":2}`,
+		`{"model_type":"mystery","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"layer_types":["full_attention","deepseek_sparse_attention"]}`,
+		// Kimi-Linear (KDA + MLA) and Qwen3.8 (read as Qwen3.5).
+		`{"model_type":"kimi_linear","num_hidden_layers":4,"num_attention_heads":8,"kv_lora_rank":64,"qk_rope_head_dim":16,"linear_attn_config":{"num_heads":4,"head_dim":32,"short_conv_kernel_size":4,"kda_layers":[1,2,3]}}`,
+		`{"model_type":"qwen3_8","text_config":{"model_type":"qwen3_8_text","num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64,"full_attention_interval":4,"linear_conv_kernel_dim":4,"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_key_head_dim":32,"linear_value_head_dim":32}}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -3,8 +3,8 @@
 // planner needs.
 //
 // It knows how vLLM reads each model family's config: which layers are full
-// attention, sliding window, chunked local attention, MLA, Mamba1, Mamba2 or
-// gated delta net, and with which head counts and state dimensions. It does
+// attention, sliding window, chunked local attention, MLA, Mamba1, Mamba2,
+// gated delta net or KDA, and with which head counts and state dimensions. It does
 // not know about tensor parallelism, block sizes or memory: that is kvspec's
 // and plan's business.
 //
@@ -29,10 +29,11 @@ const (
 	Mamba1        Kind = "mamba1"         // Mamba (selective SSM)
 	Mamba2        Kind = "mamba2"         // Mamba2 (SSD)
 	GatedDeltaNet Kind = "gdn"            // gated delta net (Qwen3-Next, Qwen3.5 linear attention)
+	KDA           Kind = "kda"            // Kimi Delta Attention (Kimi-Linear linear attention)
 )
 
 // kindOrder is the display order of the kinds; it is never modified.
-var kindOrder = []Kind{Full, Sliding, ChunkedLocal, MLA, Mamba1, Mamba2, GatedDeltaNet}
+var kindOrder = []Kind{Full, Sliding, ChunkedLocal, MLA, Mamba1, Mamba2, GatedDeltaNet, KDA}
 
 // Kinds returns every layer kind in a fixed display order.
 func Kinds() []Kind { return append([]Kind(nil), kindOrder...) }
@@ -50,7 +51,7 @@ func (k Kind) IsAttention() bool {
 // state (conv + SSM) per request instead of per-token pages.
 func (k Kind) IsState() bool {
 	switch k {
-	case Mamba1, Mamba2, GatedDeltaNet:
+	case Mamba1, Mamba2, GatedDeltaNet, KDA:
 		return true
 	}
 	return false
@@ -98,8 +99,8 @@ type StateDims struct {
 	Intermediate int // d_inner = heads * head_dim for Mamba2
 	StateSize    int // N (d_state)
 	Groups       int // Mamba2 n_groups
-	Heads        int // Mamba2 heads
-	HeadDim      int // Mamba2 head dim
+	Heads        int // Mamba2 heads; KDA heads (linear_attn_config.num_heads)
+	HeadDim      int // Mamba2 head dim; KDA head dim (q, k and v alike)
 
 	// Gated delta net.
 	KeyHeads     int
@@ -123,7 +124,8 @@ type Model struct {
 	MambaSSMDType string
 	// MambaAll says what vLLM does with --mamba-cache-mode all for this
 	// model: "supported" (Mamba prefix caching), "align" (downgraded to
-	// align, Qwen3-Next) or "reject" (Qwen3.5/3.6 raise an error).
+	// align, Qwen3-Next), "reject" (Qwen3.5/3.6 raise an error) or
+	// "unknown" (kvscope has not read it: Kimi-Linear; refused).
 	MambaAll string
 	// MambaChunkSize is the state kernel's chunk size that mode all aligns
 	// blocks to (NemotronH chunk_size); 0 when unknown.

@@ -79,6 +79,9 @@ func TestEveryBundledModelParses(t *testing.T) {
 		{"openai__gpt-oss-120b", 36, map[Kind]int{Full: 18, Sliding: 18}, 36, 0},
 		{"openai__gpt-oss-20b", 24, map[Kind]int{Full: 12, Sliding: 12}, 24, 0},
 		{"z-lab__Qwen3.6-35B-A3B-DFlash", 6, map[Kind]int{Full: 1, Sliding: 5}, 6, 0},
+		// linear_attn_config.kda_layers lists 20 of the 27 layers (1-based);
+		// the other 7 (full_attn_layers 4, 8, ..., 24, 27) are MLA.
+		{"moonshotai__Kimi-Linear-48B-A3B-Instruct", 27, map[Kind]int{KDA: 20, MLA: 7}, 27, 0},
 	}
 	files, _ := filepath.Glob(filepath.Join(catalogDir, "*.json"))
 	if len(files) != len(tests) {
@@ -178,6 +181,23 @@ func TestLayerDimensions(t *testing.T) {
 		}
 		if s := l46.State; s.KeyHeads != 16 || s.ValueHeads != 32 || s.KeyHeadDim != 128 || s.ConvKernel != 4 {
 			t.Errorf("GDN dims %+v", s)
+		}
+	})
+	t.Run("Kimi-Linear: kda_layers are 1-based, the rest are MLA of 512 + 64", func(t *testing.T) {
+		m := load(t, "moonshotai__Kimi-Linear-48B-A3B-Instruct")
+		l0, _ := m.Layer("L0")   // kda_layers[0] = 1
+		l3, _ := m.Layer("L3")   // full_attn_layers[0] = 4
+		l26, _ := m.Layer("L26") // full_attn_layers[6] = 27
+		if l0.Kind != KDA || l0.State.Heads != 32 || l0.State.HeadDim != 128 || l0.State.ConvKernel != 4 {
+			t.Errorf("L0 = %s %+v, want KDA 32 heads of 128, conv 4", l0.Kind, l0.State)
+		}
+		for _, l := range []Layer{l3, l26} {
+			if l.Kind != MLA || l.HeadDim != 576 || l.KVHeads != 1 {
+				t.Errorf("%s = %+v, want MLA 576", l.Name, l)
+			}
+		}
+		if m.MaxModelLen != 1048576 || m.AttentionHeads != 32 {
+			t.Errorf("max_model_len %d (model_max_length 1048576), heads %d", m.MaxModelLen, m.AttentionHeads)
 		}
 	})
 	t.Run("max_model_len follows rope scaling", func(t *testing.T) {
@@ -286,6 +306,10 @@ func TestBadInputNamesTheField(t *testing.T) {
 		{"too many shared KV layers", `{"model_type":"gemma4_text","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"global_head_dim":128,"sliding_window":512,"layer_types":["sliding_attention","full_attention"],"num_kv_shared_layers":2}`, "num_kv_shared_layers", "2"},
 		{"no_rope_layers of the wrong length", `{"model_type":"llama4_text","num_hidden_layers":3,"num_attention_heads":8,"head_dim":64,"attention_chunk_size":8192,"no_rope_layers":[1,0]}`, "no_rope_layers", "[2 entries]"},
 		{"huge layer count", `{"num_hidden_layers":1e12}`, "num_hidden_layers", "1e12"},
+		{"Kimi-Linear without linear_attn_config", `{"model_type":"kimi_linear","num_hidden_layers":2,"num_attention_heads":8,"kv_lora_rank":512,"qk_rope_head_dim":64}`, "linear_attn_config", ""},
+		{"a KDA layer number of 0 (the list is 1-based)", `{"model_type":"kimi_linear","num_hidden_layers":2,"num_attention_heads":8,"kv_lora_rank":512,"qk_rope_head_dim":64,"linear_attn_config":{"num_heads":4,"head_dim":64,"short_conv_kernel_size":4,"kda_layers":[0]}}`, "linear_attn_config.kda_layers[0]", "0"},
+		{"a KDA layer past the last", `{"model_type":"kimi_linear","num_hidden_layers":2,"num_attention_heads":8,"kv_lora_rank":512,"qk_rope_head_dim":64,"linear_attn_config":{"num_heads":4,"head_dim":64,"short_conv_kernel_size":4,"kda_layers":[1,3]}}`, "linear_attn_config.kda_layers[1]", "3"},
+		{"KDA heads of zero", `{"model_type":"kimi_linear","num_hidden_layers":2,"num_attention_heads":8,"kv_lora_rank":512,"qk_rope_head_dim":64,"linear_attn_config":{"num_heads":0,"head_dim":64,"short_conv_kernel_size":4,"kda_layers":[1]}}`, "linear_attn_config.num_heads", "0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

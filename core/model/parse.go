@@ -102,6 +102,8 @@ func (p *parser) parse() error {
 		err = p.jamba()
 	case modelType == "granitemoehybrid":
 		err = p.graniteHybrid()
+	case modelType == "kimi_linear":
+		err = p.kimiLinear()
 	case p.text.has("kv_lora_rank"):
 		err = p.mla()
 	case strings.HasPrefix(modelType, "qwen3_next") || strings.HasPrefix(modelType, "qwen3_5") || modelType == "qwen3_8" || modelType == "qwen3_8_text":

@@ -35,6 +35,32 @@ func TestModelsOfTheQuarter(t *testing.T) {
 		})
 	}
 
+	// Kimi-Linear-48B-A3B-Instruct (bundled): 7 MLA layers (latent
+	// kv_lora_rank 512 + qk_rope_head_dim 64 = 576 values, bf16: 1,152 B per
+	// token on every rank) and 20 KDA layers (32 heads of 128, conv kernel
+	// 4). At TP2 a KDA state is the q, k and v conv states 3 x (4-1) x
+	// 32x128/2 = 18,432 bf16 values = 36,864 B plus the recurrent state
+	// 32/2 x 128 x 128 float32 values = 1,048,576 B: 1,085,440 B. From 0.27
+	// an MLA + state hybrid aligns to 128 tokens: 128 x ceil(1,085,440 /
+	// (128 x 1,152)) = 128 x 8 = 1,024 tokens, a page of 1,024 x 1,152 =
+	// 1,179,648 B. Groups of 7 (the MLA layers): 1 MLA + ceil(20/7) = 3 KDA
+	// groups; 40 GiB / (7 x 1,179,648) = 5,201 blocks. At TP1 under 0.26
+	// (alignment 16): 16 x ceil(2,170,880 / (16 x 1,152)) = 16 x 118 =
+	// 1,888 tokens.
+	t.Run("Kimi-Linear-48B-A3B-Instruct at TP2 (0.31.0) and TP1 (0.26.0)", func(t *testing.T) {
+		m := modeltest.Load(t, "moonshotai__Kimi-Linear-48B-A3B-Instruct")
+		p := mustPlan(t, m, Engine{VLLMVersion: "0.31.0", TensorParallelSize: 2, MaxModelLen: 131072})
+		if p.Alignment == nil || p.Alignment.StatePageBytes != 1085440 || p.Alignment.AttnBytesPerToken != 1152 {
+			t.Fatalf("alignment %+v; want a 1,085,440 B state and 1,152 B per token", p.Alignment)
+		}
+		if p.BlockSize != 1024 || p.PageBytes != 1179648 || p.NumGroups != 4 || p.Slots != 7 || p.NumBlocks != 5201 {
+			t.Errorf("block %d, page %d, %d groups of %d slots, %d blocks; want 1024, 1179648, 4 of 7, 5201", p.BlockSize, p.PageBytes, p.NumGroups, p.Slots, p.NumBlocks)
+		}
+		if p := mustPlan(t, m, Engine{VLLMVersion: "0.26.0", TensorParallelSize: 1, MaxModelLen: 131072}); p.BlockSize != 1888 {
+			t.Errorf("TP1 under 0.26.0: block %d, want 1888", p.BlockSize)
+		}
+	})
+
 	// Qwen3.8-27B, from the derived config in testdata/models (Qwen3.5-27B's
 	// geometry; no published config.json was found), at TP2 with fp8 KV as
 	// in github.com/mitchross/talos-argocd-proxmox/pull/1995, whose log

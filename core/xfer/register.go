@@ -334,7 +334,7 @@ func segments(dst []Segment, l *model.Layer, s *kvspec.Spec, tp, rank int, layou
 	return dst, fmt.Errorf("xfer: layer %s: no layout for kind %s", l.Name, l.Kind)
 }
 
-// stateSegments lays out a Mamba/GDN state page: the conv state in vLLM's DS
+// stateSegments lays out a Mamba/GDN/KDA state page: the conv state in vLLM's DS
 // layout (channel-major, one channel's rows contiguous), split into its
 // sub-projections, then the SSM state (head-major).
 func stateSegments(dst []Segment, l *model.Layer, s *kvspec.Spec, tp, rank, region int) ([]Segment, error) {
@@ -356,6 +356,13 @@ func stateSegments(dst []Segment, l *model.Layer, s *kvspec.Spec, tp, rank, regi
 		parts, n = [3]part{{SegConvQ, qlo, qhi}, {SegConvK, qlo, qhi}, {SegConvV, vlo, vhi}}, 3
 		hlo, hhi := shard(st.ValueHeads, tp, rank)
 		ssm = Segment{Name: SegSSM, Lo: hlo, Hi: hhi, IndexBytes: int64(st.ValueHeadDim*st.KeyHeadDim) * ssmBytes}
+	case model.KDA:
+		// q, k and v conv states, each heads*head_dim channels sharded by
+		// rank, then the recurrent state, head-major (kvspec.StateShapes).
+		lo, hi := shard(st.Heads*st.HeadDim, tp, rank)
+		parts, n = [3]part{{SegConvQ, lo, hi}, {SegConvK, lo, hi}, {SegConvV, lo, hi}}, 3
+		hlo, hhi := shard(st.Heads, tp, rank)
+		ssm = Segment{Name: SegSSM, Lo: hlo, Hi: hhi, IndexBytes: int64(st.HeadDim*st.HeadDim) * ssmBytes}
 	case model.Mamba2:
 		xlo, xhi := shard(st.Intermediate, tp, rank)
 		blo, bhi := shard(st.Groups*st.StateSize, tp, rank)
