@@ -21,7 +21,12 @@ func TestModelsOfTheQuarter(t *testing.T) {
 	// layers share one group, so one block of the group takes 94 x 8,192 =
 	// 770,048 B of the default 40 GiB per rank: floor(42,949,672,960 /
 	// 770,048) = 55,775 blocks = 892,400 tokens; a 262,144-token request
-	// needs 262,144 / 16 = 16,384 blocks.
+	// needs 262,144 / 16 = 16,384 blocks. (The one public log with KV
+	// figures, github.com/vllm-project/vllm/issues/21348 — the FP8
+	// checkpoint at TP4 with LMCacheConnectorV1 on a 2025 release — reports
+	// 178,880 tokens from "8.11 GiB"; 8.11 GiB / 770,048 B gives 11,308
+	// blocks = 180,928 tokens, 1.1 % more. Not explained here, so not
+	// asserted.)
 	for _, tp := range []int{4, 8} {
 		t.Run(fmt.Sprintf("Qwen3-235B-A22B-Instruct-2507 at TP%d", tp), func(t *testing.T) {
 			m := modeltest.Load(t, "Qwen__Qwen3-235B-A22B-Instruct-2507")
