@@ -43,7 +43,7 @@ type Family struct {
 // new copy on every call.
 func Families() []Family {
 	return []Family{
-		{Name: "Llama-style decoders", ModelTypes: []string{"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl", "phi3"},
+		{Name: "Llama-style decoders", ModelTypes: []string{"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text", "glm4_moe", "phi3"},
 			Status: Modelled, LayerKinds: "full (sliding_window where the config enables it)",
 			Note: "num_key_value_heads x head_dim per layer; sliding_window with use_sliding_window"},
 		{Name: "gpt-oss", ModelTypes: []string{"gpt_oss"}, Status: Modelled, LayerKinds: "full + sliding_window (layer_types)"},
