@@ -28,7 +28,8 @@ func TestModelsMarksFamilies(t *testing.T) {
 		"refused   DeepSeek-V4 / V4.1",
 		"compressed sparse attention",
 		"KDA (Kimi Delta Attention)",
-		"inferred  Qwen3.8",
+		"modelled  Qwen3.5 / Qwen3.6 / Qwen3.8",
+		"moonshotai/Kimi-Linear-48B-A3B-Instruct",
 		"unknown   any other model type",
 	} {
 		if !strings.Contains(text.String(), want) {

@@ -48,23 +48,21 @@ func Families() []Family {
 			Note: "num_key_value_heads x head_dim per layer; sliding_window with use_sliding_window"},
 		{Name: "gpt-oss", ModelTypes: []string{"gpt_oss"}, Status: Modelled, LayerKinds: "full + sliding_window (layer_types)"},
 		{Name: "Gemma 2 / 3", ModelTypes: []string{"gemma2", "gemma3", "gemma3_text"}, Status: Modelled, LayerKinds: "sliding_window + full (layer_types or the sliding-window pattern)"},
-		{Name: "Gemma 4", ModelTypes: []string{"gemma4", "gemma4_text"}, Status: Modelled,
+		{Name: "Gemma 4", ModelTypes: []string{"gemma4", "gemma4_text"}, Status: Modelled, reads: []string{"num_kv_shared_layers"},
 			LayerKinds: "sliding_window + full, KV-shared layers", Note: "full layers use global_head_dim; the last num_kv_shared_layers read an earlier layer's KV"},
 		{Name: "Llama 4", ModelTypes: []string{"llama4", "llama4_text"}, Status: Modelled, LayerKinds: "chunked_local + full (no_rope_layers)"},
 		{Name: "DeepSeek-V2 / V3, Kimi-K2 (MLA)", ModelTypes: []string{"deepseek_v2", "deepseek_v3", "kimi_k2"}, Status: Modelled,
 			LayerKinds: "mla (kv_lora_rank + qk_rope_head_dim), MTP layers", Note: "only without a sparse-attention indexer (see DeepSeek-V3.2)"},
-		{Name: "Qwen3-Next", ModelTypes: []string{"qwen3_next"}, Status: Modelled, LayerKinds: "gdn + full"},
-		{Name: "Qwen3.5 / Qwen3.6", ModelTypes: []string{"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, Status: Modelled, LayerKinds: "gdn + full, MTP layers"},
-		{Name: "Qwen3.8 (dense, e.g. Qwen3.8-27B)", ModelTypes: []string{"qwen3_8", "qwen3_8_text"}, Architectures: []string{"Qwen3_8ForConditionalGeneration"}, Status: Inferred,
-			LayerKinds: "gdn + full, MTP layers (read as Qwen3.5)",
-			Note:       "public configs and tests show Qwen3.5-27B's layer geometry under model_type qwen3_8; vLLM's class for it was not read, and no published config.json was found"},
+		{Name: "Qwen3-Next", ModelTypes: []string{"qwen3_next"}, Status: Modelled, LayerKinds: "gdn + full", reads: gdnKeys()},
+		{Name: "Qwen3.5 / Qwen3.6 / Qwen3.8", ModelTypes: []string{"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, Status: Modelled, LayerKinds: "gdn + full, MTP layers", reads: gdnKeys(),
+			Note: "Qwen3.8-27B and Qwen3.8-2.4T-A95B are published with these model types and Qwen3.5's architectures"},
 		{Name: "Kimi-Linear", ModelTypes: []string{"kimi_linear"}, Architectures: []string{"KimiLinearForCausalLM"}, Status: Modelled,
 			LayerKinds: "kda + mla (linear_attn_config.kda_layers, 1-based)", reads: []string{"linear_attn_config"},
 			Note: "vLLM's kimi_linear.py: MLA latent kv_lora_rank + qk_rope_head_dim; KDA state per MambaStateShapeCalculator.kda_state_shape and kda_state_dtype (recurrent state float32)"},
-		{Name: "NemotronH", ModelTypes: []string{"nemotron_h"}, Status: Modelled, LayerKinds: "mamba2 + full (hybrid_override_pattern)"},
-		{Name: "Granite-4.0-H", ModelTypes: []string{"granitemoehybrid"}, Status: Modelled, LayerKinds: "mamba2 + full (layer_types)"},
-		{Name: "Mamba", ModelTypes: []string{"mamba", "falcon_mamba"}, Status: Modelled, LayerKinds: "mamba1"},
-		{Name: "Jamba", ModelTypes: []string{"jamba"}, Status: Modelled, LayerKinds: "mamba1 + full"},
+		{Name: "NemotronH", ModelTypes: []string{"nemotron_h"}, Status: Modelled, LayerKinds: "mamba2 + full (hybrid_override_pattern)", reads: []string{"ssm_state_size"}},
+		{Name: "Granite-4.0-H", ModelTypes: []string{"granitemoehybrid"}, Status: Modelled, LayerKinds: "mamba2 + full (layer_types)", reads: []string{"mamba_d_state", "mamba_n_heads"}},
+		{Name: "Mamba", ModelTypes: []string{"mamba", "falcon_mamba"}, Status: Modelled, LayerKinds: "mamba1", reads: []string{"state_size"}},
+		{Name: "Jamba", ModelTypes: []string{"jamba"}, Status: Modelled, LayerKinds: "mamba1 + full", reads: []string{"mamba_d_state"}},
 
 		{Name: "DeepSeek-V4 / V4.1", ModelTypes: []string{"deepseek_v4"}, Architectures: []string{"DeepseekV4ForCausalLM", "DeepseekV41ForCausalLM"}, Status: Refused,
 			LayerKinds: "compressed sparse attention (CSA/HCA, compress_ratios) with its indexer and sliding-window caches",
@@ -136,9 +134,13 @@ func UnknownRule() string {
 		}
 		keys += mk.key
 	}
-	return "read as a dense decoder (full, or sliding where the config says so), with a note; refused by name when the config carries a marker of a layer kind kvscope does not model (" + keys +
+	return "read as a dense decoder (full, or sliding where the config says so), with a note; refused by name when the config carries a marker of a layer kind kvscope does not model there (" + keys +
 		", or a layer_types entry such as deepseek_sparse_attention or linear_attention)"
 }
+
+// gdnKeys are the gated-delta-net keys the Qwen3-Next and Qwen3.5 families
+// read.
+func gdnKeys() []string { return []string{"linear_conv_kernel_dim", "linear_num_value_heads"} }
 
 // hybridMarker is a config key that only models with a layer kind kvscope
 // does not model carry.
@@ -156,6 +158,16 @@ func hybridMarkers() []hybridMarker {
 		{"index_topk", "a sparse-attention indexer cache (DSA)"},
 		{"hc_mult", "hyper-connection streams, which come with caches kvscope does not model (DeepSeek-V4, GLM-5.3-Flash)"},
 		{"hc_count", "hyper-connection streams, which come with caches kvscope does not model (Qwen3.8-Flash-Next)"},
+		// State and KV-sharing keys of families kvscope reads, in a family
+		// that is not one of them.
+		{"linear_conv_kernel_dim", "a gated-delta-net state (kvscope reads it only in the Qwen3-Next and Qwen3.5 families)"},
+		{"linear_num_value_heads", "a gated-delta-net state (kvscope reads it only in the Qwen3-Next and Qwen3.5 families)"},
+		{"ssm_state_size", "a Mamba state (kvscope reads it only in the NemotronH family)"},
+		{"mamba_d_state", "a Mamba state (kvscope reads it only in the Jamba and Granite-4.0-H families)"},
+		{"mamba_n_heads", "a Mamba2 state (kvscope reads it only in the Granite-4.0-H family)"},
+		{"mamba_d_ssm", "a Mamba state (not read by kvscope in any family)"},
+		{"state_size", "a Mamba state (kvscope reads it only in the Mamba family)"},
+		{"num_kv_shared_layers", "KV-shared layers (kvscope reads them only in the Gemma 4 family)"},
 	}
 }
 

@@ -41,7 +41,7 @@ func FuzzParse(f *testing.F) {
 		`{"model_type":"mimo_v2_flash","num_hidden_layers":2}`,
 		`{"architectures":["Glm5NextForCausalLM"],"model_type":"x","num_hidden_layers":2}`,
 		`{"model_type":"mystery","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"layer_types":["full_attention","deepseek_sparse_attention"]}`,
-		// Kimi-Linear (KDA + MLA) and Qwen3.8 (read as Qwen3.5).
+		// Kimi-Linear (KDA + MLA); a third-party qwen3_8 config (refused by its GDN keys).
 		`{"model_type":"kimi_linear","num_hidden_layers":4,"num_attention_heads":8,"kv_lora_rank":64,"qk_rope_head_dim":16,"linear_attn_config":{"num_heads":4,"head_dim":32,"short_conv_kernel_size":4,"kda_layers":[1,2,3]}}`,
 		`{"model_type":"qwen3_8","text_config":{"model_type":"qwen3_8_text","num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64,"full_attention_interval":4,"linear_conv_kernel_dim":4,"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_key_head_dim":32,"linear_value_head_dim":32}}`,
 	} {

@@ -106,7 +106,7 @@ func (p *parser) parse() error {
 		err = p.kimiLinear()
 	case p.text.has("kv_lora_rank"):
 		err = p.mla()
-	case strings.HasPrefix(modelType, "qwen3_next") || strings.HasPrefix(modelType, "qwen3_5") || modelType == "qwen3_8" || modelType == "qwen3_8_text":
+	case strings.HasPrefix(modelType, "qwen3_next") || strings.HasPrefix(modelType, "qwen3_5"):
 		err = p.qwenGDN()
 	case modelType == "llama4_text" || modelType == "llama4":
 		err = p.llama4()
@@ -477,9 +477,9 @@ func (p *parser) mla() error {
 	return nil
 }
 
-// qwenGDN handles Qwen3-Next and Qwen3.5/3.6 (and Qwen3.8, read as
-// Qwen3.5: inferred, see Families): gated delta net layers with a full
-// attention layer every full_attention_interval layers.
+// qwenGDN handles Qwen3-Next and Qwen3.5/3.6 (and Qwen3.8, published as
+// qwen3_5): gated delta net layers with a full attention layer every
+// full_attention_interval layers.
 func (p *parser) qwenGDN() error {
 	d, err := p.attnDims()
 	if err != nil {

@@ -66,19 +66,24 @@ func TestModelsOfTheQuarter(t *testing.T) {
 		}
 	})
 
-	// Qwen3.8-27B, from the derived config in testdata/models (Qwen3.5-27B's
-	// geometry; no published config.json was found), at TP2 with fp8 KV as
-	// in github.com/mitchross/talos-argocd-proxmox/pull/1995, whose log
-	// reports an attention block of 1,568 tokens. By hand, per rank:
-	// attention 2 KV heads x 256 x 2 x 1 B = 1,024 B per token; a GDN
-	// state is the conv state (4-1) x (16x128x2 + 48x128)/2 = 15,360 bf16
-	// values = 30,720 B plus the SSM state 48/2 x 128 x 128 float32 values
-	// = 1,572,864 B, 1,603,584 B in all; the smallest multiple of 16 tokens
-	// whose attention page holds it is 16 x ceil(1,603,584 / 16,384) =
-	// 16 x 98 = 1,568. (With a bf16 SSM state it would be 16 x 50 = 800:
-	// the log agrees with the float32 state that Qwen3.5's config hook
-	// gives, which kvscope infers for qwen3_8.)
-	t.Run("Qwen3.8-27B (derived config) at TP2 with fp8 KV matches the log's block size", func(t *testing.T) {
+	// Qwen3.8-27B, from the derived config in testdata/models (its
+	// published config.json, reported identical to Qwen3.6-27B's but for
+	// transformers_version, was not seen). By hand, per rank: attention is
+	// 4/TP KV heads x 256 x 2 (K and V) x the KV dtype's bytes per token; a
+	// GDN state is the conv state (4-1) x (16x128x2 + 48x128)/TP bf16 values
+	// plus the SSM state 48/TP x 128 x 128 float32 values (the checkpoint's
+	// mamba_ssm_dtype, which Qwen3.5's config hook takes): 61,440 +
+	// 3,145,728 = 3,207,168 B at TP1, half that at TP2. The block is the
+	// smallest multiple of 16 tokens whose attention page holds it:
+	//   TP1 bf16: 4,096 B/token, 16 x ceil(3,207,168 / 65,536) = 784 tokens,
+	//     a page of 784 x 4,096 = 3,211,264 B; 64 layers in 4 groups of 16.
+	//     A public note saw vLLM 0.23.0 plan exactly this: 3 MambaSpec and
+	//     1 FullAttentionSpec groups of 16 layers, every page 3,211,264 B
+	//     (search-index file id 60780498258).
+	//   TP2 fp8: 1,024 B/token, 16 x ceil(1,603,584 / 16,384) = 1,568
+	//     tokens, the attention block of a real TP2 fp8 run
+	//     (github.com/mitchross/talos-argocd-proxmox/pull/1995).
+	t.Run("Qwen3.8-27B (derived config) matches a note's vLLM groups at TP1 and a log's block at TP2 fp8", func(t *testing.T) {
 		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "DERIVED__Qwen3.8-27B.json"))
 		if err != nil {
 			t.Fatal(err)
@@ -87,10 +92,14 @@ func TestModelsOfTheQuarter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		p := mustPlan(t, m, Engine{VLLMVersion: "0.23.0", TensorParallelSize: 1})
+		if p.BlockSize != 784 || p.PageBytes != 3211264 || p.NumGroups != 4 || p.Slots != 16 {
+			t.Errorf("TP1: block %d, page %d, %d groups of %d; want 784, 3211264, 4 of 16", p.BlockSize, p.PageBytes, p.NumGroups, p.Slots)
+		}
 		for _, v := range []string{"0.27.1", "0.29.0", "0.31.0"} {
 			p := mustPlan(t, m, Engine{VLLMVersion: v, TensorParallelSize: 2, MaxModelLen: 131072, KVCacheDType: "fp8"})
 			if p.Alignment == nil || p.Alignment.AttnBytesPerToken != 1024 || p.Alignment.StatePageBytes != 1603584 || p.BlockSize != 1568 {
-				t.Errorf("%s: alignment %+v, block %d; want 1,024 B per token, a 1,603,584 B state and block 1,568", v, p.Alignment, p.BlockSize)
+				t.Errorf("%s TP2 fp8: alignment %+v, block %d; want 1,024 B per token, a 1,603,584 B state and block 1,568", v, p.Alignment, p.BlockSize)
 			}
 		}
 	})

@@ -282,12 +282,9 @@ func (p Profile) SSMDType(modelType, hfDType, modelDType string) (string, string
 }
 
 // FamilyOf maps a text model_type to the family name the hooks use.
-// Qwen3.8 (qwen3_8) takes Qwen3.5's hooks: inferred, from a real Qwen3.8-27B
-// log whose block size needs the float32 SSM state the Qwen3.5 hook gives
-// (see core/model's family table); its vLLM class was not read.
 func FamilyOf(modelType string) string {
 	switch modelType {
-	case "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_8", "qwen3_8_text":
+	case "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text":
 		return "qwen3.5"
 	case "nemotron_h":
 		return "nemotron-h"
