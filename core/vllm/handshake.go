@@ -128,6 +128,28 @@ func VersionOfMembers(members []string, wrapped bool) (int, string) {
 	return v, why
 }
 
+// UnknownMembers lists the members no handshake version kvscope has read
+// defines (sorted): a newer vLLM's, or a fork's.
+func UnknownMembers(members []string) []string {
+	known := map[string]bool{"block_len": true} // 0.10.x's single block length
+	for _, m := range baseMembers {
+		known[m] = true
+	}
+	for _, mv := range metadataVersions {
+		for _, a := range mv.Adds {
+			known[a] = true
+		}
+	}
+	var out []string
+	for _, m := range members {
+		if !known[m] {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // ReleasesSpeaking lists the profiled releases whose handshake has
 // version v.
 func ReleasesSpeaking(v int) []string {
