@@ -25,19 +25,14 @@ func runVersions(args []string, stdout io.Writer) error {
 		}
 		return writeJSON(stdout, p)
 	}
+	o := vllm.Describe()
 	if *asJSON {
-		return writeJSON(stdout, struct {
-			Default    string                 `json:"default"`
-			Versions   []string               `json:"versions"`
-			Profiles   []profileRow           `json:"profiles"`
-			Handshakes []vllm.MetadataVersion `json:"handshake_versions"`
-			Changes    []vllm.Change          `json:"changes"`
-		}{vllm.Newest().Name(), vllm.Versions(), profileRows(), vllm.MetadataVersions(), vllm.Changes()})
+		return writeJSON(stdout, o)
 	}
-	fmt.Fprintf(stdout, "profiles (default %s):\n", vllm.Newest().Name())
+	fmt.Fprintf(stdout, "profiles (default %s):\n", o.Default)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "version\treleased\thandshake\tevidence")
-	for _, r := range profileRows() {
+	for _, r := range o.Profiles {
 		date := r.Released
 		if date == "" {
 			date = "not shown"
@@ -50,34 +45,8 @@ func runVersions(args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "from\tbehaviour\trule\tsource\tevidence")
-	for _, c := range vllm.Changes() {
+	for _, c := range o.Changes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.From, c.What(), c.Rule, c.Source, c.Evidence)
 	}
 	return tw.Flush()
-}
-
-// profileRow is one profile of kvscope versions: a release with its date
-// and evidence, or main or the branch, and the handshake version it
-// speaks.
-type profileRow struct {
-	vllm.Release
-	Kind        string `json:"kind"` // release, main or branch
-	NixlVersion int    `json:"nixl_connector_version"`
-}
-
-func profileRows() []profileRow {
-	var rows []profileRow
-	for _, r := range vllm.Releases() {
-		p, _ := vllm.Lookup(r.Name)
-		rows = append(rows, profileRow{Release: r, Kind: "release", NixlVersion: p.NixlVersion})
-	}
-	for _, name := range []string{vllm.Main, vllm.Branch} {
-		p, _ := vllm.Lookup(name)
-		row := profileRow{Release: vllm.Release{Name: name, Evidence: p.Label}, Kind: name, NixlVersion: p.NixlVersion}
-		if name == vllm.Branch {
-			row.Kind = "branch"
-		}
-		rows = append(rows, row)
-	}
-	return rows
 }

@@ -82,3 +82,40 @@ func ReleaseOf(name string) (Release, bool) {
 	}
 	return Release{}, false
 }
+
+// ProfileRow is one profile as kvscope versions lists it: a release with
+// its date and evidence, or main or the branch, and the handshake version
+// it speaks.
+type ProfileRow struct {
+	Release
+	Kind        string `json:"kind"` // release, main or branch
+	NixlVersion int    `json:"nixl_connector_version"`
+}
+
+// Overview is everything kvscope versions prints: the default, the
+// profiles with their evidence, the handshake's version history and the
+// table of behaviour changes.
+type Overview struct {
+	Default    string            `json:"default"`
+	Versions   []string          `json:"versions"`
+	Profiles   []ProfileRow      `json:"profiles"`
+	Handshakes []MetadataVersion `json:"handshake_versions"`
+	Changes    []Change          `json:"changes"`
+}
+
+// Describe builds the overview.
+func Describe() Overview {
+	o := Overview{Default: Newest().Name(), Versions: Versions(), Handshakes: MetadataVersions(), Changes: Changes()}
+	for _, r := range releases {
+		o.Profiles = append(o.Profiles, ProfileRow{Release: r, Kind: "release", NixlVersion: For(mustVersion(r.Name)).NixlVersion})
+	}
+	for _, name := range []string{Main, Branch} {
+		p := For(mustVersion(name))
+		kind := name
+		if name == Branch {
+			kind = "branch"
+		}
+		o.Profiles = append(o.Profiles, ProfileRow{Release: Release{Name: name, Evidence: p.Label}, Kind: kind, NixlVersion: p.NixlVersion})
+	}
+	return o
+}
