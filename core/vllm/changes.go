@@ -120,7 +120,7 @@ func changes() []Change {
 		{Behaviour: BConnector, Family: "plans", From: "0.10.0", Rule: "P and D need the same KV cache group plan and block size; D TP a multiple of P TP (\"Decode TP cannot be smaller than prefill TP\"), heads split across D ranks (HND layout)", Source: "#18833", Merged: "2025-06", Evidence: Read,
 			apply: func(p *Profile) {
 				p.GroupPairs, p.TPInvariant, p.StateConnector, p.PushConnector, p.BlockSizeRatio = false, false, false, false, false
-				p.PGreaterTP, p.Mamba2HeteroTP, p.GDNConnector, p.Mamba1Connector, p.HybridMLAPGreaterTP, p.PushPP, p.PushPPHybrid = false, false, false, false, false, false, false
+				p.PGreaterTP, p.Mamba2HeteroTP, p.GDNConnector, p.Mamba1Connector, p.HybridMLAPGreaterTP, p.PushPP, p.PushPPHybrid, p.PushPrefixTail = false, false, false, false, false, false, false, false
 			}},
 		{Behaviour: BConnector, Family: "hybrid manager", From: "0.10.0", Rule: "a --kv-transfer-config turns the hybrid KV cache manager off, so sliding-window and chunked layers plan as full attention", Source: "—", Evidence: Read,
 			apply: func(p *Profile) { p.HMAWithConnector = false }},
@@ -129,6 +129,9 @@ func changes() []Change {
 			apply: func(p *Profile) {}},
 		{Behaviour: BConnector, Family: "block size", From: "0.10.0", Rule: "different P and D block sizes are refused; with the hybrid manager in every release (\"HMA does not support different remote block size yet\"), and P block > D block too (#45443 is open)", Source: "#45443 (open), #51527 (open)", Evidence: Confirmed,
 			Note:  "vLLM's NixlConnector compatibility page: different block sizes only without the hybrid manager and only P < D",
+			apply: func(p *Profile) {}},
+		{Behaviour: BConnector, Family: "prefix caching", From: "0.10.0", Rule: "prefix caching with different P and D logical block sizes is not supported (#51527 is open); a Mamba hybrid refuses prefix caching with a different physical_blocks_per_logical_kv_block", Source: "#51527 (open)", Evidence: Confirmed,
+			Note:  "kvscope refuses different block sizes for every hybrid (hybrid-block-size), which covers it",
 			apply: func(p *Profile) {}},
 		{Behaviour: BHandshake, From: "0.10.0", Rule: "no NIXL_CONNECTOR_VERSION and no compatibility hash: P answers with NixlAgentMetadata itself", Source: "before #29503", Evidence: Inferred,
 			Note:  "0.10.x sends one block_len for every region; block_lens came with #25902 (2025-09-23)",
@@ -278,6 +281,8 @@ func changes() []Change {
 			Note:  "vllm#49878 reports it as a regression from 0.25.1 to 0.26; with PP > 1 the V2 model runner keeps PP+1 batches in flight, kvscope counts PP (the V1 runner's)",
 			apply: func(p *Profile) { p.InFlightBatches = true }},
 
+		{Behaviour: BConnector, Family: "push prefix", From: "0.26.0", Rule: "with a D prefix hit, push moves the tail of P's blocks (before, it trimmed the head: wrong tokens)", Source: "#48758", Merged: "2026-07-15", Evidence: Inferred,
+			apply: func(p *Profile) { p.PushPrefixTail = true }},
 		{Behaviour: BHandshake, From: "0.26.0", Rule: "version 5: remote_blocks_expiry_time in kv_transfer_params; the handshake carries a clock-sync timestamp", Source: "#47021", Merged: "2026-07", Evidence: Inferred,
 			apply: func(p *Profile) { p.NixlVersion = 5 }},
 

@@ -140,7 +140,10 @@ type Profile struct {
 	Mamba1Connector     bool `json:"nixl_mamba1"`
 	HybridMLAPGreaterTP bool `json:"nixl_hybrid_mla_p_tp_greater"`
 	PushPP              bool `json:"nixl_push_pp"`
-	PushPPHybrid        bool `json:"nixl_push_pp_hybrid"`
+	// PushPrefixTail: with a D prefix hit, push moves the tail of P's
+	// blocks (#48758); before, it trimmed the head.
+	PushPrefixTail bool `json:"nixl_push_prefix_tail"`
+	PushPPHybrid   bool `json:"nixl_push_pp_hybrid"`
 
 	// NixlVersion is the NixlConnector's handshake metadata version
 	// (NIXL_CONNECTOR_VERSION; 0 before it existed, 15 for kvscope's

@@ -243,3 +243,13 @@ func checkConnectorRules(hs *Handshake, c *ruleCase, reject func(rule, side, det
 	}
 	return inferred
 }
+
+// pushPrefixNote warns of a push with a D prefix hit on a release whose
+// NixlPushConnector trimmed the head of P's blocks instead of the tail
+// (before #48758): kvscope computes the tail, as vLLM meant to.
+func pushPrefixNote(p *plan.Plan, mode Mode, hit int) string {
+	if mode != Push || hit == 0 || p.Profile.PushPrefixTail || p.Profile.GroupPairs {
+		return ""
+	}
+	return fmt.Sprintf("%s's NixlPushConnector trims the head of P's blocks instead of the tail when D has a prefix hit (#48758 fixed it; from 0.26.0, inferred): kvscope shows the intended tail, vLLM may move other blocks", p.Profile.Label)
+}

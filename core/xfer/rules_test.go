@@ -148,3 +148,24 @@ func TestHandshakeOfEachRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestPushPrefixHitBefore48758: a push with a D prefix hit on a release
+// before #48758 says that vLLM trimmed the head; from 0.26.0 it does not.
+func TestPushPrefixHitBefore48758(t *testing.T) {
+	dense := modeltest.Load(t, "Qwen__Qwen3-0.6B")
+	push, _ := ParseConnector("nixl-push")
+	for _, tt := range []struct {
+		version string
+		warned  bool
+	}{{"0.24.0", true}, {"0.25.1", true}, {"0.26.0", false}} {
+		e := plan.Engine{VLLMVersion: tt.version}
+		r, err := Run(Setup{Model: dense, P: e, D: e, Connector: push, Request: Request{PromptTokens: 400, PrefixHitTokens: 128}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		warned := slices.ContainsFunc(r.Transfer.Inferred, func(s string) bool { return strings.Contains(s, "#48758") })
+		if warned != tt.warned {
+			t.Errorf("%s: warned %v (%q), want %v", tt.version, warned, r.Transfer.Inferred, tt.warned)
+		}
+	}
+}
