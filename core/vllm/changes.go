@@ -1,6 +1,9 @@
 package vllm
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // Evidence says how a release boundary is known.
 type Evidence string
@@ -83,6 +86,19 @@ func buildTable() []Change {
 // applies every row whose From is not after its version, so a later row of
 // the same behaviour replaces an earlier one.
 func Changes() []Change { return slices.Clone(table) }
+
+// FirstChange is the earliest row of a behaviour and family whose source
+// names source (a pull request), outside the branch: the release that
+// brought it. It reads the table in place (no copy).
+func FirstChange(behaviour, family, source string) (Change, bool) {
+	for i := range table {
+		c := &table[i]
+		if c.Behaviour == behaviour && c.Family == family && strings.Contains(c.Source, source) && c.From != Branch {
+			return *c, true
+		}
+	}
+	return Change{}, false
+}
 
 // Sources: vLLM's code at release branches (v0.19.1, v0.23.0, v0.24.0 in a
 // public fork) and at main commits near each release's branch cut, release

@@ -75,9 +75,18 @@ type Handshake struct {
 	Rule Change `json:"rule"`
 }
 
-// Handshake builds the handshake of this profile's version from the
-// history up to its NIXL_CONNECTOR_VERSION.
+// Handshake is the handshake of this profile's version, built once with
+// the profile (its slices are shared: read them, do not change them).
 func (p Profile) Handshake() Handshake {
+	if p.handshake == nil {
+		return buildHandshake(p)
+	}
+	return *p.handshake
+}
+
+// buildHandshake builds a profile's handshake from the history up to its
+// NIXL_CONNECTOR_VERSION.
+func buildHandshake(p Profile) Handshake {
 	h := Handshake{Version: p.NixlVersion, Wrapped: p.NixlVersion >= 1, Members: slices.Clone(baseMembers), HashInputs: []string{}}
 	for _, mv := range metadataVersions {
 		if mv.Version > p.NixlVersion {

@@ -152,6 +152,8 @@ type Profile struct {
 
 	// Rules is the table row in force for each behaviour.
 	Rules []Change `json:"rules"`
+
+	handshake *Handshake // built by For
 }
 
 // Selector rules.
@@ -215,6 +217,8 @@ func For(v Version) Profile {
 		p.Rules[k] = table[i]
 	}
 	p.Label = label(v)
+	h := buildHandshake(p)
+	p.handshake = &h
 	return p
 }
 

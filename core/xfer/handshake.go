@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -109,9 +110,11 @@ func MetadataOf(r *Registration) Metadata {
 }
 
 // kvscopeHandshake is the protocol of kvscope's own agents.
-func kvscopeHandshake() vllm.Handshake {
-	return vllm.For(vllm.Version{Line: vllm.Branch, Text: vllm.Branch}).Handshake()
-}
+func kvscopeHandshake() vllm.Handshake { return ownHandshake }
+
+// ownHandshake is built once when the package loads and never modified
+// (read-only data, like vllm's table).
+var ownHandshake = vllm.For(vllm.Version{Line: vllm.Branch, Text: vllm.Branch}).Handshake()
 
 // metadataOf is MetadataOf with the compatibility hash computed already
 // (every rank of a side shares it), for a handshake of the given version:
@@ -182,46 +185,50 @@ func compatHash(m *model.Model, p *plan.Plan, h vllm.Handshake, mode Mode) strin
 	if !h.Wrapped {
 		return ""
 	}
-	d := sha256.New()
+	b := make([]byte, 0, 256)
 	for _, in := range h.HashInputs {
-		fmt.Fprintf(d, "%s=", in)
+		b = append(b, in...)
+		b = append(b, '=')
 		switch in {
 		case "vllm_version":
-			fmt.Fprint(d, p.VLLMVersion)
+			b = append(b, p.VLLMVersion...)
 		case "nixl_connector_version":
-			fmt.Fprint(d, h.Version)
+			b = strconv.AppendInt(b, int64(h.Version), 10)
 		case "model":
-			fmt.Fprint(d, m.Name)
+			b = append(b, m.Name...)
 		case "dtype":
-			fmt.Fprint(d, m.DType)
+			b = append(b, m.DType...)
 		case "num_kv_heads", "head_size":
 			if l, ok := m.TargetAttention(); ok {
-				fmt.Fprint(d, l.KVHeads, l.HeadDim)
+				b = strconv.AppendInt(b, int64(l.KVHeads), 10)
+				b = append(b, ' ')
+				b = strconv.AppendInt(b, int64(l.HeadDim), 10)
 			}
 		case "num_hidden_layers":
-			fmt.Fprint(d, m.HiddenLayers)
+			b = strconv.AppendInt(b, int64(m.HiddenLayers), 10)
 		case "attn_backend_name":
-			fmt.Fprint(d, p.Backend)
+			b = append(b, p.Backend...)
 		case "cache_dtype":
-			fmt.Fprint(d, p.Engine.KVCacheDType)
+			b = append(b, p.Engine.KVCacheDType...)
 		case "is_hma_enabled":
 			if !h.KvscopeOwn {
-				fmt.Fprint(d, !p.Engine.DisableHybrid)
+				b = strconv.AppendBool(b, !p.Engine.DisableHybrid)
 			}
 		case "speculative_config":
-			drafts := 0
+			drafts := 0 // the method and draft model; not num_speculative_tokens
 			for _, l := range m.Layers {
 				if l.Role != model.Target {
 					drafts++
 				}
 			}
-			fmt.Fprint(d, drafts) // method and draft model; not num_speculative_tokens
+			b = strconv.AppendInt(b, int64(drafts), 10)
 		case "transfer_mode":
-			fmt.Fprint(d, mode)
+			b = append(b, mode...)
 		}
-		fmt.Fprint(d, "|")
+		b = append(b, '|')
 	}
-	return hex.EncodeToString(d.Sum(nil))[:16]
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // newHandshake builds both sides' metadata and runs the checks. brief

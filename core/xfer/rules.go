@@ -2,7 +2,6 @@ package xfer
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
@@ -196,12 +195,7 @@ func ruleRelease(r connectorRule) (vllm.Change, bool) {
 	if r.family == "" {
 		return vllm.Change{}, false
 	}
-	for _, c := range vllm.Changes() {
-		if c.Behaviour == vllm.BConnector && c.Family == r.family && strings.Contains(c.Source, r.source) && c.From != vllm.Branch {
-			return c, true
-		}
-	}
-	return vllm.Change{}, false
+	return vllm.FirstChange(vllm.BConnector, r.family, r.source)
 }
 
 // checkConnectorRules runs the release's rules on a pair: the first rule
