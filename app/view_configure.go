@@ -258,6 +258,9 @@ func (c *Root) versionSelect() app.UI {
 		case vllm.Branch:
 			return "pr58207 (group-pair transfers)"
 		}
+		if r, ok := vllm.ReleaseOf(v); ok && r.Released != "" {
+			return v + " (" + r.Released + ")"
+		}
 		return v
 	}
 	return app.Select().ID("vllm-version").Body(app.Range(choices).Slice(func(i int) app.UI {

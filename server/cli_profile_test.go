@@ -127,3 +127,39 @@ func TestCLITextNamesTheProfile(t *testing.T) {
 		})
 	}
 }
+
+// TestPDSpeaksTheReleasesHandshake: pd prints the handshake version of the
+// release it plans (3 for 0.20.0, 12 for 0.31.0, kvscope's 15 for the
+// branch only) and refuses what that release's NixlConnector refuses: the
+// gated-delta-net Qwen3.5-0.8B from P TP 1 to D TP 2 is refused by 0.20.0
+// (hybrid SSM models need equal TP; GDN support came with #41869) and
+// accepted by 0.31.0, which asks for the DS conv state layout.
+func TestPDSpeaksTheReleasesHandshake(t *testing.T) {
+	qwen := modelPath("Qwen__Qwen3.5-0.8B")
+	tests := []struct {
+		version string
+		want    []string
+		exit    int
+	}{
+		{"0.20.0", []string{"handshake v3 (", "REJECTED (gdn-tp, P/D)", "vLLM 0.20.0's NixlConnector refuses it", "vLLM 0.22.0 accepts it (#41869",
+			"vLLM's error: Hybrid SSM (Mamba) models require homogeneous TP (P TP == D TP)."}, 0},
+		{"0.31.0", []string{"handshake v12 (", "ok   gdn-tp", "VLLM_SSM_CONV_STATE_LAYOUT=DS", "path vllm"}, 0},
+		{vllm.Branch, []string{"handshake v15 (kvscope's group-pair protocol)"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.version, func(t *testing.T) {
+			code, out, errs := runCLI(t, "pd", "--model", qwen, "--p-tensor-parallel-size", "1", "--d-tensor-parallel-size", "2", "--prompt-tokens", "200", "--vllm-version", tt.version)
+			if code != tt.exit {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("pd output lacks %q:\n%s", w, out)
+				}
+			}
+			if tt.version != vllm.Branch && strings.Contains(out, "v15") {
+				t.Errorf("a release prints kvscope's v15:\n%s", out)
+			}
+		})
+	}
+}

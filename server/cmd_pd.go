@@ -181,6 +181,12 @@ func writePDText(w io.Writer, s xfer.Setup, r *xfer.PD, pairs int) {
 	}
 	if t.Rejection != nil {
 		fmt.Fprintf(w, "\nREJECTED (%s, %s): %s\n  fix: %s\n", t.Rejection.Rule, t.Rejection.Side, t.Rejection.Detail, t.Rejection.Fix)
+		if t.Rejection.VLLMError != "" {
+			fmt.Fprintf(w, "  vLLM's error: %s\n", t.Rejection.VLLMError)
+		}
+		if t.Rejection.Since == "" && t.Rejection.Source != "" {
+			fmt.Fprintf(w, "  no release kvscope has read accepts it (%s)\n", t.Rejection.Source)
+		}
 		return
 	}
 	fmt.Fprintf(w, "\n%s %d prompt tokens (D prefix hit %d), path %s: %s\n", t.Mode, t.Request.PromptTokens, t.Request.PrefixHitTokens, t.Path, t.PathReason)

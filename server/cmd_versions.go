@@ -25,17 +25,27 @@ func runVersions(args []string, stdout io.Writer) error {
 		}
 		return writeJSON(stdout, p)
 	}
+	o := vllm.Describe()
 	if *asJSON {
-		return writeJSON(stdout, struct {
-			Default  string        `json:"default"`
-			Versions []string      `json:"versions"`
-			Changes  []vllm.Change `json:"changes"`
-		}{vllm.Newest().Name(), vllm.Versions(), vllm.Changes()})
+		return writeJSON(stdout, o)
 	}
-	fmt.Fprintf(stdout, "profiles: %v (default %s)\n\n", vllm.Versions(), vllm.Newest().Name())
+	fmt.Fprintf(stdout, "profiles (default %s):\n", o.Default)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "version\treleased\thandshake\tevidence")
+	for _, r := range o.Profiles {
+		date := r.Released
+		if date == "" {
+			date = "not shown"
+		} else if r.DateEvidence == vllm.DateRecalled {
+			date += " (recalled)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\tv%d\t%s\n", r.Name, date, r.NixlVersion, r.Evidence)
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "from\tbehaviour\trule\tsource\tevidence")
-	for _, c := range vllm.Changes() {
+	for _, c := range o.Changes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.From, c.What(), c.Rule, c.Source, c.Evidence)
 	}
 	return tw.Flush()

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/kvscope/kvscope/agent/watch"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/vllm"
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
@@ -31,6 +33,9 @@ type link struct {
 	Side   string // P or D
 	Rank   int
 	Engine string // the side channel's address, or "" when mapped in the scenario
+	// Handshake is the handshake version the side channel's answer
+	// implies, with the releases that send it ("" when mapped).
+	Handshake string
 }
 
 // engineLine is how the Deployment panel names a linked agent's engine.
@@ -40,7 +45,11 @@ func (l link) engineLine(tp int) string {
 		s += fmt.Sprintf(" of TP %d", tp)
 	}
 	if l.Engine != "" {
-		return s + " · side channel " + l.Engine
+		s += " · side channel " + l.Engine
+		if l.Handshake != "" {
+			s += " · " + l.Handshake
+		}
+		return s
 	}
 	return s + " · mapped in the scenario"
 }
@@ -131,7 +140,7 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 			if side != "P" && side != "D" {
 				side = "?"
 			}
-			l := link{Side: side, Rank: r, Engine: sc.Addr}
+			l := link{Side: side, Rank: r, Engine: sc.Addr, Handshake: handshakeLine(md)}
 			w.mu.Lock()
 			if prev, ok := agents[r]; ok && prev != md.Agent && w.links[prev] == l {
 				delete(w.links, prev) // the rank's agent restarted under a new name: one link per rank
@@ -159,6 +168,25 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 		case <-time.After(every):
 		}
 	}
+}
+
+// handshakeLine names the handshake version a side channel's answer
+// implies and the releases kvscope has read that send it.
+func handshakeLine(md *watch.RankMetadata) string {
+	s := fmt.Sprintf("handshake v%d", md.Version)
+	if md.Version > 0 {
+		s += " or later" // versions that add no member look like the one before
+	}
+	switch n := len(md.Releases); {
+	case n == 1:
+		s += " (as vLLM " + md.Releases[0] + " sends it)"
+	case n > 1:
+		s += fmt.Sprintf(" (as vLLM %s to %s send it)", md.Releases[0], md.Releases[n-1])
+	}
+	if len(md.Unknown) > 0 {
+		s += fmt.Sprintf("; members kvscope does not know: %s", strings.Join(md.Unknown, ", "))
+	}
+	return s
 }
 
 // compareRank holds what a rank's side channel says against kvscope's
@@ -192,6 +220,13 @@ func (w *watcher) compareRank(agent string, l link, md *watch.RankMetadata) []ev
 	}
 	pred := xfer.MetadataOf(reg)
 	var out []event.MismatchData
+	if prof, err := eng.Profile(); err == nil {
+		h := prof.Handshake()
+		if want, _ := vllm.VersionOfMembers(h.Members, h.Wrapped); !h.KvscopeOwn && want != md.Version {
+			out = append(out, mismatch("nixl_connector_version", fmt.Sprintf("v%d (from %s)", md.Version, cmp.Or(md.VersionFrom, "no versioned member")),
+				fmt.Sprintf("v%d's members (%s speaks v%d)", want, prof.Label, h.Version)))
+		}
+	}
 	if md.BlockSize != pred.BlockSize {
 		out = append(out, mismatch("block_size", strconv.Itoa(md.BlockSize), strconv.Itoa(pred.BlockSize)))
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvscope/kvscope/core/vllm"
 )
 
 // vLLM's NIXL handshake side channel, read-only: each engine's scheduler
@@ -44,6 +46,18 @@ type RankMetadata struct {
 	Members [][]string
 	// GroupIDs is each region's KV cache group (region_group_ids, v11).
 	GroupIDs []int
+	// Version is the handshake version the answer implies: the lowest
+	// NIXL_CONNECTOR_VERSION whose metadata has every member the engine
+	// sent (0: an unwrapped NixlAgentMetadata, before version 1); a
+	// version that adds no member (2, 5, 6, 10) cannot be told from the
+	// one before it, so this is a lower bound. VersionFrom names the
+	// member that decided, Releases the vLLM releases kvscope has read
+	// whose handshake has that version, and Unknown the members no
+	// version kvscope knows defines (a newer vLLM, or a fork).
+	Version     int
+	VersionFrom string
+	Releases    []string
+	Unknown     []string
 }
 
 // AgentName reads the agent's name from NIXL's getLocalMD blob: it starts
@@ -109,9 +123,13 @@ func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration
 	return md, nil
 }
 
-// DecodeHandshake reads a side channel's answer: msgpack maps keyed by
-// field name (msgspec's encoding of vLLM's dataclasses), fields vLLM's
-// versions add or drop being optional.
+// DecodeHandshake reads a side channel's answer as every vLLM release
+// kvscope has read sends it: msgpack maps keyed by field name (msgspec's
+// encoding of vLLM's dataclasses). From NIXL_CONNECTOR_VERSION 1 on the
+// answer is NixlHandshakePayload {compatibility_hash,
+// agent_metadata_bytes} around the metadata; before it, the metadata
+// itself. Members vLLM's versions add or drop are optional, and the
+// members sent name the version (RankMetadata.Version).
 func DecodeHandshake(b []byte) (*RankMetadata, error) {
 	if err := checkMsgpack(b); err != nil {
 		return nil, fmt.Errorf("the answer is not a msgpack map: %w", err)
@@ -120,19 +138,33 @@ func DecodeHandshake(b []byte) (*RankMetadata, error) {
 	if err := msgpack.Unmarshal(b, &payload); err != nil {
 		return nil, fmt.Errorf("the answer is not a msgpack map: %w", err)
 	}
-	inner, ok := payload["agent_metadata_bytes"].([]byte)
-	if !ok {
-		return nil, errors.New("the answer has no agent_metadata_bytes")
-	}
-	if err := checkMsgpack(inner); err != nil {
-		return nil, fmt.Errorf("agent_metadata_bytes is not a msgpack map: %w", err)
-	}
-	var meta map[string]any
-	if err := msgpack.Unmarshal(inner, &meta); err != nil {
-		return nil, fmt.Errorf("agent_metadata_bytes is not a msgpack map: %w", err)
-	}
 	md := &RankMetadata{}
-	md.CompatHash, _ = payload["compatibility_hash"].(string)
+	meta := payload
+	wrapped := false
+	if raw, ok := payload["agent_metadata_bytes"]; ok {
+		inner, ok := raw.([]byte)
+		if !ok {
+			return nil, fmt.Errorf("agent_metadata_bytes is a %T, not bytes", raw)
+		}
+		if err := checkMsgpack(inner); err != nil {
+			return nil, fmt.Errorf("agent_metadata_bytes is not a msgpack map: %w", err)
+		}
+		meta = nil
+		if err := msgpack.Unmarshal(inner, &meta); err != nil {
+			return nil, fmt.Errorf("agent_metadata_bytes is not a msgpack map: %w", err)
+		}
+		wrapped = true
+		md.CompatHash, _ = payload["compatibility_hash"].(string)
+	} else if _, ok := payload["engine_id"]; !ok {
+		return nil, errors.New("the answer has neither agent_metadata_bytes (NIXL_CONNECTOR_VERSION 1 and later) nor engine_id (before it)")
+	}
+	members := make([]string, 0, len(meta))
+	for k := range meta {
+		members = append(members, k)
+	}
+	md.Version, md.VersionFrom = vllm.VersionOfMembers(members, wrapped)
+	md.Releases = vllm.ReleasesSpeaking(md.Version)
+	md.Unknown = vllm.UnknownMembers(members)
 	md.EngineID, _ = meta["engine_id"].(string)
 	md.Layout, _ = meta["kv_cache_layout"].(string)
 	md.Backend, _ = meta["attn_backend_name"].(string)
@@ -155,6 +187,17 @@ func DecodeHandshake(b []byte) (*RankMetadata, error) {
 			return nil, fmt.Errorf("num_blocks %d is negative", nb)
 		}
 		md.NumBlocks = nb
+	}
+	if l, ok := meta["block_len"]; ok { // 0.10.x: one length for every region
+		n, ok := asInt(l)
+		if !ok || n < 0 {
+			return nil, fmt.Errorf("block_len = %v is not a byte count", l)
+		}
+		if addrs, ok := meta["kv_caches_base_addr"].([]any); ok && len(addrs) <= 1<<20 {
+			for range addrs {
+				md.BlockLens = append(md.BlockLens, n)
+			}
+		}
 	}
 	if lens, ok := meta["block_lens"].([]any); ok {
 		for i, l := range lens {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,7 +117,8 @@ func TestDecodeHandshake(t *testing.T) {
 		want string
 	}{
 		{"not msgpack", []byte{0xc1}, "not a msgpack map"},
-		{"no metadata", mustPack(t, map[string]any{"compatibility_hash": "x"}), "no agent_metadata_bytes"},
+		{"no metadata", mustPack(t, map[string]any{"compatibility_hash": "x"}), "neither agent_metadata_bytes"},
+		{"metadata not bytes", mustPack(t, map[string]any{"agent_metadata_bytes": "text"}), "agent_metadata_bytes is a string"},
 		{"inner garbage", mustPack(t, map[string]any{"agent_metadata_bytes": []byte{0x91}}), "agent_metadata_bytes is not a msgpack map"},
 		{"no blob", mustPack(t, map[string]any{"agent_metadata_bytes": mustPack(t, map[string]any{"engine_id": "e"})}), "no agent_metadata blob"},
 		{"not NIXL", mustPack(t, map[string]any{"agent_metadata_bytes": mustPack(t, map[string]any{"agent_metadata": []byte("json{}")})}), "not a NIXL blob"},
@@ -125,6 +127,60 @@ func TestDecodeHandshake(t *testing.T) {
 			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
 		}
 	}
+}
+
+// TestDecodeEachRelease: the decoder reads the payload of every release:
+// the bare NixlAgentMetadata of 0.10.x (one block_len for all regions, no
+// hash), the wrapped one of version 3 (0.16 to 0.20, inferred), and
+// version 12's region_members (0.31.0); it names the version the members
+// imply and the releases that speak it, and lists members it does not
+// know. The member sets are vLLM's (nixl/metadata.py's history).
+func TestDecodeEachRelease(t *testing.T) {
+	v010 := map[string]any{"engine_id": "e", "agent_metadata": watchtest.NIXLBlob("a0"), "kv_caches_base_addr": []uint64{1, 2, 3},
+		"num_blocks": 100, "block_len": 4096, "attn_backend_name": "FLASH_ATTN"}
+	v3 := watchtest.Metadata("a3", 0, nil)
+	delete(v3, "ssm_sizes")
+	v12 := watchtest.Metadata("a12", 0, map[string]any{"block_strides": []int{32768, 32768}, "dcp_size": 1, "pcp_size": 1,
+		"region_group_ids": []int{0, 1}, "region_num_blocks": []int{8192, 8192}, "region_members": []any{[]any{"l0"}, []any{"l1"}}})
+	future := watchtest.Metadata("a13", 0, map[string]any{"model_revision": "abc"})
+	tests := []struct {
+		name    string
+		answer  []byte
+		version int
+		from    string
+		release string
+		hash    string
+		lens    []int64
+		unknown []string
+	}{
+		{"0.10", mustPack(t, v010), 0, "", "0.10.0", "", []int64{4096, 4096, 4096}, nil},
+		{"version 3", answerOf(t, v3), 3, "physical_blocks_per_logical_kv_block", "0.20.0", "9f2e", []int64{32768, 32768}, nil},
+		{"version 12", answerOf(t, v12), 12, "region_members", "0.31.0", "9f2e", []int64{32768, 32768}, nil},
+		{"a member no release has", answerOf(t, future), 4, "ssm_sizes", "0.21.0", "9f2e", []int64{32768, 32768}, []string{"model_revision"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			md, err := watch.DecodeHandshake(tt.answer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if md.Version != tt.version || md.VersionFrom != tt.from || md.CompatHash != tt.hash || !slices.Contains(md.Releases, tt.release) {
+				t.Errorf("version %d from %q, hash %q, releases %q; want %d from %q, %q, with %s", md.Version, md.VersionFrom, md.CompatHash, md.Releases, tt.version, tt.from, tt.hash, tt.release)
+			}
+			if !slices.Equal(md.BlockLens, tt.lens) || !slices.Equal(md.Unknown, tt.unknown) {
+				t.Errorf("block lens %v, unknown %q; want %v, %q", md.BlockLens, md.Unknown, tt.lens, tt.unknown)
+			}
+		})
+	}
+}
+
+func answerOf(t *testing.T, meta map[string]any) []byte {
+	t.Helper()
+	b, err := watchtest.Answer(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestAgentName(t *testing.T) {

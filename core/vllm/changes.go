@@ -1,6 +1,9 @@
 package vllm
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // Evidence says how a release boundary is known.
 type Evidence string
@@ -36,7 +39,8 @@ const (
 	BKVSize         = "GPU KV cache size line"
 	BRefusal        = "start-up refusal"
 	BRefusalWording = "refusal message"
-	BConnector      = "NixlConnector between plans"
+	BConnector      = "NixlConnector"
+	BHandshake      = "NIXL handshake"
 )
 
 // Change is one row of the table: from version From on, Behaviour (for one
@@ -83,6 +87,19 @@ func buildTable() []Change {
 // the same behaviour replaces an earlier one.
 func Changes() []Change { return slices.Clone(table) }
 
+// FirstChange is the earliest row of a behaviour and family whose source
+// names source (a pull request), outside the branch: the release that
+// brought it. It reads the table in place (no copy).
+func FirstChange(behaviour, family, source string) (Change, bool) {
+	for i := range table {
+		c := &table[i]
+		if c.Behaviour == behaviour && c.Family == family && strings.Contains(c.Source, source) && c.From != Branch {
+			return *c, true
+		}
+	}
+	return Change{}, false
+}
+
 // Sources: vLLM's code at release branches (v0.19.1, v0.23.0, v0.24.0 in a
 // public fork) and at main commits near each release's branch cut, release
 // notes, versioned docs, issue threads, and real startup logs
@@ -116,10 +133,25 @@ func changes() []Change {
 			apply: func(p *Profile) { p.Refusal, p.RefusalPerWorker = RefusalLayers, true }},
 		{Behaviour: BRefusalWording, From: "0.10.0", Rule: `"...the models's max seq len...", GiB as %.2f`, Source: "—", Evidence: Read,
 			apply: func(p *Profile) { p.RefusalModelsTypo, p.RefusalDocs, p.RefusalRoundGiB = true, false, false }},
-		{Behaviour: BConnector, From: "0.10.0", Rule: "NixlConnector needs P and D with the same KV cache group plan and block size (D TP >= P TP); a --kv-transfer-config turns the hybrid manager off, so sliding-window layers plan as full attention", Source: "#18833", Evidence: Read,
+		{Behaviour: BConnector, Family: "plans", From: "0.10.0", Rule: "P and D need the same KV cache group plan and block size; D TP a multiple of P TP (\"Decode TP cannot be smaller than prefill TP\"), heads split across D ranks (HND layout)", Source: "#18833", Merged: "2025-06", Evidence: Read,
 			apply: func(p *Profile) {
-				p.GroupPairs, p.TPInvariant, p.HMAWithConnector, p.StateConnector, p.PushConnector, p.BlockSizeRatio = false, false, false, false, false, false
+				p.GroupPairs, p.TPInvariant, p.StateConnector, p.PushConnector, p.BlockSizeRatio = false, false, false, false, false
+				p.PGreaterTP, p.Mamba2HeteroTP, p.GDNConnector, p.Mamba1Connector, p.HybridMLAPGreaterTP, p.PushPP, p.PushPPHybrid, p.PushPrefixTail = false, false, false, false, false, false, false, false
 			}},
+		{Behaviour: BConnector, Family: "hybrid manager", From: "0.10.0", Rule: "a --kv-transfer-config turns the hybrid KV cache manager off, so sliding-window and chunked layers plan as full attention", Source: "—", Evidence: Read,
+			apply: func(p *Profile) { p.HMAWithConnector = false }},
+		{Behaviour: BConnector, Family: "pull pp", From: "0.10.0", Rule: "no pipeline-parallel P (\"NixlConnector received pp_rank > 0 handshake metadata but does not support PP-disaggregated KV transfer.\"); #53360 is open", Source: "#53360 (open)", Evidence: Confirmed,
+			Note:  "the error is quoted in vllm#52913 (2026-08-19); no release seen lifts it",
+			apply: func(p *Profile) {}},
+		{Behaviour: BConnector, Family: "block size", From: "0.10.0", Rule: "different P and D block sizes are refused; with the hybrid manager in every release (\"HMA does not support different remote block size yet\"), and P block > D block too (#45443 is open)", Source: "#45443 (open), #51527 (open)", Evidence: Confirmed,
+			Note:  "vLLM's NixlConnector compatibility page: different block sizes only without the hybrid manager and only P < D",
+			apply: func(p *Profile) {}},
+		{Behaviour: BConnector, Family: "prefix caching", From: "0.10.0", Rule: "prefix caching with different P and D logical block sizes is not supported (#51527 is open); a Mamba hybrid refuses prefix caching with a different physical_blocks_per_logical_kv_block", Source: "#51527 (open)", Evidence: Confirmed,
+			Note:  "kvscope refuses different block sizes for every hybrid (hybrid-block-size), which covers it",
+			apply: func(p *Profile) {}},
+		{Behaviour: BHandshake, From: "0.10.0", Rule: "no NIXL_CONNECTOR_VERSION and no compatibility hash: P answers with NixlAgentMetadata itself", Source: "before #29503", Evidence: Inferred,
+			Note:  "0.10.x sends one block_len for every region; block_lens came with #25902 (2025-09-23)",
+			apply: func(p *Profile) { p.NixlVersion = 0 }},
 
 		// 0.10.2
 		{Behaviour: BStateDType, From: "0.10.2", Rule: "conv state: --mamba-cache-dtype (auto = model dtype); SSM state: --mamba-ssm-cache-dtype (auto = the conv dtype)", Source: "#22928", Merged: "2025-08-15", Evidence: Confirmed,
@@ -138,14 +170,22 @@ func changes() []Change {
 		{Behaviour: BAlign, From: "0.11.1", Rule: "alignment = the backend's kernel block (16; 64 FlashMLA; 128 CUTLASS MLA), --block-size not part of it", Source: "#24486", Merged: "2025-10-08", Evidence: Read,
 			Note:  "#27994 (0.12-0.17) used 32 on SM100 for head size 256 with FlashInfer; kvscope does not model the GPU architecture",
 			apply: func(p *Profile) { p.Align = AlignBackend }},
-		{Behaviour: BConnector, From: "0.11.1", Rule: "NixlConnector accepts a D block size that is a whole multiple of P's (block_size_ratio); plans must match otherwise", Source: "#26759", Merged: "2025-11-14", Evidence: Inferred,
+		{Behaviour: BConnector, Family: "block size", From: "0.11.1", Rule: "without the hybrid manager a D block size that is a whole multiple of P's is accepted (block_size_ratio); P block > D block, and any difference with the hybrid manager, refused", Source: "#26759", Merged: "2025-11-14", Evidence: Inferred,
 			apply: func(p *Profile) { p.BlockSizeRatio = true }},
 
 		// 0.12.0
 		{Behaviour: BSelector, From: "0.12.0", Rule: "g = the smallest bucket, or the largest when largest < 1.25 x smallest", Source: "#29303", Merged: "2025-11-24", Evidence: Read,
 			apply: func(p *Profile) { p.Selector, p.Threshold = SelectorMinOrMax, 1.25 }},
 
+		// 0.12.0
+		{Behaviour: BConnector, Family: "tp", From: "0.12.0", Rule: "P TP > D TP: each D rank reads from several P ranks (MLA: one read, the other P ranks notified); not with KV heads replicated on P", Source: "#27274", Evidence: Inferred,
+			Note:  "confirmed merged in vllm#43523; its release is inferred from the PR number",
+			apply: func(p *Profile) { p.PGreaterTP = true }},
+
 		// 0.13.0
+		{Behaviour: BHandshake, From: "0.13.0", Rule: "version 2: NixlHandshakePayload{compatibility_hash, agent_metadata_bytes}; a hash mismatch refuses the peer unless enforce_handshake_compat is false", Source: "#29503, #29665", Merged: "2025-11/12", Evidence: Inferred,
+			Note:  "opened 2025-11-26 and 11-28, after the 0.12.0 cut: 0.12.0 may already carry version 1",
+			apply: func(p *Profile) { p.NixlVersion = 2 }},
 		{Behaviour: BSSMHook, Family: "nemotron-h", From: "0.13.0", Rule: "auto = the config's mamba_ssm_cache_dtype, else float16 (\"Updating mamba_ssm_cache_dtype to 'float16'\")", Source: "#29978", Merged: "2025-12-05", Evidence: Read,
 			apply: func(p *Profile) { p.SSMHooks["nemotron-h"] = "checkpoint:float16" }},
 		{Behaviour: BRefusalWording, From: "0.13.0", Rule: "adds \"See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.\"", Source: "#28051", Merged: "2025-12-10", Evidence: Inferred,
@@ -169,6 +209,9 @@ func changes() []Change {
 			apply: func(p *Profile) { p.StateSpecBlocks = true }},
 
 		// 0.16.0
+		{Behaviour: BHandshake, From: "0.16.0", Rule: "version 3: + physical_blocks_per_logical_kv_block; the hash takes cross_layers_blocks", Source: "vllm-gaudi#1087", Evidence: Inferred,
+			Note:  "vllm-gaudi#1087 confirms the hash's third argument at the v0.16.0 baseline; the version bump's release is inferred",
+			apply: func(p *Profile) { p.NixlVersion = 3 }},
 		{Behaviour: BAsync, From: "0.16.0", Rule: "off by default when the mamba cache mode is not none", Source: "#33352", Merged: "2026-01-30", Evidence: Read,
 			apply: func(p *Profile) { p.AsyncOffWithMambaPC = true }},
 
@@ -187,14 +230,18 @@ func changes() []Change {
 		// 0.18.0
 		{Behaviour: BSelector, From: "0.18.0", Rule: "g = the smallest bucket, or the largest when largest < 1.5 x smallest", Source: "#36684", Merged: "2026-03-12", Evidence: Confirmed,
 			apply: func(p *Profile) { p.Selector, p.Threshold = SelectorMinOrMax, 1.5 }},
-		{Behaviour: BConnector, From: "0.18.0", Rule: "NixlConnector supports the hybrid manager's groups and Mamba/GDN state regions (SupportsHMA)", Source: "#35758", Merged: "2026-03-06", Evidence: Inferred,
-			Note:  "0.17 or 0.18: merged inside the 0.17 cut window",
+		{Behaviour: BConnector, Family: "mamba2", From: "0.18.0", Rule: "Mamba2 state moves (SupportsHMA), P TP == D TP only (\"Hybrid SSM (Mamba) models require homogeneous TP\")", Source: "#35758, #36687", Merged: "2026-03-06", Evidence: Inferred,
+			Note:  "0.17 or 0.18: merged inside the 0.17 cut window; needs VLLM_SSM_CONV_STATE_LAYOUT=DS (#37416)",
 			apply: func(p *Profile) { p.StateConnector = true }},
 
 		// 0.19.0
 		{Behaviour: BRefusal, From: "0.19.0", Rule: "needed = slots * page * sum over groups of ceil(worst case / page): every group, padding included", Source: "#36030", Merged: "2026-03-17", Evidence: Confirmed,
 			Note:  "in the v0.19.1 branch; merged inside the 0.18 cut window, so 0.18.0 is not settled",
 			apply: func(p *Profile) { p.Refusal = RefusalGroups }},
+
+		{Behaviour: BConnector, Family: "mamba2", From: "0.19.0", Rule: "Mamba2 state between different TP sizes (3-read conv state transfer, DS conv layout)", Source: "#37635", Merged: "2026-03-26", Evidence: Inferred,
+			Note:  "vLLM's compatibility page still said homogeneous TP; kvscope follows the code",
+			apply: func(p *Profile) { p.Mamba2HeteroTP = true }},
 
 		// 0.20.0
 		{Behaviour: BAlign, From: "0.20.0", Rule: "alignment = max(the backend's smallest kernel block, --block-size), after the layers are built", Source: "#37467", Merged: "2026-03-30", Evidence: Read,
@@ -212,6 +259,9 @@ func changes() []Change {
 			apply: func(p *Profile) { p.KVSizeLine = SizeConcurrency }},
 
 		// 0.21.0
+		{Behaviour: BHandshake, From: "0.21.0", Rule: "version 4: KV block leases renewed by heartbeats; ssm_sizes in the metadata", Source: "#41383", Evidence: Inferred,
+			Note:  "opened 2026-04-30, after the 0.20 cut",
+			apply: func(p *Profile) { p.NixlVersion = 4 }},
 		{Behaviour: BRefusal, From: "0.21.0", Rule: "a --num-gpu-blocks-override replaces the memory in the check (override * bytes per block)", Source: "#41069", Merged: "2026-04-28", Evidence: Confirmed,
 			apply: func(p *Profile) { p.RefusalOverride = true }},
 
@@ -222,14 +272,23 @@ func changes() []Change {
 			apply: func(p *Profile) { p.AllSpecBlocks = true }},
 		{Behaviour: BRefusalWording, From: "0.22.0", Rule: "\"the model's max seq len\"", Source: "#42479", Merged: "2026-05-15", Evidence: Inferred,
 			apply: func(p *Profile) { p.RefusalModelsTypo = false }},
-		{Behaviour: BConnector, From: "0.22.0", Rule: "the hybrid manager stays on with the NixlConnector", Source: "#41847", Merged: "2026-05-26", Evidence: Confirmed,
+		{Behaviour: BConnector, Family: "hybrid manager", From: "0.22.0", Rule: "the hybrid manager stays on with the NixlConnector", Source: "#41847", Merged: "2026-05-26", Evidence: Confirmed,
 			Note:  "in the v0.23.0 and v0.24.0 branches",
 			apply: func(p *Profile) { p.HMAWithConnector = true }},
+		{Behaviour: BConnector, Family: "gdn", From: "0.22.0", Rule: "gated-delta-net state (Qwen3.5/3.6) moves, also between different TP sizes (DS conv layout; equal kernel block sizes)", Source: "#41869", Merged: "2026-05", Evidence: Inferred,
+			Note:  "before it vLLM's NixlConnector had no GDN path; kvscope accepts equal TP there (inferred) and refuses different TP; a follow-up (#42677) is of 2026-05-14",
+			apply: func(p *Profile) { p.GDNConnector = true }},
+
+		// 0.23.0
+		{Behaviour: BConnector, Family: "mamba1", From: "0.23.0", Rule: "Mamba1 state (Jamba) moves, also between different TP sizes", Source: "#45019", Merged: "2026-06-09", Evidence: Inferred,
+			apply: func(p *Profile) { p.Mamba1Connector = true }},
 
 		// 0.24.0
-		{Behaviour: BConnector, From: "0.24.0", Rule: "NixlPushConnector (P writes); it needs P's plan on D", Source: "#35264", Merged: "2026-06-12", Evidence: Confirmed,
+		{Behaviour: BConnector, Family: "push", From: "0.24.0", Rule: "NixlPushConnector (P writes); it needs P's plan on D (\"NixlPushConnector does not support different producer and consumer cache-group layouts\")", Source: "#35264", Merged: "2026-06-12", Evidence: Confirmed,
 			Note:  "absent from the v0.23.0 branch, present in the v0.24.0 branch",
 			apply: func(p *Profile) { p.PushConnector = true }},
+		{Behaviour: BConnector, Family: "push pp", From: "0.24.0", Rule: "a pipeline-parallel push producer, without the hybrid manager's groups", Source: "#45880", Merged: "2026-06-17", Evidence: Inferred,
+			apply: func(p *Profile) { p.PushPP = true }},
 		{Behaviour: BPadPages, From: "0.24.0", Rule: "attention pages that do not divide the largest are padded", Source: "#45181", Evidence: Inferred,
 			apply: func(p *Profile) { p.PadPages = true }},
 
@@ -238,7 +297,17 @@ func changes() []Change {
 			Note:  "vllm#49878 reports it as a regression from 0.25.1 to 0.26; with PP > 1 the V2 model runner keeps PP+1 batches in flight, kvscope counts PP (the V1 runner's)",
 			apply: func(p *Profile) { p.InFlightBatches = true }},
 
+		{Behaviour: BConnector, Family: "push prefix", From: "0.26.0", Rule: "with a D prefix hit, push moves the tail of P's blocks (before, it trimmed the head: wrong tokens)", Source: "#48758", Merged: "2026-07-15", Evidence: Inferred,
+			apply: func(p *Profile) { p.PushPrefixTail = true }},
+		{Behaviour: BHandshake, From: "0.26.0", Rule: "version 5: remote_blocks_expiry_time in kv_transfer_params; the handshake carries a clock-sync timestamp", Source: "#47021", Merged: "2026-07", Evidence: Inferred,
+			apply: func(p *Profile) { p.NixlVersion = 5 }},
+
 		// 0.27.0
+		{Behaviour: BConnector, Family: "hybrid mla", From: "0.27.0", Rule: "an MLA + Mamba hybrid with P TP > D TP", Source: "#49297", Merged: "2026-07-21", Evidence: Inferred,
+			apply: func(p *Profile) { p.HybridMLAPGreaterTP = true }},
+		{Behaviour: BHandshake, From: "0.27.0", Rule: "version 7: the hash takes the EAGLE/MTP speculative config (v6) and the transfer mode, push or pull, instead of cross_layers_blocks", Source: "#49230, #50620", Merged: "2026-07-20, 07-31", Evidence: Inferred,
+			Note:  "0.28.0 is possible for version 7",
+			apply: func(p *Profile) { p.NixlVersion = 7 }},
 		{Behaviour: BBucketMerge, From: "0.27.0", Rule: "specs that vLLM's merge accepts (full attention differing only in a recorded window or chunk) share a bucket", Source: "#50000", Merged: "2026-07-30", Evidence: Confirmed,
 			apply: func(p *Profile) { p.MergeBuckets = true }},
 		{Behaviour: BAlign, Family: "mla", From: "0.27.0", Rule: "an MLA + state hybrid aligns to at least 128", Source: "#50000", Merged: "2026-07-30", Evidence: Read,
@@ -254,12 +323,39 @@ func changes() []Change {
 		{Behaviour: BKVSize, Family: "log line", From: "0.28.0", Rule: "GPU KV cache size and maximum concurrency print on one line", Source: "#50462", Merged: "2026-08-04", Evidence: Read,
 			apply: func(p *Profile) {}},
 
+		{Behaviour: BHandshake, From: "0.28.0", Rule: "version 8: + dcp_size, pcp_size", Source: "#50611", Merged: "2026-07-31", Evidence: Inferred,
+			Note:  "version 9 was on main by 2026-08-28, two days after 0.28.0",
+			apply: func(p *Profile) { p.NixlVersion = 8 }},
+
 		// 0.29.0
 		{Behaviour: BRefusal, Family: "null block", From: "0.29.0", Rule: "the check and the max-length estimate hold back one block (the null block)", Source: "#47272", Merged: "2026-08-20", Evidence: Confirmed,
 			Note:  "not in 0.28.0; in v0.29.0rc1-rc4",
 			apply: func(p *Profile) { p.NullBlock = true }},
+		{Behaviour: BPrefix, Family: "retention", From: "0.29.0", Rule: "--prefix-cache-retention-interval is a flag (default 0, sparse); a hybrid with EAGLE/MTP defaults to dense checkpointing (\"Hybrid model with EAGLE speculative decoding: defaulting prefix_cache_retention_interval to dense checkpointing.\")", Source: "#52216, #55760, #55861", Merged: "2026-09-07", Evidence: Confirmed,
+			Note:  "syv-ai/qwen38-27b-rtx3090#183 reads it in 0.29.0's arg_utils.py; it decides which prefix-cache hits stay reachable, not the start-up figures kvscope plans",
+			apply: func(p *Profile) {}},
+		{Behaviour: BHandshake, From: "0.29.0", Rule: "version 9: + block_strides", Source: "vLLM main (PR not found)", Evidence: Inferred,
+			Note:  "on main by 2026-08-28 (a public Kimi-K3 build script); 10 is possible",
+			apply: func(p *Profile) { p.NixlVersion = 9 }},
 
-		// main (as of 0.31 and after, as far as kvscope has read): nothing that changes the numbers.
+		// 0.30.0
+		{Behaviour: BHandshake, From: "0.30.0", Rule: "version 11: dense virtual transfer pages for compressed MLA caches (v10); per-region geometry and memory types (region_num_blocks, region_group_ids, region_names, region_mem_types)", Source: "#53780", Merged: "2026-09", Evidence: Inferred,
+			apply: func(p *Profile) { p.NixlVersion = 11 }},
+
+		// 0.31.0
+		{Behaviour: BHandshake, From: "0.31.0", Rule: "version 12: + region_members, the layer names of each region (pipeline-parallel push with the hybrid manager)", Source: "#50494", Merged: "2026-09-15", Evidence: Inferred,
+			Note:  "merged 2026-09-15, after the 0.30.0 cut",
+			apply: func(p *Profile) { p.NixlVersion = 12 }},
+		{Behaviour: BAlign, Family: "backends", From: "0.31.0", Rule: "the KV block size is one that every attention backend of the model supports, not only the first non-state backend's", Source: "#49845", Merged: "2026-09-23", Evidence: Inferred,
+			Note:  "it changes the block size of models whose backends disagree (sparse MLA with an indexer supporting only 64); kvscope models no such model",
+			apply: func(p *Profile) {}},
+		{Behaviour: BPadPages, Family: "stride", From: "0.31.0", Rule: "a spec's block_stride_alignment pads the physical block stride (combined by least common multiple)", Source: "#55528", Merged: "2026-09-25", Evidence: Inferred,
+			Note:  "merged two days before the 0.31.0 cut at the earliest estimate: 0.31.0 or later; only sparse-attention specs set an alignment, none that kvscope models",
+			apply: func(p *Profile) {}},
+		{Behaviour: BConnector, Family: "push pp", From: "0.31.0", Rule: "a pipeline-parallel push producer also with the hybrid manager's attention groups", Source: "#50494", Merged: "2026-09-15", Evidence: Inferred,
+			apply: func(p *Profile) { p.PushPPHybrid = true }},
+
+		// main (after 0.31.0, as far as kvscope has read): nothing that changes the numbers.
 
 		// The branch: vLLM main plus #58207's selector and the group-pair transfers.
 		{Behaviour: BSelector, From: Branch, Rule: "the g with the fewest worst-case padding bytes, then fewest groups, from min(max(smallest bucket, --min-kv-cache-group-layers), largest) up", Source: "#58207", Evidence: Read,
@@ -275,18 +371,19 @@ func changes() []Change {
 			apply: func(p *Profile) { p.HybridPrefixCaching, p.PrefixMambaMode = "opt-in", "all-or-align" }},
 		{Behaviour: BRefusal, Family: "null block", From: Branch, Rule: "no block held back in the check", Source: "kvscope's branch model", Evidence: Inferred,
 			apply: func(p *Profile) { p.NullBlock = false }},
-		{Behaviour: BConnector, From: Branch, Rule: "layers move per pair of P and D cache groups, in pull and push; only MLA and pipeline-parallel push producers need P's plan on D; a connector that needs matching groups plans TP-invariantly", Source: "RFC #58638", Evidence: Inferred,
+		{Behaviour: BConnector, Family: "plans", From: Branch, Rule: "layers move per pair of P and D cache groups, in pull and push; only MLA and pipeline-parallel push producers need P's plan on D; a connector that needs matching groups plans TP-invariantly", Source: "RFC #58638", Evidence: Inferred,
 			apply: func(p *Profile) { p.GroupPairs, p.TPInvariant = true, true }},
+		{Behaviour: BHandshake, From: Branch, Rule: "version 15, kvscope's own: version 12's members plus, per region member, its KV cache group, global head range and tokens per page", Source: "kvscope's group-pair protocol", Evidence: Inferred,
+			apply: func(p *Profile) { p.NixlVersion = 15 }},
 	}
 }
 
 // Versions lists the versions kvscope has profiles for, oldest first:
-// every release line it knows, main and the branch.
+// every release of the release table (Releases), main and the branch.
 func Versions() []string {
-	return []string{
-		"0.10.0", "0.10.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1",
-		"0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.19.0", "0.20.0", "0.20.1", "0.20.2",
-		"0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1",
-		"0.28.0", "0.28.1", "0.29.0", "0.30.0", "0.31.0", Main, Branch,
+	out := make([]string, 0, len(releases)+2)
+	for _, r := range releases {
+		out = append(out, r.Name)
 	}
+	return append(out, Main, Branch)
 }

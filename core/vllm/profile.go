@@ -125,8 +125,35 @@ type Profile struct {
 	// when the connector needs matching groups (inferred).
 	TPInvariant bool `json:"tp_invariant_plans"`
 
+	// The NixlConnector's rules per model kind and setting (rules.go in
+	// core/xfer applies them). PGreaterTP: P TP > D TP (#27274).
+	// Mamba2HeteroTP: Mamba2 state between different TP sizes (#37635).
+	// GDNConnector: gated-delta-net state moves, at any TP ratio (#41869).
+	// Mamba1Connector: Mamba1 state moves (#45019). HybridMLAPGreaterTP:
+	// an MLA + state hybrid with P TP > D TP (#49297). PushPP: a
+	// pipeline-parallel push producer for models without the hybrid
+	// manager (#45880); PushPPHybrid: also with attention groups of the
+	// hybrid manager (#50494).
+	PGreaterTP          bool `json:"nixl_p_tp_greater"`
+	Mamba2HeteroTP      bool `json:"nixl_mamba2_hetero_tp"`
+	GDNConnector        bool `json:"nixl_gdn"`
+	Mamba1Connector     bool `json:"nixl_mamba1"`
+	HybridMLAPGreaterTP bool `json:"nixl_hybrid_mla_p_tp_greater"`
+	PushPP              bool `json:"nixl_push_pp"`
+	// PushPrefixTail: with a D prefix hit, push moves the tail of P's
+	// blocks (#48758); before, it trimmed the head.
+	PushPrefixTail bool `json:"nixl_push_prefix_tail"`
+	PushPPHybrid   bool `json:"nixl_push_pp_hybrid"`
+
+	// NixlVersion is the NixlConnector's handshake metadata version
+	// (NIXL_CONNECTOR_VERSION; 0 before it existed, 15 for kvscope's
+	// group-pair protocol): see Handshake.
+	NixlVersion int `json:"nixl_connector_version"`
+
 	// Rules is the table row in force for each behaviour.
 	Rules []Change `json:"rules"`
+
+	handshake *Handshake // built by For
 }
 
 // Selector rules.
@@ -190,6 +217,8 @@ func For(v Version) Profile {
 		p.Rules[k] = table[i]
 	}
 	p.Label = label(v)
+	h := buildHandshake(p)
+	p.handshake = &h
 	return p
 }
 

@@ -55,7 +55,7 @@ var branchAliases = []string{Branch, "branch", "group-pairs", "pr58207-gp"}
 // vllm/vllm-openai:v0.31.0 image; vllm==0.31.0 pins). No public tag,
 // release note, image or pin read here shows a 0.32 or a 0.33, so a
 // version past 0.31 plans with 0.31.0's rules, inferred (Version.Newer).
-func Newest() Version { return Version{Major: 0, Minor: 31, Patch: 0, Text: "0.31.0"} }
+func Newest() Version { return mustVersion(releases[len(releases)-1].Name) }
 
 // oldest is the first release kvscope models.
 func oldest() Version { return Version{Major: 0, Minor: 10, Patch: 0} }

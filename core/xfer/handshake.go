@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -12,26 +13,32 @@ import (
 	"github.com/kvscope/kvscope/core/vllm"
 )
 
-// HandshakeVersion is the metadata version kvscope speaks: vLLM's version
-// 12 fields plus, per region member, its KV cache group, global head range
-// and tokens per page.
+// HandshakeVersion is the metadata version kvscope's own agents speak
+// (and the group-pair profile's): vLLM's version 12 members plus, per
+// region member, its KV cache group, global head range and tokens per
+// page. A release's handshake is the one its profile names
+// (vllm.Profile.Handshake).
 const HandshakeVersion = 15
 
 // Metadata is what one rank advertises in the handshake.
 type Metadata struct {
-	Version       int        `json:"version"`
-	EngineID      string     `json:"engine_id"`
-	TPSize        int        `json:"tp_size"`
-	TPRank        int        `json:"tp_rank"`
-	BlockSize     int        `json:"block_size"`
-	KVCacheLayout string     `json:"kv_cache_layout"` // always HND
-	BlocksFirst   bool       `json:"blocks_first"`
-	BaseAddrs     []uint64   `json:"kv_caches_base_addr"`
-	BlockLens     []int64    `json:"block_lens"`
-	NumBlocks     int64      `json:"num_blocks"`
-	SSMSizes      [2]int64   `json:"ssm_sizes"` // conv bytes, SSM bytes of one state layer
-	CompatHash    string     `json:"compatibility_hash"`
-	Members       [][]Member `json:"region_members"` // per region
+	Version       int      `json:"version"`
+	EngineID      string   `json:"engine_id"`
+	TPSize        int      `json:"tp_size"`
+	TPRank        int      `json:"tp_rank"`
+	BlockSize     int      `json:"block_size"`
+	KVCacheLayout string   `json:"kv_cache_layout"` // always HND
+	BlocksFirst   bool     `json:"blocks_first"`
+	BaseAddrs     []uint64 `json:"kv_caches_base_addr"`
+	BlockLens     []int64  `json:"block_lens"`
+	NumBlocks     int64    `json:"num_blocks"`
+	SSMSizes      [2]int64 `json:"ssm_sizes"` // conv bytes, SSM bytes of one state layer
+	CompatHash    string   `json:"compatibility_hash,omitempty"`
+	// Members is kvscope's version-15 region membership, per region;
+	// MemberNames vLLM's version-12 region_members (layer names per
+	// region). A handshake older than 12 has neither.
+	Members     [][]Member `json:"region_members,omitempty"`
+	MemberNames [][]string `json:"region_member_names,omitempty"`
 }
 
 // Member is one layer that uses a region, as version 15 advertises it.
@@ -52,47 +59,74 @@ type Check struct {
 
 // Rejection says why a pair of engines cannot transfer: the rule, the side
 // it concerns, what differs and what to change.
+//
+// A rule of a release's NixlConnector also says where it comes from:
+// Since is the release whose connector accepts the pair (with Source, its
+// pull request, and the evidence for that boundary), or Source alone
+// names what keeps it refused in every release kvscope has read;
+// VLLMError is vLLM's own error text where it is known.
 type Rejection struct {
-	Rule   string `json:"rule"`
-	Side   string `json:"side"` // P, D or P/D
-	Detail string `json:"detail"`
-	Fix    string `json:"fix"`
+	Rule      string `json:"rule"`
+	Side      string `json:"side"` // P, D or P/D
+	Detail    string `json:"detail"`
+	Fix       string `json:"fix"`
+	Since     string `json:"accepted_from,omitempty"`
+	Source    string `json:"source,omitempty"`
+	Evidence  string `json:"evidence,omitempty"`
+	VLLMError string `json:"vllm_error,omitempty"`
 }
 
 func (r *Rejection) Error() string {
-	return fmt.Sprintf("rejected (%s, %s): %s; %s", r.Rule, r.Side, r.Detail, r.Fix)
+	s := fmt.Sprintf("rejected (%s, %s): %s; %s", r.Rule, r.Side, r.Detail, r.Fix)
+	if r.VLLMError != "" {
+		s += fmt.Sprintf(" (vLLM: %q)", r.VLLMError)
+	}
+	return s
 }
 
 // Handshake is both sides' metadata, the checks run on it, and whether the
-// transfer can take vLLM's own (matched-plan) path.
+// transfer can take vLLM's own (matched-plan) path. Protocol is the
+// handshake of the engines' vLLM version: its NIXL_CONNECTOR_VERSION,
+// members and hash inputs.
 type Handshake struct {
-	P            []Metadata `json:"p"`
-	D            []Metadata `json:"d"`
-	Checks       []Check    `json:"checks"`
-	Rejection    *Rejection `json:"rejection,omitempty"`
-	Matched      bool       `json:"matched"`
-	MatchReason  string     `json:"match_reason"`
-	VLLMInferred []string   `json:"-"`
+	Protocol     vllm.Handshake `json:"protocol"`
+	P            []Metadata     `json:"p"`
+	D            []Metadata     `json:"d"`
+	Checks       []Check        `json:"checks"`
+	Rejection    *Rejection     `json:"rejection,omitempty"`
+	Matched      bool           `json:"matched"`
+	MatchReason  string         `json:"match_reason"`
+	VLLMInferred []string       `json:"-"`
 }
 
-// MetadataOf is the version-15 metadata a rank advertises.
+// MetadataOf is the version-15 metadata a rank advertises to kvscope's
+// agents.
 func MetadataOf(r *Registration) Metadata {
 	hash := ""
 	if r.plan != nil && r.model != nil {
-		hash = compatHash(r.model, r.plan)
+		hash = compatHash(r.model, r.plan, kvscopeHandshake(), Pull)
 	}
-	return metadataOf(r, hash)
+	return metadataOf(r, hash, HandshakeVersion)
 }
 
+// kvscopeHandshake is the protocol of kvscope's own agents.
+func kvscopeHandshake() vllm.Handshake { return ownHandshake }
+
+// ownHandshake is built once when the package loads and never modified
+// (read-only data, like vllm's table).
+var ownHandshake = vllm.For(vllm.Version{Line: vllm.Branch, Text: vllm.Branch}).Handshake()
+
 // metadataOf is MetadataOf with the compatibility hash computed already
-// (every rank of a side shares it).
-func metadataOf(r *Registration, hash string) Metadata {
+// (every rank of a side shares it), for a handshake of the given version:
+// version 15 lists each region's members with their groups and heads,
+// version 12 their names, older versions neither.
+func metadataOf(r *Registration, hash string, version int) Metadata {
 	engineID := "prefill"
 	if r.Side == D {
 		engineID = "decode"
 	}
 	md := Metadata{
-		Version: HandshakeVersion, EngineID: engineID, TPSize: r.TP, TPRank: r.Rank,
+		Version: version, EngineID: engineID, TPSize: r.TP, TPRank: r.Rank,
 		KVCacheLayout: "HND", BlocksFirst: r.Layout == BlocksFirst, NumBlocks: r.NumBlocks,
 	}
 	if r.plan != nil && r.model != nil { // nil for a registration built by hand (benchmarks)
@@ -106,6 +140,10 @@ func metadataOf(r *Registration, hash string) Metadata {
 		md.BlockLens = append(md.BlockLens, reg.BlockLen)
 	}
 	seen := make([]bool, len(r.Regions)) // the regions a layer has listed itself in
+	names := version >= 12 && version < HandshakeVersion
+	if names {
+		md.MemberNames = make([][]string, len(r.Regions))
+	}
 	for _, l := range r.Layers {
 		clear(seen)
 		for _, s := range l.Segments {
@@ -113,6 +151,9 @@ func metadataOf(r *Registration, hash string) Metadata {
 				continue
 			}
 			seen[s.Region] = true
+			if names {
+				md.MemberNames[s.Region] = append(md.MemberNames[s.Region], l.Name)
+			}
 			md.Members[s.Region] = append(md.Members[s.Region], Member{Layer: l.Name, Group: l.Group, HeadLo: s.Lo, HeadHi: s.Hi, TokensPerPage: l.BlockSize})
 		}
 		if l.Kind.IsState() && md.SSMSizes == [2]int64{} {
@@ -126,63 +167,115 @@ func metadataOf(r *Registration, hash string) Metadata {
 			}
 		}
 	}
+	if version < HandshakeVersion {
+		md.Members = nil
+	}
 	return md
 }
 
-// compatHash hashes what must agree between P and D for any transfer (the
-// model and its dtypes, the backend, the KV cache dtype, the vLLM version).
-// Unlike vLLM's hash it leaves out whether the hybrid manager is on: the
-// group-pair profile transfers between different group plans.
-func compatHash(m *model.Model, p *plan.Plan) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "v%d|%s|%s|%d|", HandshakeVersion, m.Name, m.DType, m.HiddenLayers)
-	if l, ok := m.TargetAttention(); ok {
-		fmt.Fprintf(h, "%d|%d|", l.KVHeads, l.HeadDim)
+// compatHash stands for the compatibility hash of a handshake: a digest
+// of the values of the inputs the engines' vLLM version hashes (model,
+// dtypes, backend, KV cache dtype, vLLM version, and from version 7 the
+// transfer mode), so that P and D disagree on it exactly where that
+// version's hashes would. It is "" for a handshake without a hash (before
+// version 1). kvscope's own protocol leaves out whether the hybrid
+// manager is on: the group-pair profile transfers between different group
+// plans.
+func compatHash(m *model.Model, p *plan.Plan, h vllm.Handshake, mode Mode) string {
+	if !h.Wrapped {
+		return ""
 	}
-	fmt.Fprintf(h, "%s|%s|%s", p.Backend, p.Engine.KVCacheDType, p.VLLMVersion)
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	b := make([]byte, 0, 256)
+	for _, in := range h.HashInputs {
+		b = append(b, in...)
+		b = append(b, '=')
+		switch in {
+		case "vllm_version":
+			b = append(b, p.VLLMVersion...)
+		case "nixl_connector_version":
+			b = strconv.AppendInt(b, int64(h.Version), 10)
+		case "model":
+			b = append(b, m.Name...)
+		case "dtype":
+			b = append(b, m.DType...)
+		case "num_kv_heads", "head_size":
+			if l, ok := m.TargetAttention(); ok {
+				b = strconv.AppendInt(b, int64(l.KVHeads), 10)
+				b = append(b, ' ')
+				b = strconv.AppendInt(b, int64(l.HeadDim), 10)
+			}
+		case "num_hidden_layers":
+			b = strconv.AppendInt(b, int64(m.HiddenLayers), 10)
+		case "attn_backend_name":
+			b = append(b, p.Backend...)
+		case "cache_dtype":
+			b = append(b, p.Engine.KVCacheDType...)
+		case "is_hma_enabled":
+			if !h.KvscopeOwn {
+				b = strconv.AppendBool(b, !p.Engine.DisableHybrid)
+			}
+		case "speculative_config":
+			drafts := 0 // the method and draft model; not num_speculative_tokens
+			for _, l := range m.Layers {
+				if l.Role != model.Target {
+					drafts++
+				}
+			}
+			b = strconv.AppendInt(b, int64(drafts), 10)
+		case "transfer_mode":
+			b = append(b, mode...)
+		}
+		b = append(b, '|')
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // newHandshake builds both sides' metadata and runs the checks. brief
 // keeps of each rank's metadata only what the checks read (its identity,
 // block size and compatibility hash): a count-only transfer's.
 func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mode Mode, brief bool) *Handshake {
-	hs := &Handshake{P: make([]Metadata, 0, len(pRegs)), D: make([]Metadata, 0, len(dRegs))}
+	proto := pRegs[0].plan.Profile.Handshake()
+	hs := &Handshake{Protocol: proto, P: make([]Metadata, 0, len(pRegs)), D: make([]Metadata, 0, len(dRegs))}
 	for _, side := range []struct {
 		regs []*Registration
 		md   *[]Metadata
 	}{{pRegs, &hs.P}, {dRegs, &hs.D}} {
 		hash := ""
 		if r := side.regs[0]; r.plan != nil && r.model != nil {
-			hash = compatHash(r.model, r.plan)
+			hash = compatHash(r.model, r.plan, proto, mode)
 		}
 		for _, r := range side.regs {
 			if brief {
-				md := Metadata{Version: HandshakeVersion, TPSize: r.TP, TPRank: r.Rank, NumBlocks: r.NumBlocks, CompatHash: hash}
+				md := Metadata{Version: proto.Version, TPSize: r.TP, TPRank: r.Rank, NumBlocks: r.NumBlocks, CompatHash: hash}
 				if r.plan != nil {
 					md.BlockSize = r.plan.BlockSize
 				}
 				*side.md = append(*side.md, md)
 				continue
 			}
-			*side.md = append(*side.md, metadataOf(r, hash))
+			*side.md = append(*side.md, metadataOf(r, hash, proto.Version))
 		}
 	}
 	pp, dp := pRegs[0].plan, dRegs[0].plan
 	pTP, dTP := len(pRegs), len(dRegs)
 	add := func(rule string, ok bool, detail string) { hs.Checks = append(hs.Checks, Check{rule, ok, detail}) }
-	reject := func(rule, side, detail, fix string) {
+	reject := func(rule, side, detail, fix string) *Rejection {
 		add(rule, false, detail)
-		if hs.Rejection == nil {
-			hs.Rejection = &Rejection{Rule: rule, Side: side, Detail: detail, Fix: fix}
+		if hs.Rejection != nil {
+			return nil
 		}
+		hs.Rejection = &Rejection{Rule: rule, Side: side, Detail: detail, Fix: fix}
+		return hs.Rejection
 	}
 
 	prof := pp.Profile
 	if pp.VLLMVersion != dp.VLLMVersion {
 		reject("vllm-version", "P/D", fmt.Sprintf("P runs vLLM %s, D %s: the compatibility hash includes the version", pp.VLLMVersion, dp.VLLMVersion), "run P and D on one vLLM version")
+	} else if !proto.Wrapped {
+		add("compatibility-hash", true, fmt.Sprintf("%s's handshake has no compatibility hash (it came with NIXL_CONNECTOR_VERSION 1, #29503): nothing checked before the metadata", prof.Label))
 	} else if hs.P[0].CompatHash == hs.D[0].CompatHash {
-		add("compatibility-hash", true, "model, dtypes, backend and KV cache dtype agree")
+		add("compatibility-hash", true, fmt.Sprintf("version %d hash of %s agrees", proto.Version, strings.Join(proto.HashInputs, ", ")))
 	} else {
 		reject("compatibility-hash", "P/D", fmt.Sprintf("P hashes %s (backend %s, kv_cache_dtype %s), D %s (backend %s, kv_cache_dtype %s)",
 			hs.P[0].CompatHash, pp.Backend, pp.Engine.KVCacheDType, hs.D[0].CompatHash, dp.Backend, dp.Engine.KVCacheDType),
@@ -193,6 +286,8 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 	} else {
 		add("tp-ratio", true, fmt.Sprintf("tp_ratio %d", TPRatio(pTP, dTP)))
 	}
+	rc := &ruleCase{m: m, pp: pp, dp: dp, pTP: pTP, dTP: dTP, mode: mode, hybrid: hybridManager(m, pp)}
+	inferred := checkConnectorRules(hs, rc, reject, add)
 	changes := plan.CountChanges(pp, dp)
 	same := changes.SameLayout && changes.SameBlockSizes
 	if prof.GroupPairs && m.HasKind(model.MLA) && !same {
@@ -224,6 +319,7 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 		return hs
 	}
 	hs.Matched, hs.MatchReason, hs.VLLMInferred = matchedPath(m, pRegs, dRegs, changes)
+	hs.VLLMInferred = append(inferred, hs.VLLMInferred...)
 	if !hs.Matched && !prof.GroupPairs {
 		reject("vllm-path", "P/D", fmt.Sprintf("%s moves KV only on its own path, which does not fit: %s", prof.Label, hs.MatchReason),
 			"plan with --vllm-version "+vllm.Branch+" to move layers per group pair")
@@ -231,6 +327,22 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 	}
 	add("vllm-path", true, hs.MatchReason)
 	return hs
+}
+
+// hybridManager reports whether the hybrid KV cache manager plans the
+// model's layers as more than one kind of group (what vLLM calls HMA
+// being required).
+func hybridManager(m *model.Model, p *plan.Plan) bool {
+	if p.Engine.DisableHybrid {
+		return false
+	}
+	kinds := map[string]bool{}
+	for _, l := range m.Layers {
+		if l.OwnsKV() {
+			kinds[string(l.Kind)] = true
+		}
+	}
+	return len(kinds) > 1
 }
 
 func connectorName(mode Mode) string {
@@ -326,7 +438,7 @@ func headsOf(l LayerReg) int { return l.kvHeads }
 // Summary is a one-line description of the handshake for logs.
 func (h *Handshake) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "v%d: P %d ranks x %d regions, D %d ranks x %d regions", HandshakeVersion, len(h.P), len(h.P[0].BaseAddrs), len(h.D), len(h.D[0].BaseAddrs))
+	fmt.Fprintf(&b, "v%d (%s): P %d ranks x %d regions, D %d ranks x %d regions", h.Protocol.Version, h.Protocol.Describe(), len(h.P), len(h.P[0].BaseAddrs), len(h.D), len(h.D[0].BaseAddrs))
 	if h.Rejection != nil {
 		fmt.Fprintf(&b, "; rejected: %s", h.Rejection.Rule)
 	} else if h.Matched {

@@ -244,6 +244,9 @@ func Compute(m *model.Model, pp, dp *plan.Plan, req Request, opt Options) (*Tran
 	if why != "" {
 		t.Logs = append(t.Logs, why)
 	}
+	if note := pushPrefixNote(pp, t.Mode, hit); note != "" {
+		t.Inferred = append(t.Inferred, note)
+	}
 	var err error
 	if t.PRegs = opt.PRegs; t.PRegs == nil {
 		if t.PRegs, err = registerAll(opt.Ctx, m, pp, P, opt.PLayout, opt.Bases, nil); err != nil {

@@ -85,11 +85,26 @@ func TestWorkedExampleRegions(t *testing.T) {
 			t.Errorf("D rank %d advertises %#x, %d blocks, block_len %d", r, md.BaseAddrs, md.NumBlocks, md.BlockLens[0])
 		}
 	}
-	// Region members: T0 is shared by L0 (group 0) and L1 (group 1).
-	if m := x.Handshake.P[0].Members[0]; len(m) != 2 || m[0].Layer != "L0" || m[1].Layer != "L1" || m[0].HeadLo != 0 || m[0].HeadHi != 4 {
+	// Region members: T0 is shared by L0 (group 0) and L1 (group 1). The
+	// newest release speaks version 12, which names a region's layers and
+	// nothing more.
+	if x.Handshake.Protocol.Version != 12 || x.Handshake.P[0].Version != 12 || x.Handshake.P[0].Members != nil {
+		t.Errorf("protocol version %d, P rank 0 advertises version %d with members %+v; want vLLM's 12 and names only", x.Handshake.Protocol.Version, x.Handshake.P[0].Version, x.Handshake.P[0].Members)
+	}
+	if m := x.Handshake.P[0].MemberNames[0]; !slices.Equal(m, []string{"L0", "L1"}) {
+		t.Errorf("P rank 0 region 0 member names %q, want L0 L1", m)
+	}
+	// kvscope's own version 15 adds each member's group, heads and tokens
+	// per page.
+	reg := x.DRegs[3]
+	md := MetadataOf(reg)
+	if md.Version != HandshakeVersion || md.MemberNames != nil {
+		t.Errorf("kvscope's metadata: version %d, names %q", md.Version, md.MemberNames)
+	}
+	if m := MetadataOf(x.PRegs[0]).Members[0]; len(m) != 2 || m[0].Layer != "L0" || m[1].Layer != "L1" || m[0].HeadLo != 0 || m[0].HeadHi != 4 {
 		t.Errorf("P rank 0 region 0 members %+v", m)
 	}
-	if m := x.Handshake.D[3].Members[2]; m[0].Layer != "L2" || m[0].HeadLo != 6 || m[0].HeadHi != 8 || m[0].TokensPerPage != 16 {
+	if m := md.Members[2]; m[0].Layer != "L2" || m[0].HeadLo != 6 || m[0].HeadHi != 8 || m[0].TokensPerPage != 16 {
 		t.Errorf("D rank 3 region 2 members %+v", m)
 	}
 }

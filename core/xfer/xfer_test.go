@@ -139,6 +139,7 @@ func TestRejections(t *testing.T) {
 	br := func(e plan.Engine) plan.Engine { e.VLLMVersion = vllm.Branch; return e }
 	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
 	ds := modeltest.Load(t, "deepseek-ai__DeepSeek-V2-Lite")
+	dense := modeltest.Load(t, "Qwen__Qwen3-0.6B")
 	tests := []struct {
 		name   string
 		m      *model.Model
@@ -151,9 +152,13 @@ func TestRejections(t *testing.T) {
 		{"different KV cache dtypes", gpt, plan.Engine{}, plan.Engine{KVCacheDType: "fp8"}, "nixl", "", 100, "compatibility-hash"},
 		{"TP 2 to TP 1 is accepted", modeltest.Load(t, "Qwen__Qwen3-0.6B"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, "nixl", "", 100, ""},
 		{"P and D on different vLLM versions", gpt, plan.Engine{VLLMVersion: "0.28.0"}, plan.Engine{VLLMVersion: "0.27.0"}, "nixl", "", 100, "vllm-version"},
-		{"a release pulls only between equal plans", gpt, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, plan.Engine{TensorParallelSize: 2, BlockSize: 48}, "nixl", "", 100, "matching-groups"},
-		{"a release's block_size_ratio path is named, not modelled", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl", "", 100, "block-size-ratio"},
-		{"a release's push raises on different layouts", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl-push", "", 100, "matching-groups"},
+		{"a hybrid's block sizes must match (HMA)", gpt, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, plan.Engine{TensorParallelSize: 2, BlockSize: 64}, "nixl", "", 100, "hybrid-block-size"},
+		{"a hybrid pushes with one block size too", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl-push", "", 100, "hybrid-block-size"},
+		{"a release's block_size_ratio path is named, not modelled", dense, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl", "", 100, "block-size-ratio"},
+		{"P blocks larger than D's", dense, plan.Engine{BlockSize: 32}, plan.Engine{BlockSize: 16}, "nixl", "", 100, "p-block-larger"},
+		{"different block sizes with P TP > D TP", dense, plan.Engine{TensorParallelSize: 2}, plan.Engine{BlockSize: 32}, "nixl", "", 100, "block-size-tp"},
+		{"a release's push raises on different layouts", dense, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl-push", "", 100, "matching-groups"},
+		{"a release does not pull from pipeline stages", dense, plan.Engine{PipelineParallelSize: 2}, plan.Engine{}, "nixl", "", 100, "pull-pp"},
 		{"a release has no invariant plans to fall back on", ds, plan.Engine{BlockSize: 32}, plan.Engine{BlockSize: 48}, "nixl", "", 100, "matching-groups"},
 		{"MLA with another block size", ds, br(plan.Engine{BlockSize: 16}), br(plan.Engine{BlockSize: 32}), "nixl", IndependentPlans, 100, "mla-plan"},
 		{"the group-pair profile pushes between different plans", gpt, br(plan.Engine{TensorParallelSize: 2}), br(plan.Engine{TensorParallelSize: 2, BlockSize: 32}), "nixl-push", IndependentPlans, 100, ""},

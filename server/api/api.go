@@ -1,7 +1,7 @@
 // Package api is kvscope's JSON API: the routes POST /api/plan, /api/pd,
 // /api/oracle, /api/tune and /api/check, and GET /api/models,
-// /api/families and /api/flags; one request type per endpoint; one error envelope; the
-// admission of heavy work (Limits: what one request may cost, and a queue
+// /api/families, /api/flags and /api/versions; one request type per
+// endpoint; one error envelope; the admission of heavy work (Limits: what one request may cost, and a queue
 // for memory and cores); and the access rules in front of every route of
 // the server (Access). Each endpoint answers exactly the JSON the matching
 // CLI command prints with --json. The kvscope command wires the package
@@ -81,6 +81,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.Handle("/api/models", s.models())
 	mux.Handle("/api/families", s.families())
 	mux.Handle("/api/flags", flags())
+	mux.Handle("/api/versions", versions())
 }
 
 // request is an endpoint's request body: prepare gives its engines the

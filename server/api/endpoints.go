@@ -331,6 +331,18 @@ func (s *Server) families() http.Handler {
 	})
 }
 
+// versions is GET /api/versions: the version profiles with their release
+// dates and evidence, the handshake's version history and the table of
+// behaviour changes (kvscope versions --json).
+func versions() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(vllm.Describe())
+	})
+}
+
 // flags is GET /api/flags: the engine flags (the engine-flag table) with
 // their defaults in the version the query names (?vllm_version=0.19.0;
 // the newest release by default), what every engine JSON, command line,
