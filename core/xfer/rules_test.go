@@ -22,6 +22,7 @@ func TestConnectorRulesByRelease(t *testing.T) {
 	mamba2 := modeltest.Load(t, "nvidia__NVIDIA-Nemotron-Nano-9B-v2")
 	dense := modeltest.Load(t, "Qwen__Qwen3-0.6B")
 	gpt := modeltest.Load(t, "openai__gpt-oss-20b")
+	kimi := modeltest.Load(t, "moonshotai__Kimi-Linear-48B-A3B-Instruct")
 	// A small Mamba1 model: 4 Mamba layers.
 	mamba1, err := model.Parse([]byte(`{"model_type":"mamba","num_hidden_layers":4,"hidden_size":256,"state_size":16,"conv_kernel":4,"expand":2}`))
 	if err != nil {
@@ -45,6 +46,8 @@ func TestConnectorRulesByRelease(t *testing.T) {
 		{"GDN at equal TP on 0.20.0", gdn, "0.20.0", plan.Engine{}, plan.Engine{}, pull, "", "", ""},
 		{"Mamba2 P TP1 -> D TP2 on 0.18.0", mamba2, "0.18.0", plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, pull, "mamba2-tp", "0.19.0", "require homogeneous TP"},
 		{"Mamba2 P TP1 -> D TP2 on 0.19.0", mamba2, "0.19.0", plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, pull, "", "", ""},
+		{"KDA P TP1 -> D TP2 on 0.31.0 (no release read moves it)", kimi, "0.31.0", plan.Engine{TensorParallelSize: 1, BlockSize: 128, MaxModelLen: 32768}, plan.Engine{TensorParallelSize: 2, BlockSize: 128, MaxModelLen: 32768}, pull, "kda-tp", "", ""},
+		{"KDA at equal TP on 0.31.0", kimi, "0.31.0", plan.Engine{MaxModelLen: 32768}, plan.Engine{MaxModelLen: 32768}, pull, "", "", ""},
 		{"Mamba1 on 0.22.0", mamba1, "0.22.0", plan.Engine{}, plan.Engine{}, pull, "mamba1-state", "0.23.0", ""},
 		{"Mamba1 on 0.23.0", mamba1, "0.23.0", plan.Engine{}, plan.Engine{}, pull, "", "", ""},
 		{"dense P TP2 -> D TP1 on 0.11.1", dense, "0.11.1", plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, pull, "p-tp-greater", "0.12.0", "Decode TP cannot be smaller than prefill TP"},
@@ -167,5 +170,23 @@ func TestPushPrefixHitBefore48758(t *testing.T) {
 		if warned != tt.warned {
 			t.Errorf("%s: warned %v (%q), want %v", tt.version, warned, r.Transfer.Inferred, tt.warned)
 		}
+	}
+}
+
+// TestKDATransferSaysItIsInferred: an accepted Kimi-Linear transfer (equal
+// TP) says that whether vLLM's NixlConnector moves KDA state was not read.
+func TestKDATransferSaysItIsInferred(t *testing.T) {
+	kimi := modeltest.Load(t, "moonshotai__Kimi-Linear-48B-A3B-Instruct")
+	pull, _ := ParseConnector("nixl")
+	e := plan.Engine{VLLMVersion: "0.31.0", MaxModelLen: 32768}
+	r, err := Run(Setup{Model: kimi, P: e, D: e, Connector: pull, Request: Request{PromptTokens: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Transfer.Rejection != nil {
+		t.Fatalf("rejected: %v", r.Transfer.Rejection)
+	}
+	if !slices.ContainsFunc(r.Transfer.Inferred, func(s string) bool { return strings.Contains(s, "moves KDA state was not read") }) {
+		t.Errorf("inferred %q does not say the KDA transfer is inferred", r.Transfer.Inferred)
 	}
 }
