@@ -64,6 +64,9 @@ func TestExactCases(t *testing.T) {
 			plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 8, GroupSize: 3}, xfer.Request{PromptTokens: 700}, xfer.GroupPairPath},
 		{"gpt-oss-20b TP1 to TP1 grouped by 3 (eight heads a rank)", modeltest.Load(t, "openai__gpt-oss-20b"), plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 1},
 			plan.Engine{VLLMVersion: vllm.Branch, TensorParallelSize: 1, GroupSize: 3}, xfer.Request{PromptTokens: 700}, xfer.GroupPairPath},
+		// KDA conv and recurrent states beside MLA pages, at equal TP (at
+		// different TP sizes kvscope refuses KDA: core/xfer's kda-tp rule).
+		{"Kimi-Linear KDA + MLA TP2 to TP2", modeltest.Load(t, "moonshotai__Kimi-Linear-48B-A3B-Instruct"), plan.Engine{TensorParallelSize: 2, MaxModelLen: 32768}, plan.Engine{TensorParallelSize: 2, MaxModelLen: 32768}, xfer.Request{PromptTokens: 1500}, ""},
 		{"Llama-4 chunked TP2 to TP4", modeltest.Load(t, "meta-llama__Llama-4-Scout-17B-16E"), plan.Engine{TensorParallelSize: 2, MaxModelLen: 32768}, plan.Engine{TensorParallelSize: 4, MaxModelLen: 32768}, xfer.Request{PromptTokens: 9000}, xfer.GroupPairPath},
 	}
 	for _, tt := range tests {
