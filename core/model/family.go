@@ -1,6 +1,9 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Status says what kvscope does with the configs of a model family.
 type Status string
@@ -27,8 +30,11 @@ const (
 // model types (and, where the model type is unconfirmed, architectures)
 // it covers, and what kvscope does with them.
 type Family struct {
-	Name          string   `json:"name"`                    // "Qwen3.5 / Qwen3.6"
-	ModelTypes    []string `json:"model_types"`             // config model_type values, top level or text_config
+	Name       string   `json:"name"`        // "Qwen3.5 / Qwen3.6"
+	ModelTypes []string `json:"model_types"` // config model_type values, top level or text_config
+	// Prefixes are model-type prefixes the parser reads as this family too
+	// ("gemma4" covers gemma4_unified).
+	Prefixes      []string `json:"model_type_prefixes,omitempty"`
 	Architectures []string `json:"architectures,omitempty"` // architectures that identify the family when its model type is unconfirmed
 	Status        Status   `json:"status"`
 	// LayerKinds are the kinds kvscope plans for the family's layers
@@ -47,14 +53,14 @@ func Families() []Family {
 			Status: Modelled, LayerKinds: "full (sliding_window where the config enables it)",
 			Note: "num_key_value_heads x head_dim per layer; sliding_window with use_sliding_window"},
 		{Name: "gpt-oss", ModelTypes: []string{"gpt_oss"}, Status: Modelled, LayerKinds: "full + sliding_window (layer_types)"},
-		{Name: "Gemma 2 / 3", ModelTypes: []string{"gemma2", "gemma3", "gemma3_text"}, Status: Modelled, LayerKinds: "sliding_window + full (layer_types or the sliding-window pattern)"},
-		{Name: "Gemma 4", ModelTypes: []string{"gemma4", "gemma4_text"}, Status: Modelled, reads: []string{"num_kv_shared_layers"},
+		{Name: "Gemma 2 / 3", ModelTypes: []string{"gemma2", "gemma3", "gemma3_text"}, Prefixes: []string{"gemma2", "gemma3"}, Status: Modelled, LayerKinds: "sliding_window + full (layer_types or the sliding-window pattern)"},
+		{Name: "Gemma 4", ModelTypes: []string{"gemma4", "gemma4_text"}, Prefixes: []string{"gemma4"}, Status: Modelled, reads: []string{"num_kv_shared_layers"},
 			LayerKinds: "sliding_window + full, KV-shared layers", Note: "full layers use global_head_dim; the last num_kv_shared_layers read an earlier layer's KV"},
 		{Name: "Llama 4", ModelTypes: []string{"llama4", "llama4_text"}, Status: Modelled, LayerKinds: "chunked_local + full (no_rope_layers)"},
 		{Name: "DeepSeek-V2 / V3, Kimi-K2 (MLA)", ModelTypes: []string{"deepseek_v2", "deepseek_v3", "kimi_k2"}, Status: Modelled,
 			LayerKinds: "mla (kv_lora_rank + qk_rope_head_dim), MTP layers", Note: "only without a sparse-attention indexer (see DeepSeek-V3.2)"},
-		{Name: "Qwen3-Next", ModelTypes: []string{"qwen3_next"}, Status: Modelled, LayerKinds: "gdn + full", reads: gdnKeys()},
-		{Name: "Qwen3.5 / Qwen3.6 / Qwen3.8", ModelTypes: []string{"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, Status: Modelled, LayerKinds: "gdn + full, MTP layers", reads: gdnKeys(),
+		{Name: "Qwen3-Next", ModelTypes: []string{"qwen3_next"}, Prefixes: []string{"qwen3_next"}, Status: Modelled, LayerKinds: "gdn + full", reads: gdnKeys()},
+		{Name: "Qwen3.5 / Qwen3.6 / Qwen3.8", ModelTypes: []string{"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, Prefixes: []string{"qwen3_5"}, Status: Modelled, LayerKinds: "gdn + full, MTP layers", reads: gdnKeys(),
 			Note: "Qwen3.8-27B and Qwen3.8-2.4T-A95B are published with these model types and Qwen3.5's architectures"},
 		{Name: "Kimi-Linear", ModelTypes: []string{"kimi_linear"}, Architectures: []string{"KimiLinearForCausalLM"}, Status: Modelled,
 			LayerKinds: "kda + mla (linear_attn_config.kda_layers, 1-based)", reads: []string{"linear_attn_config"},
@@ -85,9 +91,9 @@ func Families() []Family {
 	}
 }
 
-// FamilyOf returns the row of the family table for a model type, or for
-// an architecture when no row names the model type, and whether one
-// matched. A config without a model type reads as Llama.
+// FamilyOf returns the row of the family table for a model type (named
+// by a row, or starting with one of its prefixes), or for an architecture
+// when no row covers the model type, and whether one matched. A config without a model type reads as Llama.
 func FamilyOf(modelType, architecture string) (Family, bool) {
 	if modelType == "" {
 		modelType = "llama"
@@ -96,6 +102,13 @@ func FamilyOf(modelType, architecture string) (Family, bool) {
 	for _, f := range fams {
 		for _, t := range f.ModelTypes {
 			if t == modelType {
+				return f, true
+			}
+		}
+	}
+	for _, f := range fams {
+		for _, pre := range f.Prefixes {
+			if strings.HasPrefix(modelType, pre) {
 				return f, true
 			}
 		}
@@ -216,9 +229,7 @@ func (p *parser) refuse() error {
 			break
 		}
 	}
-	if !known && p.m.ModelType != "" {
-		p.note("model_type %s is not in kvscope's family table: read as a dense decoder (full or sliding attention), which holds only if it has no other layer kind", p.m.ModelType)
-	}
+	p.unknown = !known && p.m.ModelType != ""
 	if known && fam.Status == Inferred {
 		p.note("model_type %s: %s (inferred: %s)", p.m.ModelType, fam.LayerKinds, fam.Note)
 	}

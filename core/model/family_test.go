@@ -173,6 +173,13 @@ func TestFamilyTable(t *testing.T) {
 			}
 		}
 	})
+	t.Run("prefixes follow the parser's dispatch", func(t *testing.T) {
+		for mt, want := range map[string]string{"gemma4_unified_text": "Gemma 4", "qwen3_5_moe_text": "Qwen3.5 / Qwen3.6 / Qwen3.8", "gemma3n_text": "Gemma 2 / 3"} {
+			if f, ok := FamilyOf(mt, ""); !ok || f.Name != want {
+				t.Errorf("FamilyOf(%s) = %q, %v; want %s", mt, f.Name, ok, want)
+			}
+		}
+	})
 	t.Run("Families returns a copy", func(t *testing.T) {
 		a := Families()
 		a[0].Status = Refused

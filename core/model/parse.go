@@ -30,6 +30,7 @@ type parser struct {
 	root, text object
 	m          *Model
 	defaults   familyDefaults
+	unknown    bool // the model type is in no row of the family table
 }
 
 func (p *parser) note(format string, args ...any) {
@@ -120,6 +121,9 @@ func (p *parser) parse() error {
 	}
 	if len(p.m.Layers) == 0 {
 		return &FieldError{Field: p.text.field("num_hidden_layers"), Value: fmt.Sprint(p.m.HiddenLayers), Reason: "the config has no layer with a KV cache or state"}
+	}
+	if p.unknown {
+		p.note("model_type %s is not in kvscope's family table: read from its keys as %s, which holds only if it has no other layer kind", p.m.ModelType, KindSummary(p.m.KindCounts()))
 	}
 	return nil
 }
