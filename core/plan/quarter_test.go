@@ -66,6 +66,47 @@ func TestModelsOfTheQuarter(t *testing.T) {
 		}
 	})
 
+	// gemma-4-E4B, from the derived config in testdata/models (a test's
+	// transcription; the published file was not found): 42 layers, full
+	// attention every 6th, the last 18 read earlier layers' KV, so 24 own
+	// one: 20 sliding (2 KV heads of 256, window 512) and 4 full (2 KV heads
+	// of the global head dim 512). Per token and layer: sliding 2 x 256 x 2
+	// x 2 B = 2,048 B, full 2 x 512 x 2 x 2 B = 4,096 B. Groups of 4 (the full
+	// layers): 5 sliding groups and 1 full. vLLM gives every group the same
+	// page by raising the block size of the smaller spec: full 16 x 4,096 =
+	// 65,536 B, sliding 32 x 2,048 = 65,536 B. A public note saw vLLM 0.23.0
+	// plan exactly that (6 groups over 24 layers, 5 SlidingWindowSpec of 4
+	// layers at block 32 and page 65,536, 1 FullAttentionSpec of 4 layers at
+	// block 16, cache block size 16; search-index file id 60780498258), and
+	// LMCache#3521 reports the same block sizes for google/gemma-4-E4B-it.
+	t.Run("gemma-4-E4B (derived config) plans the groups a note saw vLLM 0.23.0 plan", func(t *testing.T) {
+		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "DERIVED__gemma-4-E4B.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := model.Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"0.23.0", "0.31.0"} {
+			p := mustPlan(t, m, Engine{VLLMVersion: v})
+			var sliding, full int
+			for _, g := range p.Groups {
+				switch {
+				case g.Kind == model.Sliding && len(g.Layers) == 4 && g.BlockSize == 32 && g.PageBytes == 65536:
+					sliding++
+				case g.Kind == model.Full && len(g.Layers) == 4 && g.BlockSize == 16 && g.PageBytes == 65536:
+					full++
+				default:
+					t.Errorf("%s: group %s of %d layers, block %d, page %d", v, g.Kind, len(g.Layers), g.BlockSize, g.PageBytes)
+				}
+			}
+			if sliding != 5 || full != 1 || p.BlockSize != 16 {
+				t.Errorf("%s: %d sliding and %d full groups, block size %d; want 5, 1, 16", v, sliding, full, p.BlockSize)
+			}
+		}
+	})
+
 	// Qwen3.8-27B, from the derived config in testdata/models (its
 	// published config.json, reported identical to Qwen3.6-27B's but for
 	// transformers_version, was not seen). By hand, per rank: attention is
