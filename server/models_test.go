@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -66,5 +68,26 @@ func TestModelsMarksFamilies(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !bytes.Equal(body, js.Bytes()) {
 		t.Errorf("GET /api/families: %d, and not what kvscope models --json prints:\n%s", resp.StatusCode, body)
+	}
+}
+
+// TestAPIRefusesUnmodelledLayerKinds: an inline config of a family kvscope
+// refuses is a 400 naming the model type, the layer kind and the key, as
+// the CLI's error is; a Kimi-Linear plan (KDA + MLA) is a 200.
+func TestAPIRefusesUnmodelledLayerKinds(t *testing.T) {
+	srv := httptest.NewServer(newMux(catalog(), serveOptions{}))
+	defer srv.Close()
+	dsv4, err := os.ReadFile(filepath.Join("..", "testdata", "models", "nvidia__DeepSeek-V4-Flash-NVFP4.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := postJSON(t, srv, "/api/plan", map[string]any{"config": json.RawMessage(dsv4), "engine": map[string]any{"tensor_parallel_size": 4}})
+	msg, _ := out["error"].(string)
+	if code != 400 || !strings.Contains(msg, "model_type deepseek_v4, layer kind compressed sparse attention") || !strings.Contains(msg, "not modelled by kvscope") {
+		t.Errorf("DeepSeek-V4 config: %d %v", code, out)
+	}
+	code, out = postJSON(t, srv, "/api/plan", map[string]any{"model": "moonshotai/Kimi-Linear-48B-A3B-Instruct", "engine": map[string]any{"tensor_parallel_size": 2, "max_model_len": 32768}})
+	if code != 200 {
+		t.Errorf("Kimi-Linear plan: %d %v", code, out["error"])
 	}
 }
