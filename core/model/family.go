@@ -65,6 +65,9 @@ func Families() []Family {
 		{Name: "Kimi-Linear", ModelTypes: []string{"kimi_linear"}, Architectures: []string{"KimiLinearForCausalLM"}, Status: Modelled,
 			LayerKinds: "kda + mla (linear_attn_config.kda_layers, 1-based)", reads: []string{"linear_attn_config"},
 			Note: "vLLM's kimi_linear.py: MLA latent kv_lora_rank + qk_rope_head_dim; KDA state per MambaStateShapeCalculator.kda_state_shape and kda_state_dtype (recurrent state float32)"},
+		{Name: "MiMo-V2-Flash", ModelTypes: []string{"mimo_v2_flash"}, Architectures: []string{"MiMoV2FlashForCausalLM"}, Status: Modelled,
+			LayerKinds: "sliding_window + full (hybrid_layer_pattern), K and V heads of different sizes",
+			Note:       "vLLM's mimo_v2_flash.py: swa_* heads and sliding_window_size on the pattern's 1 layers, the full heads elsewhere"},
 		{Name: "NemotronH", ModelTypes: []string{"nemotron_h"}, Status: Modelled, LayerKinds: "mamba2 + full (hybrid_override_pattern)", reads: []string{"ssm_state_size"}},
 		{Name: "Granite-4.0-H", ModelTypes: []string{"granitemoehybrid"}, Status: Modelled, LayerKinds: "mamba2 + full (layer_types)", reads: []string{"mamba_d_state", "mamba_n_heads"}},
 		{Name: "Mamba", ModelTypes: []string{"mamba", "falcon_mamba"}, Status: Modelled, LayerKinds: "mamba1", reads: []string{"state_size"}},
@@ -85,9 +88,9 @@ func Families() []Family {
 		{Name: "Qwen3.8-Flash-Next", ModelTypes: []string{"qwen4_exp", "qwen4_exp_text", "qwen3_8_flash_next", "qwen3_8_flash_next_text"},
 			Architectures: []string{"Qwen4ExpForConditionalGeneration", "Qwen3_8FlashNextForConditionalGeneration"}, Status: Refused,
 			LayerKinds: "QSA sparse-attention indexer, hyper-connections, an n-gram layer and a PLE state cache beside gated delta net"},
-		{Name: "MiMo-V2-Flash / V2.6-Flash", ModelTypes: []string{"mimo_v2_flash"}, Architectures: []string{"MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM"}, Status: Refused,
-			LayerKinds: "hybrid sliding-window/full attention with different KV heads per kind",
-			Note:       "kvscope has not read how vLLM's mimo_v2_flash reads the layer pattern from the config"},
+		{Name: "MiMo-V2.6-Flash (MiMoV2ForCausalLM)", ModelTypes: []string{"mimo_v2"}, Architectures: []string{"MiMoV2ForCausalLM"}, Status: Refused,
+			LayerKinds: "MiMo's sliding-window/full attention under an architecture whose vLLM class was not read",
+			Note:       "vLLM's MiMo-V2-Flash class is MiMoV2FlashForCausalLM; whether it serves MiMoV2ForCausalLM checkpoints, and how, was not found"},
 	}
 }
 
@@ -208,6 +211,11 @@ func (p *parser) refuse() error {
 			return &NotModelledError{ModelType: outer, LayerKind: f.LayerKinds, Field: "model_type", Value: fmt.Sprintf("%q", outer)}
 		}
 	}
+	for _, f := range Families() {
+		if f.Status == Refused && p.m.Architecture != "" && containsString(f.Architectures, p.m.Architecture) && !f.hasModelType(p.m.ModelType) {
+			return &NotModelledError{ModelType: p.m.ModelType, LayerKind: f.LayerKinds, Field: "architectures", Value: fmt.Sprintf("%q", p.m.Architecture)}
+		}
+	}
 	fam, known := FamilyOf(p.m.ModelType, p.m.Architecture)
 	if known && fam.Status == Refused {
 		field, value := p.text.field("model_type"), fmt.Sprintf("%q", p.m.ModelType)
@@ -236,18 +244,13 @@ func (p *parser) refuse() error {
 	return nil
 }
 
-func (f Family) readsKey(key string) bool {
-	for _, k := range f.reads {
-		if k == key {
-			return true
-		}
-	}
-	return false
-}
+func (f Family) readsKey(key string) bool { return containsString(f.reads, key) }
 
-func (f Family) hasModelType(t string) bool {
-	for _, x := range f.ModelTypes {
-		if x == t {
+func (f Family) hasModelType(t string) bool { return containsString(f.ModelTypes, t) }
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
 			return true
 		}
 	}

@@ -45,7 +45,10 @@ func TestRefusedLayerKindsAreNamed(t *testing.T) {
 		{"DeepSeek-V3.2's indexer beside MLA",
 			`{"model_type":"deepseek_v32","num_hidden_layers":2,"num_attention_heads":8,"kv_lora_rank":512,"qk_rope_head_dim":64,"index_n_heads":64}`,
 			"deepseek_v32", "model_type", "indexer"},
-		{"MiMo-V2-Flash", `{"model_type":"mimo_v2_flash","num_hidden_layers":48}`, "mimo_v2_flash", "model_type", "sliding-window/full"},
+		{"MiMo-V2.6 (model type mimo_v2)", `{"model_type":"mimo_v2","num_hidden_layers":70}`, "mimo_v2", "model_type", "vLLM class was not read"},
+		{"a MiMo-V2.6 architecture under MiMo-V2-Flash's model type",
+			`{"model_type":"mimo_v2_flash","architectures":["MiMoV2ForCausalLM"],"num_hidden_layers":48}`,
+			"mimo_v2_flash", "architectures", "vLLM class was not read"},
 		{"an unknown model type with compress_ratios",
 			`{"model_type":"future_v5","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"compress_ratios":[0,4]}`,
 			"future_v5", "compress_ratios", "compressed sparse attention"},
@@ -138,6 +141,43 @@ func TestQwen38IsAQwen35Config(t *testing.T) {
 	l0, _ := m.Layer("L0")
 	if l3.Kind != Full || l3.KVHeads != 4 || l3.HeadDim != 256 || l0.State == nil || l0.State.ValueHeads != 48 || l0.State.KeyHeads != 16 {
 		t.Errorf("L3 %+v, L0 %+v", l3, l0.State)
+	}
+}
+
+// TestMiMoV2Flash: the derived MiMo-V2-Flash config (testdata/models)
+// reads as vLLM's mimo_v2_flash.py reads it: hybrid_layer_pattern has 9
+// zeros (full: 4 KV heads, K 192, V 128) and 39 ones (sliding: 8 KV heads,
+// K 192, V 128, window sliding_window_size = 128).
+func TestMiMoV2Flash(t *testing.T) {
+	m, err := Parse(readTestdata(t, "DERIVED__MiMo-V2-Flash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.KindCounts()
+	l0, _ := m.Layer("L0")
+	l1, _ := m.Layer("L1")
+	if c[Full] != 9 || c[Sliding] != 39 || m.AttentionHeads != 64 {
+		t.Errorf("kinds %v, heads %d", c, m.AttentionHeads)
+	}
+	if l0.Kind != Full || l0.KVHeads != 4 || l0.HeadDim != 192 || l0.HeadDimV != 128 {
+		t.Errorf("L0 = %+v, want full 4 x (192, 128)", l0)
+	}
+	if l1.Kind != Sliding || l1.KVHeads != 8 || l1.HeadDim != 192 || l1.HeadDimV != 128 || l1.Window != 128 {
+		t.Errorf("L1 = %+v, want sliding 128, 8 x (192, 128)", l1)
+	}
+	for _, tt := range []struct{ name, json, field string }{
+		{"no pattern", `{"model_type":"mimo_v2_flash","num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64}`, "hybrid_layer_pattern"},
+		{"a pattern of the wrong length", `{"model_type":"mimo_v2_flash","num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64,"hybrid_layer_pattern":[0]}`, "hybrid_layer_pattern"},
+		{"a pattern entry of 2", `{"model_type":"mimo_v2_flash","num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64,"hybrid_layer_pattern":[0,2]}`, "hybrid_layer_pattern[1]"},
+		{"sliding layers without their window", `{"model_type":"mimo_v2_flash","num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64,"swa_num_attention_heads":8,"swa_num_key_value_heads":2,"swa_head_dim":64,"hybrid_layer_pattern":[0,1]}`, "sliding_window_size"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.json))
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tt.field {
+				t.Errorf("error %v, want one naming %s", err, tt.field)
+			}
+		})
 	}
 }
 

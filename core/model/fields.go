@@ -149,6 +149,7 @@ var upperBounds = map[string]int{
 	"state_size": 4096, "expand": 64, "sliding_window_pattern": 4096, "full_attention_interval": 4096,
 	"no_rope_layer_interval": 4096, "sliding_window": 1 << 30, "attention_chunk_size": 1 << 30,
 	"mtp_num_hidden_layers": 64, "num_nextn_predict_layers": 64, "num_heads": 4096, "short_conv_kernel_size": 64,
+	"v_head_dim": 2048, "swa_head_dim": 2048, "swa_v_head_dim": 2048, "swa_num_key_value_heads": 1024, "swa_num_attention_heads": 16384, "sliding_window_size": 1 << 30,
 	"mamba_expand": 64, "mamba_d_state": 4096, "mamba_d_conv": 64, "attn_layer_period": 4096,
 }
 

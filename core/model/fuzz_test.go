@@ -38,7 +38,9 @@ func FuzzParse(f *testing.F) {
 		`{"model_type":"glm5_next","text_config":{"model_type":"glm5_next_text","num_hidden_layers":2,"layer_types":["linear_attention","deepseek_sparse_attention"],"index_kpool":4}}`,
 		`{"model_type":"qwen4_exp","text_config":{"num_hidden_layers":4,"hc_count":4,"indexer_n_heads":2}}`,
 		`{"model_type":"kimi_k3","text_config":{"model_type":"kimi_linear","num_hidden_layers":2}}`,
-		`{"model_type":"mimo_v2_flash","num_hidden_layers":2}`,
+		`{"model_type":"mimo_v2","num_hidden_layers":2}`,
+		`{"model_type":"mimo_v2_flash","architectures":["MiMoV2ForCausalLM"],"num_hidden_layers":2}`,
+		`{"model_type":"mimo_v2_flash","num_hidden_layers":3,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64,"v_head_dim":32,"swa_num_attention_heads":8,"swa_num_key_value_heads":4,"swa_head_dim":64,"sliding_window_size":128,"hybrid_layer_pattern":[0,1,1]}`,
 		`{"architectures":["Glm5NextForCausalLM"],"model_type":"x","num_hidden_layers":2}`,
 		`{"model_type":"mystery","num_hidden_layers":2,"num_attention_heads":8,"head_dim":64,"layer_types":["full_attention","deepseek_sparse_attention"]}`,
 		// Kimi-Linear (KDA + MLA); a third-party qwen3_8 config (refused by its GDN keys).

@@ -105,6 +105,8 @@ func (p *parser) parse() error {
 		err = p.graniteHybrid()
 	case modelType == "kimi_linear":
 		err = p.kimiLinear()
+	case modelType == "mimo_v2_flash":
+		err = p.mimoV2Flash()
 	case p.text.has("kv_lora_rank"):
 		err = p.mla()
 	case strings.HasPrefix(modelType, "qwen3_next") || strings.HasPrefix(modelType, "qwen3_5"):

@@ -107,6 +107,40 @@ func TestModelsOfTheQuarter(t *testing.T) {
 		}
 	})
 
+	// MiMo-V2-Flash, from the derived config in testdata/models: 9 full
+	// layers (4 KV heads, K 192 + V 128) and 39 sliding (8 KV heads, the
+	// same sizes, window 128). At TP4 a rank holds 1 full and 2 sliding KV
+	// heads: a 16-token sliding page is 16 x 2 x (192 + 128) x 2 B = 20,480
+	// B, and the full layers' 1 head needs 32 tokens for the same page. 9
+	// full layers set the group size: 1 full group and ceil(39 / 9) = 5
+	// sliding groups, 40 GiB / (9 x 20,480) = 233,016 blocks. At TP8 both
+	// kinds keep 1 head a rank (the 4 full heads are replicated): one page
+	// of 16 x 320 x 2 = 10,240 B and 40 GiB / (9 x 10,240) = 466,033 blocks.
+	t.Run("MiMo-V2-Flash (derived config) at TP4 and TP8", func(t *testing.T) {
+		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "DERIVED__MiMo-V2-Flash.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := model.Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			tp, fullBlock int
+			page, blocks  int64
+		}{{4, 32, 20480, 233016}, {8, 16, 10240, 466033}} {
+			p := mustPlan(t, m, Engine{TensorParallelSize: tt.tp, MaxModelLen: 131072})
+			if p.NumGroups != 6 || p.Slots != 9 || p.PageBytes != tt.page || p.NumBlocks != tt.blocks {
+				t.Errorf("TP%d: %d groups of %d slots, page %d, %d blocks; want 6 of 9, %d, %d", tt.tp, p.NumGroups, p.Slots, p.PageBytes, p.NumBlocks, tt.page, tt.blocks)
+			}
+			for _, g := range p.Groups {
+				if want := map[model.Kind]int{model.Full: tt.fullBlock, model.Sliding: 16}[g.Kind]; g.BlockSize != want || g.PageBytes != tt.page {
+					t.Errorf("TP%d: %s group block %d page %d, want block %d page %d", tt.tp, g.Kind, g.BlockSize, g.PageBytes, want, tt.page)
+				}
+			}
+		}
+	})
+
 	// Qwen3.8-27B, from the derived config in testdata/models (its
 	// published config.json, reported identical to Qwen3.6-27B's but for
 	// transformers_version, was not seen). By hand, per rank: attention is
