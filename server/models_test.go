@@ -90,4 +90,20 @@ func TestAPIRefusesUnmodelledLayerKinds(t *testing.T) {
 	if code != 200 {
 		t.Errorf("Kimi-Linear plan: %d %v", code, out["error"])
 	}
+	// MiMo-V2-Flash plans, but its K and V heads of different sizes have no
+	// descriptor geometry: a transfer is a 400 that says why, not a crash.
+	mimo, err := os.ReadFile(filepath.Join("..", "testdata", "models", "DERIVED__MiMo-V2-Flash.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out = postJSON(t, srv, "/api/plan", map[string]any{"config": json.RawMessage(mimo), "engine": map[string]any{"tensor_parallel_size": 4, "max_model_len": 32768}})
+	if code != 200 {
+		t.Errorf("MiMo-V2-Flash plan: %d %v", code, out["error"])
+	}
+	for _, path := range []string{"/api/pd", "/api/oracle"} {
+		code, out = postJSON(t, srv, path, map[string]any{"config": json.RawMessage(mimo), "p": map[string]any{"tensor_parallel_size": 4, "max_model_len": 32768}, "d": map[string]any{"tensor_parallel_size": 4, "max_model_len": 32768}})
+		if msg, _ := out["error"].(string); code != 400 || !strings.Contains(msg, "DiffKV") {
+			t.Errorf("MiMo-V2-Flash %s: %d %v", path, code, out)
+		}
+	}
 }

@@ -318,6 +318,10 @@ func segments(dst []Segment, l *model.Layer, s *kvspec.Spec, tp, rank int, layou
 	case l.Kind == model.MLA:
 		row := int64(s.HeadSize * s.DTypeBytes)
 		return append(dst, Segment{Name: SegLatent, Region: kRegion, Lo: 0, Hi: 1, IndexBytes: int64(s.BlockSize) * row, Rows: s.BlockSize, RowBytes: row}), nil
+	case l.Kind.IsAttention() && s.HeadSizeV != s.HeadSize:
+		// vLLM serves such layers with its DiffKV attention backend, whose
+		// cache layout kvscope has not read.
+		return dst, fmt.Errorf("xfer: layer %s: K heads of %d and V heads of %d: vLLM keeps K and V of different sizes in its DiffKV backend's layout, which kvscope's descriptor geometry does not model", l.Name, s.HeadSize, s.HeadSizeV)
 	case l.Kind.IsAttention():
 		lo, hi := HeadRange(l.KVHeads, tp, rank)
 		kRow := int64(s.HeadSize * s.DTypeBytes)
