@@ -1,6 +1,8 @@
 package xfer
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,5 +190,26 @@ func TestKDATransferSaysItIsInferred(t *testing.T) {
 	}
 	if !slices.ContainsFunc(r.Transfer.Inferred, func(s string) bool { return strings.Contains(s, "moves KDA state was not read") }) {
 		t.Errorf("inferred %q does not say the KDA transfer is inferred", r.Transfer.Inferred)
+	}
+}
+
+// TestDifferentKAndVHeadSizesAreRefused: MiMo-V2-Flash's layers keep K
+// heads of 192 and V heads of 128 (vLLM's DiffKV backend, whose layout
+// kvscope has not read): a transfer is an error naming the layer and both
+// sizes, never a geometry that overruns the page.
+func TestDifferentKAndVHeadSizesAreRefused(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "DERIVED__MiMo-V2-Flash.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pull, _ := ParseConnector("nixl")
+	e := plan.Engine{TensorParallelSize: 4, MaxModelLen: 32768}
+	_, err = Run(Setup{Model: m, P: e, D: e, Connector: pull, Request: Request{PromptTokens: 100}})
+	if err == nil || !strings.Contains(err.Error(), "layer L0: K heads of 192 and V heads of 128") || !strings.Contains(err.Error(), "DiffKV") {
+		t.Errorf("error %v, want one naming layer L0, both head sizes and DiffKV", err)
 	}
 }
