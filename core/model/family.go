@@ -158,12 +158,11 @@ func UnknownRule() string {
 // read.
 func gdnKeys() []string { return []string{"linear_conv_kernel_dim", "linear_num_value_heads"} }
 
-// hybridMarker is a config key that only models with a layer kind kvscope
-// does not model carry.
+// hybridMarker is a config key that marks a layer kind: one kvscope models
+// in no family, or only in the families that list the key in reads.
 type hybridMarker struct{ key, kind string }
 
-// hybridMarkers are the keys that mark an unmodelled layer kind, in the
-// order they are looked for.
+// hybridMarkers are the marker keys, in the order they are looked for.
 func hybridMarkers() []hybridMarker {
 	return []hybridMarker{
 		{"compress_ratios", "compressed sparse attention (CSA/HCA) with its indexer and sliding-window caches"},
@@ -187,8 +186,9 @@ func hybridMarkers() []hybridMarker {
 	}
 }
 
-// unmodelledLayerTypes are layer_types entries that name a layer kind
-// kvscope does not model where the family does not say what they are.
+// unmodelledLayerType names the layer kind of a layer_types entry that
+// kvscope does not model in the family at hand (one its parser does not
+// read there), and whether the entry is such a kind.
 func unmodelledLayerType(t string) (string, bool) {
 	switch t {
 	case "deepseek_sparse_attention":
@@ -202,9 +202,10 @@ func unmodelledLayerType(t string) (string, bool) {
 }
 
 // refuse returns a *NotModelledError when the config belongs to a refused
-// family or carries a marker of a layer kind kvscope does not model, and
-// records in the notes what kvscope assumes of a model type it does not
-// know.
+// family (by its outer or text model type, or by its architecture) or
+// carries a marker of a layer kind kvscope does not model in its family,
+// and marks a model type in no row of the table, whose reading parse then
+// notes.
 func (p *parser) refuse() error {
 	if outer, _, _ := p.root.str("model_type"); outer != "" && outer != p.m.ModelType {
 		if f, ok := FamilyOf(outer, ""); ok && f.Status == Refused {
