@@ -140,6 +140,13 @@ type Profile struct {
 	Mamba1Connector     bool `json:"nixl_mamba1"`
 	HybridMLAPGreaterTP bool `json:"nixl_hybrid_mla_p_tp_greater"`
 	PushPP              bool `json:"nixl_push_pp"`
+	// HybridMLA: an MLA + state hybrid moves at all (#49762).
+	// NixlMambaPrefix: state moves with Mamba prefix caching (#42554).
+	// HybridBlockSizes: a hybrid's P and D may differ in block size
+	// (#49612), without Mamba prefix caching.
+	HybridMLA        bool `json:"nixl_hybrid_mla"`
+	NixlMambaPrefix  bool `json:"nixl_mamba_prefix_caching"`
+	HybridBlockSizes bool `json:"nixl_hybrid_block_sizes"`
 	// PushPrefixTail: with a D prefix hit, push moves the tail of P's
 	// blocks (#48758); before, it trimmed the head.
 	PushPrefixTail bool `json:"nixl_push_prefix_tail"`
