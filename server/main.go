@@ -77,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case errors.As(err, new(differsError)):
 			return 3
+		case errors.As(err, new(partialError)):
+			return 4
 		case errors.As(err, new(*usageError)):
 			fmt.Fprintf(stderr, "kvscope %s: %v\n", c.name, err)
 			return 2
