@@ -212,3 +212,38 @@ func TestHybridCountReadsTheModel(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckTextNamesWhatItLacksAndAssumed: kvscope check's text output
+// and exit status for the three verdicts, on real logs.
+func TestCheckTextNamesWhatItLacksAndAssumed(t *testing.T) {
+	logPath := func(f string) string { return filepath.Join("..", "testdata", "vllm-logs", f) }
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"a log without a memory line is partial (exit 4)",
+			[]string{"check", logPath("qwen38-27b-w4a16-rtx3090-v0.28.0-PARTIAL-FRAGMENT.log"), "--model", "Qwen/Qwen3.6-27B"}, 4,
+			[]string{"verdict: partial", `missing: "Available KV cache memory: X GiB"`}},
+		{"a flag the fragment does not print is assumed, and the value that matches is named (exit 3)",
+			[]string{"check", logPath("gemma4-e2b-l4-v0.21.0-FRAGMENT.log"), "--model", "google/gemma-4-E2B", "--vllm-version", "0.21.0"}, 3,
+			[]string{"verdict: differs", "explain: matches with --max-num-batched-tokens 2048", "assumed: --max-num-batched-tokens 8192: the log prints no"}},
+		{"the reserved memory of --kv-cache-memory-bytes, to the byte (exit 0)",
+			[]string{"check", logPath("qwen38-27b-gb10-fp8kv-768k-RESERVED-FRAGMENT.log"), "--model", "Qwen/Qwen3.6-27B", "--vllm-version", "0.27.1"}, 0,
+			[]string{"verdict: match", "--kv-cache-memory-bytes 32212254720"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := runCLI(t, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d: %s%s", code, tt.code, out, errs)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
