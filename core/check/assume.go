@@ -133,6 +133,10 @@ func assumptions(m *model.Model, s *Setup, km memory, l *vlog.Log, stated map[st
 	if len(lines) == 0 {
 		return nil
 	}
+	pr := predict(m, s.Engine, km)
+	if pr.err != nil || pr.hi == nil {
+		return nil
+	}
 	var out []assumption
 	for _, a := range assumables() {
 		if stated[a.name] || a.shown(l) {
@@ -140,10 +144,6 @@ func assumptions(m *model.Model, s *Setup, km memory, l *vlog.Log, stated map[st
 		}
 		f, ok := plan.LookupFlag(a.name)
 		if !ok {
-			continue
-		}
-		pr := predict(m, s.Engine, km)
-		if pr.err != nil || pr.hi == nil {
 			continue
 		}
 		as := assumption{Assumption: Assumption{Flag: "--" + a.name, Value: a.value(pr.hi), Why: a.why}}
