@@ -236,6 +236,9 @@ func (p Profile) Inferred() []string {
 	if p.Version.Newer {
 		out = append(out, NewerNote(p.Version))
 	}
+	if !p.Version.known() && !p.Version.Dev {
+		out = append(out, fmt.Sprintf("vLLM %s is not a release kvscope has read: planned with the rules of the releases before it; inferred", p.Version.Name()))
+	}
 	for _, r := range p.Rules {
 		if r.Evidence == Inferred {
 			out = append(out, r.What()+" from "+r.From+" ("+r.Source+"): inferred")
@@ -270,8 +273,20 @@ func label(v Version) string {
 		return fmt.Sprintf("vLLM %s (newer than the newest release kvscope has read, %s: planned with its rules, inferred)", v.Name(), Newest().Name())
 	case v.Dev:
 		return fmt.Sprintf("vLLM %s (development build %s, planned as that release)", v.Name(), v.Text)
+	case !v.known():
+		return fmt.Sprintf("vLLM %s (not a release kvscope has read: planned with the rules of the releases before it, inferred)", v.Name())
 	}
 	return "vLLM " + v.Name()
+}
+
+// known reports whether v is a release of the release table (or not a
+// numbered release at all).
+func (v Version) known() bool {
+	if !v.IsRelease() || v.Newer {
+		return true
+	}
+	_, ok := ReleaseOf(v.Name())
+	return ok
 }
 
 // Rule returns the table row in force for a behaviour (and family), or
