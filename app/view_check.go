@@ -128,7 +128,11 @@ func (c *Root) renderCheckResult(r *check.Result) app.UI {
 		),
 		app.Ul().Body(
 			app.Range(r.Explain).Slice(func(i int) app.UI { return app.Li().Text("explain: " + r.Explain[i]) }),
-			app.Range(r.Missing).Slice(func(i int) app.UI { return app.Li().Text("missing: " + r.Missing[i]) }),
+			app.Range(r.Missing).Slice(func(i int) app.UI { return app.Li().Class("missing").Text("missing: " + r.Missing[i]) }),
+			app.Range(r.Assumed).Slice(func(i int) app.UI {
+				a := r.Assumed[i]
+				return app.Li().Class("assumed").DataSet("flag", a.Flag).Text("assumed: " + a.Flag + " " + a.Value + " (" + a.Why + ")")
+			}),
 			app.Range(r.Notes).Slice(func(i int) app.UI { return app.Li().Class("muted").Text("note: " + r.Notes[i]) }),
 		),
 		app.P().Body(app.Code().Class("cli").Text("kvscope plan --model "+r.Model+" "+joinFlags(r.Flags))),

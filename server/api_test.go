@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -36,6 +37,31 @@ func TestAPICheckAndRefusal(t *testing.T) {
 	code, out := postJSON(t, srv, "/api/check", map[string]any{"log": string(log)})
 	if code != 200 || out["verdict"] != "match" || out["profile"] != "0.20.2" {
 		t.Errorf("check: %d %v %v", code, out["verdict"], out["error"])
+	}
+	// A fragment with the one-line capacity form and no memory line is
+	// partial, naming the missing line; a fragment that prints no
+	// max_num_batched_tokens lists it as assumed, with the value used.
+	log, err = os.ReadFile(filepath.Join("..", "testdata", "vllm-logs", "qwen38-27b-w4a16-rtx3090-v0.28.0-PARTIAL-FRAGMENT.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out = postJSON(t, srv, "/api/check", map[string]any{"log": string(log), "model": "Qwen/Qwen3.6-27B"})
+	if missing, _ := out["missing"].([]any); code != 200 || out["verdict"] != "partial" || len(missing) != 1 || !strings.Contains(fmt.Sprint(missing[0]), "Available KV cache memory") {
+		t.Errorf("partial check: %d %v %v", code, out["verdict"], out["missing"])
+	}
+	log, err = os.ReadFile(filepath.Join("..", "testdata", "vllm-logs", "gemma4-e2b-l4-v0.21.0-FRAGMENT.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out = postJSON(t, srv, "/api/check", map[string]any{"log": string(log), "model": "google/gemma-4-E2B", "vllm_version": "0.21.0"})
+	assumed, _ := out["assumed"].([]any)
+	found := false
+	for _, a := range assumed {
+		m, _ := a.(map[string]any)
+		found = found || m["flag"] == "--max-num-batched-tokens" && m["value"] == "8192" && m["why"] != ""
+	}
+	if code != 200 || out["verdict"] != "differs" || !found || !strings.Contains(fmt.Sprint(out["explain"]), "matches with --max-num-batched-tokens 2048") {
+		t.Errorf("assumed flag: %d %v assumed %v explain %v", code, out["verdict"], out["assumed"], out["explain"])
 	}
 	code, out = postJSON(t, srv, "/api/check", map[string]any{"log": "nothing here"})
 	if code != 400 || out["error_type"] != "bad_data" || !strings.Contains(out["error"].(string), "vLLM prints") {

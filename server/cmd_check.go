@@ -20,6 +20,15 @@ type differsError struct{}
 
 func (differsError) Error() string { return "the log and kvscope's plan differ" }
 
+// partialError ends kvscope check with exit status 4 when every line the
+// log has matches but it lacks lines a full judgement needs (the check's
+// missing); the report itself is already printed.
+type partialError struct{}
+
+func (partialError) Error() string {
+	return "the log's lines match kvscope's plan, but it lacks lines a full judgement needs"
+}
+
 // readCapped reads a file (or standard input for "-") of at most limit
 // bytes, naming the file and the cap when it is larger.
 func readCapped(name string, limit int64) ([]byte, error) {
@@ -77,6 +86,7 @@ func runCheck(args []string, stdout io.Writer) error {
 	in := check.Input{Log: l, Version: ef.Version(), Catalog: catalog()}
 	var overlayErr error
 	in.Adjust = func(e *plan.Engine) { overlayErr = ef.Overlay("", e, checkRefuses()) }
+	in.Given = ef.Given()
 	if *mf.model != "" {
 		if in.Model, err = readModel(in.Catalog, *mf.model); err != nil {
 			return err
@@ -101,10 +111,13 @@ func runCheck(args []string, stdout io.Writer) error {
 	} else {
 		writeCheckText(stdout, pos[0], res)
 	}
-	if res.Verdict != check.Match {
-		return differsError{}
+	switch res.Verdict {
+	case check.Match:
+		return nil
+	case check.Partial:
+		return partialError{}
 	}
-	return nil
+	return differsError{}
 }
 
 func writeCheckText(w io.Writer, name string, r *check.Result) {
@@ -136,6 +149,9 @@ func writeCheckText(w io.Writer, name string, r *check.Result) {
 	for _, m := range r.Missing {
 		fmt.Fprintf(w, "missing: %s\n", m)
 	}
+	for _, a := range r.Assumed {
+		fmt.Fprintf(w, "assumed: %s %s: %s\n", a.Flag, a.Value, a.Why)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -143,5 +159,5 @@ func writeCheckText(w io.Writer, name string, r *check.Result) {
 
 // checkRefuses are the engine flags kvscope check does not take, and why.
 func checkRefuses() map[string]string {
-	return map[string]string{"kv-cache-memory-bytes": `kvscope check takes the memory from the log's "Available KV cache memory" line`}
+	return map[string]string{"kv-cache-memory-bytes": `kvscope check takes the memory from the log's "Available KV cache memory" (or "reserved X GiB memory for KV Cache") line`}
 }

@@ -351,3 +351,40 @@ func TestCheckView(t *testing.T) {
 		t.Errorf("profile badge %q", badge)
 	}
 }
+
+// TestCheckViewShowsPartialAndAssumed: a real fragment cut before its KV
+// lines shows the partial verdict and its missing lines; a real log that
+// prints no max_num_batched_tokens lists the flag as assumed.
+func TestCheckViewShowsPartialAndAssumed(t *testing.T) {
+	ctx, ts, _ := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?view=check")); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #check-log`))); err != nil {
+		t.Fatal(err)
+	}
+	paste := func(file string) {
+		t.Helper()
+		log, err := os.ReadFile(filepath.Join("..", "testdata", "vllm-logs", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, _ := json.Marshal(string(log))
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const el = document.getElementById('check-log');
+			el.value = `+string(text)+`; el.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paste("qwen35-27b-autoround-w4a16-v0.19.1-fragment.log")
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#check-result[data-verdict="partial"] .verdict.partial`))); err != nil {
+		t.Fatalf("no partial verdict: %v", err)
+	}
+	missing, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#check-result li.missing')].map(li => li.textContent)`))
+	if err != nil || len(missing) != 3 || !strings.Contains(missing[0], "Available KV cache memory") {
+		t.Errorf("missing lines %q, %v; want the memory, size and concurrency lines", missing, err)
+	}
+	paste("phi3-mini-4k-v0.19.1.log")
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#check-result[data-verdict="match"] li.assumed[data-flag="--max-num-batched-tokens"]`))); err != nil {
+		t.Fatalf("no assumed --max-num-batched-tokens: %v", err)
+	}
+}

@@ -40,7 +40,7 @@ func commands() []command {
 		{"pd", "plan a prefill/decode pair and compute the descriptor geometry of a transfer", runPD},
 		{"tune", "search P/D engine flags for the most D KV tokens, the fewest descriptors or a mix, as vLLM and the handshake allow", runTune},
 		{"oracle", "prove a transfer on bytes, or run the sweep (--sweep)", runOracle},
-		{"check", "hold a vLLM startup log against kvscope's plan, line by line (exit 3 when they differ)", runCheck},
+		{"check", "hold a vLLM startup log against kvscope's plan, line by line (exit 3 when they differ, 4 when the log lacks lines a full judgement needs)", runCheck},
 		{"versions", "list the vLLM version profiles and the table of behaviour changes", runVersions},
 		{"serve", "serve the browser app and the JSON API (serve agent-token NAME: an agent's credential)", runServe},
 		{"replay", "serve the app and play a recorded event file (serve --record) into its live view", runReplay},
@@ -77,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case errors.As(err, new(differsError)):
 			return 3
+		case errors.As(err, new(partialError)):
+			return 4
 		case errors.As(err, new(*usageError)):
 			fmt.Fprintf(stderr, "kvscope %s: %v\n", c.name, err)
 			return 2

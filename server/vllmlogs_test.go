@@ -26,8 +26,10 @@ type logEntry struct {
 	Args    []string `json:"args"`
 	WhyArgs string   `json:"why_args"`
 	// Expect is "match" (every logged figure within the log's rounding of
-	// kvscope's prediction), "differs: <the behaviour kvscope does not model
-	// yet>", or "error: <what the message must say>".
+	// kvscope's prediction), "partial: <the missing lines, by their words,
+	// separated by "; ">" (every compared figure matches but the log lacks
+	// lines a full judgement needs), "differs: <the behaviour kvscope does
+	// not model yet>", or "error: <what the message must say>".
 	Expect string `json:"expect"`
 }
 
@@ -49,7 +51,7 @@ func readLogIndex(t *testing.T) []logEntry {
 // expected values, nothing here was computed by kvscope.
 func TestRealVLLMLogs(t *testing.T) {
 	entries := readLogIndex(t)
-	matched, checked := 0, 0
+	matched, partial, checked := 0, 0, 0
 	versions, hybrid := map[string]bool{}, 0
 	for _, e := range entries {
 		t.Run(e.File, func(t *testing.T) {
@@ -65,7 +67,7 @@ func TestRealVLLMLogs(t *testing.T) {
 					t.Errorf("exit %d, stderr %q; want exit 1 naming %q", code, errs, want)
 				}
 				return
-			case code != 0 && code != 3:
+			case code != 0 && code != 3 && code != 4:
 				t.Fatalf("exit %d: %s", code, errs)
 			}
 			var res struct {
@@ -78,6 +80,7 @@ func TestRealVLLMLogs(t *testing.T) {
 					Match     bool   `json:"match"`
 				} `json:"lines"`
 				Explain []string `json:"explain"`
+				Missing []string `json:"missing"`
 			}
 			if err := json.Unmarshal([]byte(out), &res); err != nil {
 				t.Fatalf("%v\n%s", err, out)
@@ -97,6 +100,24 @@ func TestRealVLLMLogs(t *testing.T) {
 				} else {
 					matched++
 				}
+			case strings.HasPrefix(e.Expect, "partial: "):
+				want := strings.Split(strings.TrimPrefix(e.Expect, "partial: "), "; ")
+				if res.Verdict != "partial" || code != 4 {
+					t.Fatalf("verdict %s (exit %d): %+v; missing %q; want partial, missing %q", res.Verdict, code, res.Lines, res.Missing, want)
+				}
+				if len(res.Missing) != len(want) {
+					t.Errorf("missing %q, want %d lines: %q", res.Missing, len(want), want)
+				}
+				for _, w := range want {
+					named := false
+					for _, m := range res.Missing {
+						named = named || strings.Contains(m, w)
+					}
+					if !named {
+						t.Errorf("missing %q does not name %q", res.Missing, w)
+					}
+				}
+				partial++
 			case strings.HasPrefix(e.Expect, "differs: "):
 				if res.Verdict != "differs" || code != 3 {
 					t.Errorf("verdict %s: the log was expected to differ (%s)", res.Verdict, e.Expect)
@@ -111,7 +132,7 @@ func TestRealVLLMLogs(t *testing.T) {
 		vs = append(vs, v)
 	}
 	sort.Strings(vs)
-	t.Logf("%d of %d real logs match (%d of hybrid models), over %d vLLM versions: %s", matched, checked, hybrid, len(vs), strings.Join(vs, " "))
+	t.Logf("%d of %d real logs match, %d partial (%d of hybrid models), over %d vLLM versions: %s", matched, checked, partial, hybrid, len(vs), strings.Join(vs, " "))
 	if checked < 25 || hybrid < 12 || len(vs) < 5 {
 		t.Errorf("the log set has %d checkable logs, %d of hybrid models, %d versions; want at least 25, 12 and 5", checked, hybrid, len(vs))
 	}
@@ -187,6 +208,41 @@ func TestHybridCountReadsTheModel(t *testing.T) {
 			}
 			if got := hasNonFullLayers(t, e); got != tt.hybrid {
 				t.Errorf("hybrid %v, want %v", got, tt.hybrid)
+			}
+		})
+	}
+}
+
+// TestCheckTextNamesWhatItLacksAndAssumed: kvscope check's text output
+// and exit status for the three verdicts, on real logs.
+func TestCheckTextNamesWhatItLacksAndAssumed(t *testing.T) {
+	logPath := func(f string) string { return filepath.Join("..", "testdata", "vllm-logs", f) }
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"a log without a memory line is partial (exit 4)",
+			[]string{"check", logPath("qwen38-27b-w4a16-rtx3090-v0.28.0-PARTIAL-FRAGMENT.log"), "--model", "Qwen/Qwen3.6-27B"}, 4,
+			[]string{"verdict: partial", `missing: "Available KV cache memory: X GiB"`}},
+		{"a flag the fragment does not print is assumed, and the value that matches is named (exit 3)",
+			[]string{"check", logPath("gemma4-e2b-l4-v0.21.0-FRAGMENT.log"), "--model", "google/gemma-4-E2B", "--vllm-version", "0.21.0"}, 3,
+			[]string{"verdict: differs", "explain: matches with --max-num-batched-tokens 2048", "assumed: --max-num-batched-tokens 8192: the log prints no"}},
+		{"the reserved memory of --kv-cache-memory-bytes, to the byte (exit 0)",
+			[]string{"check", logPath("qwen38-27b-gb10-fp8kv-768k-RESERVED-FRAGMENT.log"), "--model", "Qwen/Qwen3.6-27B", "--vllm-version", "0.27.1"}, 0,
+			[]string{"verdict: match", "--kv-cache-memory-bytes 32212254720"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := runCLI(t, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d: %s%s", code, tt.code, out, errs)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
 			}
 		})
 	}

@@ -29,6 +29,10 @@ type Input struct {
 	// Adjust changes the engine the log implies before it is planned: the
 	// settings a fragment of a log does not show (the CLI's engine flags).
 	Adjust func(*plan.Engine)
+	// Given names the engine flags Adjust sets (vLLM's names, without
+	// dashes: "max-num-batched-tokens"): stated by the caller, they are
+	// never listed as assumed.
+	Given []string
 }
 
 // LineCheck is one logged figure against kvscope's prediction.
@@ -50,19 +54,35 @@ type Result struct {
 	Flags        []string    `json:"flags"`
 	Setup        *Setup      `json:"setup"`
 	Lines        []LineCheck `json:"lines"`
-	Verdict      string      `json:"verdict"` // match or differs
+	Verdict      string      `json:"verdict"` // match, partial or differs
 	Explain      []string    `json:"explain"`
-	Missing      []string    `json:"missing"`
-	Notes        []string    `json:"notes"`
+	// Missing names the lines a full judgement needs that the log lacks
+	// (see missingLines); a log whose compared lines all match but that
+	// lacks one of them is partial.
+	Missing []string `json:"missing"`
+	// Assumed lists the engine flags the log does not show that the
+	// prediction depends on, with the value kvscope planned with.
+	Assumed []Assumption `json:"assumed"`
+	Notes   []string     `json:"notes"`
 
 	// Plan is kvscope's plan at the logged memory (nil when vLLM refused).
 	Plan     *plan.Plan   `json:"-"`
 	ModelRef *model.Model `json:"-"`
+
+	// target is the model without the drafter the catalog attached, and
+	// drafter that drafter's name ("" when the caller gave the draft or
+	// the method has none).
+	target  *model.Model
+	drafter string
 }
 
-// The verdicts.
+// The verdicts: every compared line within the log's rounding and every
+// line a full judgement needs present (match); every compared line within
+// its rounding but a needed line missing (partial); a compared line
+// outside its rounding (differs).
 const (
 	Match   = "match"
+	Partial = "partial"
 	Differs = "differs"
 )
 
@@ -74,7 +94,7 @@ func Run(in Input) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{VLLMVersion: l.Version, Setup: setup, Profile: setup.Version, Flags: setup.Flags,
-		Lines: []LineCheck{}, Explain: []string{}, Missing: []string{}, Notes: append([]string{}, setup.Notes...)}
+		Lines: []LineCheck{}, Explain: []string{}, Missing: []string{}, Assumed: []Assumption{}, Notes: append([]string{}, setup.Notes...)}
 	if prof, err := vllm.Lookup(setup.Version); err == nil {
 		res.ProfileLabel = prof.Label
 		if prof.Version.Newer { // a log from a release newer than kvscope's newest profile
@@ -94,19 +114,17 @@ func Run(in Input) (*Result, error) {
 	}
 	if in.Adjust != nil {
 		in.Adjust(&setup.Engine)
-		res.Flags = FlagsOf(setup.Engine, setup.MemGiB, setup.HasMem)
+		res.Flags = setup.flags()
 		res.Profile = setup.Engine.VLLMVersion
 		if prof, err := vllm.Lookup(res.Profile); err == nil {
 			res.ProfileLabel = prof.Label
 		}
 	}
-	memGiB, hasMem := setup.MemGiB, setup.HasMem
-	if !hasMem && l.Refusal != nil && !l.Refusal.NoMemory {
-		memGiB, hasMem = l.Refusal.AvailableGiB, true
+	mem := setup.memory()
+	if !mem.ok && l.Refusal != nil && !l.Refusal.NoMemory {
+		mem = memory{gib: l.Refusal.AvailableGiB, ok: true}
 	}
-	if !hasMem {
-		res.Missing = append(res.Missing, "\"Available KV cache memory: X GiB\": without it kvscope cannot predict num_blocks, the GPU KV cache size or the maximum concurrency")
-	}
+	memGiB, hasMem := mem.gib, mem.ok
 	if hasMem && memGiB <= 0 || l.Refusal != nil && l.Refusal.NoMemory {
 		// vLLM refuses before planning: "No available memory for the
 		// cache blocks".
@@ -119,10 +137,10 @@ func Run(in Input) (*Result, error) {
 		}
 		c.Match = c.Logged != "starts" && hasMem && memGiB <= 0
 		res.Lines = append(res.Lines, c)
-		res.finish()
+		res.finish(l, hasMem)
 		return res, nil
 	}
-	pr := predict(m, setup.Engine, memGiB, hasMem)
+	pr := predict(m, setup.Engine, mem)
 	if pr.err != nil {
 		return nil, pr.err
 	}
@@ -137,15 +155,25 @@ func Run(in Input) (*Result, error) {
 	if l.MambaMode != nil && pr.hi != nil && pr.hi.Engine.MambaCacheMode != l.MambaMode.Value {
 		res.Notes = append(res.Notes, fmt.Sprintf("vLLM set mamba cache mode %s; kvscope's profile predicts %s", l.MambaMode.Value, pr.hi.Engine.MambaCacheMode))
 	}
-	res.finish()
+	assumed := assumptions(m, setup, mem, l, given(in.Given), res.Lines)
+	for _, a := range assumed {
+		res.Assumed = append(res.Assumed, a.Assumption)
+	}
+	res.finish(l, hasMem)
 	if res.Verdict == Differs {
-		res.Explain = explain(m, setup, memGiB, hasMem, l, res.Lines)
+		res.Explain = explain(m, setup, mem, l, res.Lines, assumed)
+		res.Explain = append(res.Explain, res.drafterExplain(setup, mem, l)...)
 	}
 	return res, nil
 }
 
-func (r *Result) finish() {
+// finish names the missing lines and gives the verdict.
+func (r *Result) finish(l *vlog.Log, hasMem bool) {
+	r.Missing = missingLines(l, hasMem, r.Lines)
 	r.Verdict = Match
+	if len(r.Missing) > 0 {
+		r.Verdict = Partial
+	}
 	for _, c := range r.Lines {
 		if !c.Match {
 			r.Verdict = Differs
@@ -212,6 +240,7 @@ func resolveModel(in Input, res *Result) (*model.Model, error) {
 		if note != "" {
 			res.Notes = append(res.Notes, note)
 		}
+		res.target, res.drafter = m, name
 	}
 	return m.WithDraft(d)
 }
@@ -257,16 +286,20 @@ type prediction struct {
 const gib = 1 << 30
 
 // predict plans the engine at the smallest and largest memory that prints
-// as memGiB with two decimals.
-func predict(m *model.Model, e plan.Engine, memGiB float64, hasMem bool) prediction {
+// as the logged GiB with two decimals (at the bytes themselves when the
+// log states them).
+func predict(m *model.Model, e plan.Engine, km memory) prediction {
 	var pr prediction
 	mems := []int64{plan.DefaultKVCacheMemoryBytes, plan.DefaultKVCacheMemoryBytes}
-	if hasMem {
-		mems = []int64{int64(math.Ceil((memGiB - 0.005) * gib)), int64(math.Floor((memGiB + 0.005) * gib))}
+	switch {
+	case km.bytes > 0:
+		mems = []int64{km.bytes, km.bytes}
+	case km.ok:
+		mems = []int64{int64(math.Ceil((km.gib - 0.005) * gib)), int64(math.Floor((km.gib + 0.005) * gib))}
 	}
 	for i, mem := range mems {
 		if mem <= 0 {
-			pr.err = &vlog.ParseError{Reason: fmt.Sprintf("the log's available KV cache memory (%.2f GiB) leaves no memory for the cache", memGiB)}
+			pr.err = &vlog.ParseError{Reason: fmt.Sprintf("the log's KV cache memory (%.2f GiB) leaves no memory for the cache", km.gib)}
 			return pr
 		}
 		e.KVCacheMemoryBytes = mem
@@ -317,7 +350,7 @@ func compare(l *vlog.Log, pr prediction, hasMem bool) []LineCheck {
 		}
 		return append(out, c, n)
 	}
-	if l.Failed != nil && len(l.AvailableGiB) > 0 && l.Failed.N > l.AvailableGiB[0].Line.N && len(l.KVTokens) == 0 && len(l.Concurrency) == 0 {
+	if f, _, ok := l.KVMemory(); ok && l.Failed != nil && l.Failed.N > f.Line.N && len(l.KVTokens) == 0 && len(l.Concurrency) == 0 {
 		// The engine failed right after logging its memory, without the
 		// refusal's message (a cut traceback): compare whether kvscope
 		// refuses too. A failure before the memory line is something else.

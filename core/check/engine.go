@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,11 +27,16 @@ type Setup struct {
 	Version string       `json:"vllm_version"` // the profile's name
 	Engine  plan.Engine  `json:"engine"`
 	Spec    *Speculative `json:"speculative,omitempty"`
-	// MemGiB is the smallest available KV cache memory a worker logged
-	// (GiB, printed to 2 decimals), MemLine its line.
-	MemGiB  float64 `json:"available_kv_cache_gib"`
-	HasMem  bool    `json:"-"`
-	MemLine int     `json:"-"`
+	// MemGiB is the smallest KV cache memory a worker logged (GiB,
+	// printed to 2 decimals), MemLine its line, MemSource the line's kind
+	// (vlog.MemAvailable, MemReserved, MemInUse, or the non-default
+	// argument kv_cache_memory_bytes); MemBytes the memory to the byte
+	// when the non-default arguments state it (0 otherwise).
+	MemGiB    float64 `json:"available_kv_cache_gib"`
+	MemSource string  `json:"kv_cache_memory_source,omitempty"`
+	MemBytes  int64   `json:"kv_cache_memory_bytes,omitempty"`
+	HasMem    bool    `json:"-"`
+	MemLine   int     `json:"-"`
 	// Flags are the kvscope flags that plan the same engine.
 	Flags []string `json:"flags"`
 	Notes []string `json:"notes"`
@@ -80,9 +86,7 @@ func SetupOf(l *vlog.Log, version string) (*Setup, error) {
 	default:
 		if n, ok := l.ArgInt("max_num_batched_tokens"); ok && n > 0 {
 			e.MaxNumBatchedTokens = n
-		} else {
-			s.Notes = append(s.Notes, fmt.Sprintf("the log prints no max_num_batched_tokens: assuming %d (the API server's default on GPUs of 70 GiB and more)", plan.DefaultMaxNumBatchedTokens))
-		}
+		} // else assumed (see assumptions)
 	}
 	if l.Backend != nil {
 		if name, ok := backendFor(l.Backend.Value); ok {
@@ -93,12 +97,59 @@ func SetupOf(l *vlog.Log, version string) (*Setup, error) {
 		s.Spec = sp
 		e.NumSpeculativeTokens = sp.Tokens
 	}
-	if f, ok := l.MinAvailableGiB(); ok {
-		s.MemGiB, s.HasMem, s.MemLine = f.Value, true, f.Line.N
-	}
+	s.readMemory(l)
 	s.Engine = e
-	s.Flags = FlagsOf(e, s.MemGiB, s.HasMem)
+	s.Flags = s.flags()
 	return s, nil
+}
+
+// argMemory is MemSource when the memory comes from the non-default
+// arguments alone.
+const argMemory = "non-default args: kv_cache_memory_bytes"
+
+// readMemory finds the KV cache memory per rank: the smallest worker's
+// available memory, else the memory --kv-cache-memory-bytes reserved (to
+// the byte when the non-default arguments state it), else the memory in
+// use that the profiler's suggestion line states, else the argument.
+func (s *Setup) readMemory(l *vlog.Log) {
+	f, src, ok := l.KVMemory()
+	if ok {
+		s.MemGiB, s.HasMem, s.MemLine, s.MemSource = f.Value, true, f.Line.N, string(src)
+	}
+	if src == vlog.MemInUse {
+		s.Notes = append(s.Notes, fmt.Sprintf("the KV cache memory is the profiler's \"Current kv cache memory in use is %g GiB\" (line %d): the log has no \"Available KV cache memory\" line, and kvscope reads that figure as the same memory (inferred from the line's wording)", f.Value, f.Line.N))
+	}
+	b, isArg := l.ArgInt("kv_cache_memory_bytes")
+	if !isArg || b <= 0 || src == vlog.MemAvailable || src == vlog.MemInUse {
+		return
+	}
+	g := float64(b) / gib
+	switch {
+	case !ok:
+		s.MemGiB, s.MemBytes, s.HasMem, s.MemSource = g, int64(b), true, argMemory
+		s.Notes = append(s.Notes, fmt.Sprintf("the log has no KV cache memory line: kvscope plans with the non-default argument kv_cache_memory_bytes=%d, which vLLM reserves as it is", b))
+	case math.Abs(g-s.MemGiB) <= 0.005+1e-9:
+		s.MemBytes = int64(b)
+	default:
+		s.Notes = append(s.Notes, fmt.Sprintf("the non-default argument kv_cache_memory_bytes=%d (%.2f GiB) is not the %g GiB line %d reserved: kvscope plans with the line's", b, g, s.MemGiB, s.MemLine))
+	}
+}
+
+// memory is the KV cache memory a check plans with.
+type memory struct {
+	gib   float64
+	bytes int64 // to the byte, when the log states it; else gib ±0.005
+	ok    bool
+}
+
+func (s *Setup) memory() memory { return memory{gib: s.MemGiB, bytes: s.MemBytes, ok: s.HasMem} }
+
+// flags are the kvscope flags that plan the setup's engine.
+func (s *Setup) flags() []string {
+	if s.MemBytes > 0 {
+		return append(FlagsOf(s.Engine, 0, false), "--kv-cache-memory-bytes", strconv.FormatInt(s.MemBytes, 10))
+	}
+	return FlagsOf(s.Engine, s.MemGiB, s.HasMem)
 }
 
 // FlagsOf writes an engine's settings as kvscope's flags: the version,

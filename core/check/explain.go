@@ -18,17 +18,17 @@ type alternative struct {
 
 // explain says which behaviour or missing flag could explain the lines
 // that differ: it plans again with each alternative (another version's
-// profile, the flags whose defaults depend on the version) and names those
-// under which every line matches, then adds what each differing line
-// depends on.
-func explain(m *model.Model, s *Setup, memGiB float64, hasMem bool, l *vlog.Log, lines []LineCheck) []string {
+// profile, the flags whose defaults depend on the version, the values of
+// the flags the log does not show) and names those under which every
+// line matches, then adds what each differing line depends on.
+func explain(m *model.Model, s *Setup, km memory, l *vlog.Log, lines []LineCheck, assumed []assumption) []string {
 	var out []string
 	matches := func(e plan.Engine) bool {
-		pr := predict(m, e, memGiB, hasMem)
+		pr := predict(m, e, km)
 		if pr.err != nil {
 			return false
 		}
-		cs := compare(l, pr, hasMem)
+		cs := compare(l, pr, km.ok)
 		for _, c := range cs {
 			if !c.Match {
 				return false
@@ -50,7 +50,12 @@ func explain(m *model.Model, s *Setup, memGiB float64, hasMem bool, l *vlog.Log,
 	if len(versions) > 0 {
 		out = append(out, fmt.Sprintf("every line matches under the profile of vLLM %s: kvscope's release boundary for a behaviour that differs between them may be off (see kvscope versions)", ranges(versions)))
 	}
-	for _, a := range alternatives(s) {
+	out = append(out, explainAssumed(assumed)...)
+	tried := map[string]bool{}
+	for _, a := range assumed {
+		tried[a.Flag] = len(a.tried) > 0
+	}
+	for _, a := range alternatives(s, tried) {
 		e := s.Engine
 		a.apply(&e)
 		if matches(e) {
@@ -90,8 +95,9 @@ func hint(name string) string {
 }
 
 // alternatives are the flags whose defaults depend on the version or that
-// logs often leave out.
-func alternatives(s *Setup) []alternative {
+// logs often leave out (but not those whose values explainAssumed has
+// tried already: skip names them, with their dashes).
+func alternatives(s *Setup, skip map[string]bool) []alternative {
 	e := s.Engine
 	var out []alternative
 	if !e.AsyncScheduling && !e.NoAsyncScheduling {
@@ -121,7 +127,7 @@ func alternatives(s *Setup) []alternative {
 		out = append(out, alternative{"--selector " + string(sel), func(e *plan.Engine) { e.Selector = sel }})
 	}
 	for _, n := range []int{2048, 8192, 16384} {
-		if n == e.MaxNumBatchedTokens {
+		if n == e.MaxNumBatchedTokens || skip["--max-num-batched-tokens"] {
 			continue
 		}
 		n := n

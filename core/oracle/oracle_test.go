@@ -105,7 +105,7 @@ func TestPushBetweenDifferentPlans(t *testing.T) {
 	for _, tt := range []struct {
 		version string
 		rule    string
-	}{{vllm.Branch, ""}, {"0.28.0", "hybrid-block-size"}} {
+	}{{vllm.Branch, ""}, {"0.28.0", "mamba-prefix-block-size"}} {
 		e := func(tp int) plan.Engine {
 			return plan.Engine{VLLMVersion: tt.version, TensorParallelSize: tp, NumSpeculativeTokens: 7, MaxModelLen: 8192}
 		}

@@ -212,7 +212,7 @@ func TestRefusalsAreCounted(t *testing.T) {
 	if n != r.Total || r.Evaluated != r.Total {
 		t.Errorf("%d accepted + refused, %d evaluated, of %d", n, r.Evaluated, r.Total)
 	}
-	if reasons["handshake: hybrid-block-size"] == 0 || r.Feasible == 0 {
+	if reasons["handshake: mamba-prefix-block-size"] == 0 || r.Feasible == 0 {
 		t.Errorf("accepted %d, refused %v", r.Feasible, reasons)
 	}
 	for _, c := range r.All {

@@ -136,7 +136,8 @@ func changes() []Change {
 		{Behaviour: BConnector, Family: "plans", From: "0.10.0", Rule: "P and D need the same KV cache group plan and block size; D TP a multiple of P TP (\"Decode TP cannot be smaller than prefill TP\"), heads split across D ranks (HND layout)", Source: "#18833", Merged: "2025-06", Evidence: Read,
 			apply: func(p *Profile) {
 				p.GroupPairs, p.TPInvariant, p.StateConnector, p.PushConnector, p.BlockSizeRatio = false, false, false, false, false
-				p.PGreaterTP, p.Mamba2HeteroTP, p.GDNConnector, p.Mamba1Connector, p.HybridMLAPGreaterTP, p.PushPP, p.PushPPHybrid, p.PushPrefixTail = false, false, false, false, false, false, false, false
+				p.PGreaterTP, p.Mamba2HeteroTP, p.GDNConnector, p.Mamba1Connector, p.HybridMLA, p.HybridMLAPGreaterTP = false, false, false, false, false, false
+				p.PushPP, p.PushPPHybrid, p.PushPrefixTail, p.NixlMambaPrefix, p.HybridBlockSizes = false, false, false, false, false
 			}},
 		{Behaviour: BConnector, Family: "hybrid manager", From: "0.10.0", Rule: "a --kv-transfer-config turns the hybrid KV cache manager off, so sliding-window and chunked layers plan as full attention", Source: "—", Evidence: Read,
 			apply: func(p *Profile) { p.HMAWithConnector = false }},
@@ -202,10 +203,10 @@ func changes() []Change {
 		// 0.15.0
 		{Behaviour: BAsync, From: "0.15.0", Rule: "on by default, also with PP > 1", Source: "#32359, #32618", Merged: "2026-01-15", Evidence: Read,
 			apply: func(p *Profile) { p.AsyncWithPP = true }},
-		{Behaviour: BMambaMode, From: "0.15.0", Rule: "--mamba-cache-mode none|align|all (default none); prefix caching picks all for models that support Mamba prefix caching, align otherwise", Source: "#30877", Merged: "2026-01-23", Evidence: Inferred,
-			Note:  "in the v0.16.0 docs; whether 0.15 (cut about 01-27) has it is not settled",
+		{Behaviour: BMambaMode, From: "0.15.0", Rule: "--mamba-cache-mode none|align|all (default none); prefix caching picks all for models that support Mamba prefix caching, align otherwise", Source: "#30877", Merged: "2026-01-23", Evidence: Confirmed,
+			Note:  "vLLM's v0.15.0 release notes list it (\"--mamba-cache-mode align\")",
 			apply: func(p *Profile) { p.MambaModeFlag, p.PrefixMambaMode = true, "all-or-align" }},
-		{Behaviour: BStateSpec, From: "0.15.0", Rule: "none: 1+num_spec blocks; align: 2+num_spec; all: ceil(max_model_len/block)", Source: "#30877", Merged: "2026-01-23", Evidence: Inferred,
+		{Behaviour: BStateSpec, From: "0.15.0", Rule: "none: 1+num_spec blocks; align: 2+num_spec; all: ceil(max_model_len/block)", Source: "#30877", Merged: "2026-01-23", Evidence: Confirmed,
 			apply: func(p *Profile) { p.StateSpecBlocks = true }},
 
 		// 0.16.0
@@ -230,8 +231,8 @@ func changes() []Change {
 		// 0.18.0
 		{Behaviour: BSelector, From: "0.18.0", Rule: "g = the smallest bucket, or the largest when largest < 1.5 x smallest", Source: "#36684", Merged: "2026-03-12", Evidence: Confirmed,
 			apply: func(p *Profile) { p.Selector, p.Threshold = SelectorMinOrMax, 1.5 }},
-		{Behaviour: BConnector, Family: "mamba2", From: "0.18.0", Rule: "Mamba2 state moves (SupportsHMA), P TP == D TP only (\"Hybrid SSM (Mamba) models require homogeneous TP\")", Source: "#35758, #36687", Merged: "2026-03-06", Evidence: Inferred,
-			Note:  "0.17 or 0.18: merged inside the 0.17 cut window; needs VLLM_SSM_CONV_STATE_LAYOUT=DS (#37416)",
+		{Behaviour: BConnector, Family: "mamba2", From: "0.18.0", Rule: "Mamba2 state moves (SupportsHMA), P TP == D TP only (\"Hybrid SSM (Mamba) models require homogeneous TP\")", Source: "#35758, #36687", Merged: "2026-03-06", Evidence: Confirmed,
+			Note:  "vLLM's v0.18.0 release notes list both (\"HMA + NIXL connector\", \"P/D for hybrid SSM-FA models via NIXL\")",
 			apply: func(p *Profile) { p.StateConnector = true }},
 
 		// 0.19.0
@@ -239,31 +240,28 @@ func changes() []Change {
 			Note:  "in the v0.19.1 branch; merged inside the 0.18 cut window, so 0.18.0 is not settled",
 			apply: func(p *Profile) { p.Refusal = RefusalGroups }},
 
-		{Behaviour: BConnector, Family: "mamba2", From: "0.19.0", Rule: "Mamba2 state between different TP sizes (3-read conv state transfer, DS conv layout)", Source: "#37635", Merged: "2026-03-26", Evidence: Inferred,
-			Note:  "vLLM's compatibility page still said homogeneous TP; kvscope follows the code",
-			apply: func(p *Profile) { p.Mamba2HeteroTP = true }},
-
 		// 0.20.0
+		{Behaviour: BConnector, Family: "mamba2", From: "0.20.0", Rule: "Mamba2 state between different TP sizes (3-read conv state transfer; the DS conv layout, #37416)", Source: "#37635", Merged: "2026-03-26", Evidence: Confirmed,
+			Note:  "vLLM's v0.20.0 release notes: \"Full PD support for Mamba2-like models on Heterogeneous TP deployments\"; its compatibility page still said homogeneous TP",
+			apply: func(p *Profile) { p.Mamba2HeteroTP = true }},
 		{Behaviour: BAlign, From: "0.20.0", Rule: "alignment = max(the backend's smallest kernel block, --block-size), after the layers are built", Source: "#37467", Merged: "2026-03-30", Evidence: Read,
 			Note:  "not in the v0.19.1 branch; also backported into 0.18.2",
 			apply: func(p *Profile) { p.Align = AlignBackendUser }},
 		{Behaviour: BSSMHook, Family: "nemotron-h", From: "0.20.0", Rule: "auto = the config's mamba_ssm_cache_dtype, else float32", Source: "#39032", Merged: "2026-04-06", Evidence: Read,
 			apply: func(p *Profile) { p.SSMHooks["nemotron-h"] = "checkpoint:float32" }},
-		{Behaviour: BMambaMode, From: "0.20.0", Rule: "prefix caching with speculative decoding picks align even where all is supported", Source: "#40454", Merged: "2026-04-21", Evidence: Inferred,
-			Note:  "merged at the 0.20 cut: 0.20 or 0.21",
+		{Behaviour: BMambaMode, From: "0.20.0", Rule: "prefix caching with speculative decoding picks align even where all is supported", Source: "#40454", Merged: "2026-04-21", Evidence: Confirmed,
+			Note:  "vLLM's v0.20.0 release notes list it",
 			apply: func(p *Profile) { p.SpecAlignsAll = true }},
 
 		// 0.20.1
 		{Behaviour: BKVSize, From: "0.20.1", Rule: "int(max concurrency * max_model_len)", Source: "#41069", Merged: "2026-04-28", Evidence: Confirmed,
 			Note:  "real logs (testdata/vllm-logs): 0.20.0 prints num_blocks // groups * block size, 0.20.1rc1 and 0.20.2 the concurrency-based figure; vllm#43308 places it between 0.20.0 and 0.21.0",
 			apply: func(p *Profile) { p.KVSizeLine = SizeConcurrency }},
+		{Behaviour: BRefusal, From: "0.20.1", Rule: "a --num-gpu-blocks-override replaces the memory in the check (override * bytes per block)", Source: "#41069", Merged: "2026-04-28", Evidence: Confirmed,
+			Note:  "vLLM's v0.20.1 release notes: \"Fixed num_gpu_blocks_override not accounted for in max_model_len checks\"",
+			apply: func(p *Profile) { p.RefusalOverride = true }},
 
 		// 0.21.0
-		{Behaviour: BHandshake, From: "0.21.0", Rule: "version 4: KV block leases renewed by heartbeats; ssm_sizes in the metadata", Source: "#41383", Evidence: Inferred,
-			Note:  "opened 2026-04-30, after the 0.20 cut",
-			apply: func(p *Profile) { p.NixlVersion = 4 }},
-		{Behaviour: BRefusal, From: "0.21.0", Rule: "a --num-gpu-blocks-override replaces the memory in the check (override * bytes per block)", Source: "#41069", Merged: "2026-04-28", Evidence: Confirmed,
-			apply: func(p *Profile) { p.RefusalOverride = true }},
 
 		// 0.22.0
 		{Behaviour: BMambaMode, From: "0.22.0", Rule: "the spec-decode rule reverted: prefix caching picks all where supported, align otherwise", Source: "#41233", Merged: "2026-05-18", Evidence: Read,
@@ -272,16 +270,20 @@ func changes() []Change {
 			apply: func(p *Profile) { p.AllSpecBlocks = true }},
 		{Behaviour: BRefusalWording, From: "0.22.0", Rule: "\"the model's max seq len\"", Source: "#42479", Merged: "2026-05-15", Evidence: Inferred,
 			apply: func(p *Profile) { p.RefusalModelsTypo = false }},
-		{Behaviour: BConnector, Family: "hybrid manager", From: "0.22.0", Rule: "the hybrid manager stays on with the NixlConnector", Source: "#41847", Merged: "2026-05-26", Evidence: Confirmed,
-			Note:  "in the v0.23.0 and v0.24.0 branches",
-			apply: func(p *Profile) { p.HMAWithConnector = true }},
-		{Behaviour: BConnector, Family: "gdn", From: "0.22.0", Rule: "gated-delta-net state (Qwen3.5/3.6) moves, also between different TP sizes (DS conv layout; equal kernel block sizes)", Source: "#41869", Merged: "2026-05", Evidence: Inferred,
-			Note:  "before it vLLM's NixlConnector had no GDN path; kvscope accepts equal TP there (inferred) and refuses different TP; a follow-up (#42677) is of 2026-05-14",
+		{Behaviour: BHandshake, From: "0.22.0", Rule: "version 4: KV block leases renewed by heartbeats; ssm_sizes in the metadata", Source: "#41383", Evidence: Confirmed,
+			Note:  "vLLM's v0.22.0 release notes list the lease-renewal TTL (#41383); the version number is the constant's comment",
+			apply: func(p *Profile) { p.NixlVersion = 4 }},
+		{Behaviour: BConnector, Family: "gdn", From: "0.22.0", Rule: "gated-delta-net state (Qwen3.5/3.6) moves, also between different TP sizes (DS conv layout; equal kernel block sizes)", Source: "#41869", Merged: "2026-05", Evidence: Confirmed,
+			Note:  "vLLM's v0.22.0 release notes: \"GDN support for PD with NIXL\"; before it kvscope accepts equal TP (inferred) and refuses different TP",
 			apply: func(p *Profile) { p.GDNConnector = true }},
 
 		// 0.23.0
-		{Behaviour: BConnector, Family: "mamba1", From: "0.23.0", Rule: "Mamba1 state (Jamba) moves, also between different TP sizes", Source: "#45019", Merged: "2026-06-09", Evidence: Inferred,
-			apply: func(p *Profile) { p.Mamba1Connector = true }},
+		{Behaviour: BConnector, Family: "hybrid manager", From: "0.23.0", Rule: "the hybrid manager stays on with the NixlConnector", Source: "#41847", Merged: "2026-05-26", Evidence: Confirmed,
+			Note:  "vLLM's v0.23.0 release notes: \"HMA on by default for capable connectors\"; in the v0.23.0 and v0.24.0 branches",
+			apply: func(p *Profile) { p.HMAWithConnector = true }},
+		{Behaviour: BConnector, Family: "mamba prefix", From: "0.23.0", Rule: "state layers move with Mamba prefix caching (a mamba cache mode other than none)", Source: "#42554", Evidence: Confirmed,
+			Note:  "vLLM's v0.23.0 release notes: \"Nixl Mamba prefix-caching mode\"",
+			apply: func(p *Profile) { p.NixlMambaPrefix = true }},
 
 		// 0.24.0
 		{Behaviour: BConnector, Family: "push", From: "0.24.0", Rule: "NixlPushConnector (P writes); it needs P's plan on D (\"NixlPushConnector does not support different producer and consumer cache-group layouts\")", Source: "#35264", Merged: "2026-06-12", Evidence: Confirmed,
@@ -289,8 +291,13 @@ func changes() []Change {
 			apply: func(p *Profile) { p.PushConnector = true }},
 		{Behaviour: BConnector, Family: "push pp", From: "0.24.0", Rule: "a pipeline-parallel push producer, without the hybrid manager's groups", Source: "#45880", Merged: "2026-06-17", Evidence: Inferred,
 			apply: func(p *Profile) { p.PushPP = true }},
-		{Behaviour: BPadPages, From: "0.24.0", Rule: "attention pages that do not divide the largest are padded", Source: "#45181", Evidence: Inferred,
+		{Behaviour: BPadPages, From: "0.24.0", Rule: "attention pages that do not divide the largest are padded", Source: "#45181", Evidence: Confirmed,
 			apply: func(p *Profile) { p.PadPages = true }},
+
+		// 0.25.0
+		{Behaviour: BConnector, Family: "mamba1", From: "0.25.0", Rule: "Mamba1 state (Jamba) moves, also between different TP sizes", Source: "#45019", Merged: "2026-06-09", Evidence: Confirmed,
+			Note:  "vLLM's v0.25.0 release notes: \"NIXL Mamba1 support\"",
+			apply: func(p *Profile) { p.Mamba1Connector = true }},
 
 		// 0.26.0
 		{Behaviour: BInFlight, From: "0.26.0", Rule: "max_num_batched_tokens x batches in flight (2 with async scheduling at PP 1, else PP) instead of max_num_batched_tokens", Source: "#47728", Merged: "2026-07-08", Evidence: Confirmed,
@@ -303,8 +310,12 @@ func changes() []Change {
 			apply: func(p *Profile) { p.NixlVersion = 5 }},
 
 		// 0.27.0
-		{Behaviour: BConnector, Family: "hybrid mla", From: "0.27.0", Rule: "an MLA + Mamba hybrid with P TP > D TP", Source: "#49297", Merged: "2026-07-21", Evidence: Inferred,
-			apply: func(p *Profile) { p.HybridMLAPGreaterTP = true }},
+		{Behaviour: BConnector, Family: "hybrid mla", From: "0.27.0", Rule: "an MLA + state hybrid moves (#49762), also with P TP > D TP (#49297)", Source: "#49762, #49297", Merged: "2026-07-21", Evidence: Confirmed,
+			Note:  "vLLM's v0.27.0 release notes: \"NIXL P/D for hybrid MLA+SSM models\", \"NIXL hybrid MLA+mamba heterogeneous TP\"",
+			apply: func(p *Profile) { p.HybridMLA, p.HybridMLAPGreaterTP = true, true }},
+		{Behaviour: BConnector, Family: "block size", From: "0.27.0", Rule: "a hybrid's P and D may differ in block size: attention descriptors at the remote block granularity, state blocks 1:1; with Mamba prefix caching still refused (#51527 is open)", Source: "#49612", Merged: "2026-07", Evidence: Confirmed,
+			Note:  "vLLM's v0.27.0 release notes: \"heterogeneous P/D block sizes for hybrid models\"; kvscope does not model that path's descriptors",
+			apply: func(p *Profile) { p.HybridBlockSizes = true }},
 		{Behaviour: BHandshake, From: "0.27.0", Rule: "version 7: the hash takes the EAGLE/MTP speculative config (v6) and the transfer mode, push or pull, instead of cross_layers_blocks", Source: "#49230, #50620", Merged: "2026-07-20, 07-31", Evidence: Inferred,
 			Note:  "0.28.0 is possible for version 7",
 			apply: func(p *Profile) { p.NixlVersion = 7 }},

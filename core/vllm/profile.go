@@ -140,6 +140,13 @@ type Profile struct {
 	Mamba1Connector     bool `json:"nixl_mamba1"`
 	HybridMLAPGreaterTP bool `json:"nixl_hybrid_mla_p_tp_greater"`
 	PushPP              bool `json:"nixl_push_pp"`
+	// HybridMLA: an MLA + state hybrid moves at all (#49762).
+	// NixlMambaPrefix: state moves with Mamba prefix caching (#42554).
+	// HybridBlockSizes: a hybrid's P and D may differ in block size
+	// (#49612), without Mamba prefix caching.
+	HybridMLA        bool `json:"nixl_hybrid_mla"`
+	NixlMambaPrefix  bool `json:"nixl_mamba_prefix_caching"`
+	HybridBlockSizes bool `json:"nixl_hybrid_block_sizes"`
 	// PushPrefixTail: with a D prefix hit, push moves the tail of P's
 	// blocks (#48758); before, it trimmed the head.
 	PushPrefixTail bool `json:"nixl_push_prefix_tail"`
@@ -229,6 +236,9 @@ func (p Profile) Inferred() []string {
 	if p.Version.Newer {
 		out = append(out, NewerNote(p.Version))
 	}
+	if !p.Version.known() && !p.Version.Dev {
+		out = append(out, fmt.Sprintf("vLLM %s is not a release kvscope has read: planned with the rules of the releases before it; inferred", p.Version.Name()))
+	}
 	for _, r := range p.Rules {
 		if r.Evidence == Inferred {
 			out = append(out, r.What()+" from "+r.From+" ("+r.Source+"): inferred")
@@ -263,8 +273,20 @@ func label(v Version) string {
 		return fmt.Sprintf("vLLM %s (newer than the newest release kvscope has read, %s: planned with its rules, inferred)", v.Name(), Newest().Name())
 	case v.Dev:
 		return fmt.Sprintf("vLLM %s (development build %s, planned as that release)", v.Name(), v.Text)
+	case !v.known():
+		return fmt.Sprintf("vLLM %s (not a release kvscope has read: planned with the rules of the releases before it, inferred)", v.Name())
 	}
 	return "vLLM " + v.Name()
+}
+
+// known reports whether v is a release of the release table (or not a
+// numbered release at all).
+func (v Version) known() bool {
+	if !v.IsRelease() || v.Newer {
+		return true
+	}
+	_, ok := ReleaseOf(v.Name())
+	return ok
 }
 
 // Rule returns the table row in force for a behaviour (and family), or

@@ -131,3 +131,19 @@ func TestVersionOfMembers(t *testing.T) {
 		t.Errorf("releases speaking 12: %q", rs)
 	}
 }
+
+// TestUnlistedPatchRelease: a patch release no public material shows
+// (0.28.1) plans with the rules before it and says so.
+func TestUnlistedPatchRelease(t *testing.T) {
+	p, err := Lookup("0.28.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf := p.Inferred()
+	if len(inf) == 0 || !strings.Contains(inf[0], "0.28.1 is not a release kvscope has read") || !strings.Contains(p.Label, "not a release kvscope has read") {
+		t.Errorf("label %q, inferred %q", p.Label, inf)
+	}
+	if q, _ := Lookup("0.28.0"); strings.Contains(q.Label, "not a release") || len(q.Rules) != len(p.Rules) {
+		t.Errorf("0.28.0: label %q, %d rules (0.28.1: %d)", q.Label, len(q.Rules), len(p.Rules))
+	}
+}

@@ -66,23 +66,33 @@ type Log struct {
 	Args   map[string]any `json:"non_default_args"`
 	Config []Field        `json:"-"`
 
-	MaxModelLen  *Figure[int]             `json:"max_model_len,omitempty"`          // "Using max model len N"
-	MNBT         *Figure[int]             `json:"max_num_batched_tokens,omitempty"` // "Chunked prefill is enabled with max_num_batched_tokens=N"
-	AvailableGiB []Figure[float64]        `json:"available_kv_cache_gib"`           // "Available KV cache memory: X GiB", per worker
-	BlockSize    *Figure[int]             `json:"block_size,omitempty"`             // "Setting attention block size to N tokens"
-	MambaPad     *Figure[float64]         `json:"mamba_pad_percent,omitempty"`      // "Padding mamba page size by X%"
-	Padding      []Figure[PaddingWarning] `json:"padding_layers"`                   // "Add N padding layers ..."
-	KVTokens     []Figure[int64]          `json:"kv_cache_tokens"`                  // "GPU KV cache size: N tokens", per worker
-	Concurrency  []Figure[Concurrency]    `json:"max_concurrency"`                  // per worker
-	Override     *Figure[[2]int64]        `json:"num_gpu_blocks_override,omitempty"`
-	Refusal      *Refusal                 `json:"refusal,omitempty"`
-	MambaMode    *Figure[string]          `json:"mamba_cache_mode,omitempty"` // "Mamba cache mode is set to 'align'"
-	Async        *Figure[bool]            `json:"async_scheduling,omitempty"` // "Asynchronous scheduling is enabled."
-	PrefixOff    *Line                    `json:"prefix_caching_disabled,omitempty"`
-	Failed       *Line                    `json:"failed_to_start,omitempty"`       // "EngineCore failed to start"
-	SSMDType     *Figure[string]          `json:"mamba_ssm_cache_dtype,omitempty"` // "Updating mamba_ssm_cache_dtype to 'float16'"
-	Backend      *Figure[string]          `json:"attention_backend,omitempty"`
-	Recognised   []Line                   `json:"recognised"`
+	MaxModelLen  *Figure[int]      `json:"max_model_len,omitempty"`          // "Using max model len N"
+	MNBT         *Figure[int]      `json:"max_num_batched_tokens,omitempty"` // "Chunked prefill is enabled with max_num_batched_tokens=N"
+	AvailableGiB []Figure[float64] `json:"available_kv_cache_gib"`           // "Available KV cache memory: X GiB", per worker
+	// ReservedGiB is "Initial free memory F GiB, reserved X GiB memory for
+	// KV Cache as specified by kv_cache_memory_bytes config and skipped
+	// memory profiling", per worker: what vLLM prints instead of the
+	// available memory when --kv-cache-memory-bytes is set.
+	ReservedGiB []Figure[float64] `json:"reserved_kv_cache_gib"`
+	// InUseGiB is the profiler's suggestion line ("Free memory on device
+	// (...) ... Replace gpu_memory_utilization config with
+	// --kv-cache-memory=N ... Current kv cache memory in use is C GiB."),
+	// per worker: C, the KV cache memory the worker holds.
+	InUseGiB    []Figure[float64]        `json:"kv_cache_in_use_gib"`
+	BlockSize   *Figure[int]             `json:"block_size,omitempty"`        // "Setting attention block size to N tokens"
+	MambaPad    *Figure[float64]         `json:"mamba_pad_percent,omitempty"` // "Padding mamba page size by X%"
+	Padding     []Figure[PaddingWarning] `json:"padding_layers"`              // "Add N padding layers ..."
+	KVTokens    []Figure[int64]          `json:"kv_cache_tokens"`             // "GPU KV cache size: N tokens", per worker
+	Concurrency []Figure[Concurrency]    `json:"max_concurrency"`             // per worker
+	Override    *Figure[[2]int64]        `json:"num_gpu_blocks_override,omitempty"`
+	Refusal     *Refusal                 `json:"refusal,omitempty"`
+	MambaMode   *Figure[string]          `json:"mamba_cache_mode,omitempty"` // "Mamba cache mode is set to 'align'"
+	Async       *Figure[bool]            `json:"async_scheduling,omitempty"` // "Asynchronous scheduling is enabled."
+	PrefixOff   *Line                    `json:"prefix_caching_disabled,omitempty"`
+	Failed      *Line                    `json:"failed_to_start,omitempty"`       // "EngineCore failed to start"
+	SSMDType    *Figure[string]          `json:"mamba_ssm_cache_dtype,omitempty"` // "Updating mamba_ssm_cache_dtype to 'float16'"
+	Backend     *Figure[string]          `json:"attention_backend,omitempty"`
+	Recognised  []Line                   `json:"recognised"`
 }
 
 // ParseError reports a log kvscope cannot use, naming what is missing.
@@ -103,6 +113,8 @@ type patterns struct {
 	reMaxLen      *regexp.Regexp
 	reMNBT        *regexp.Regexp
 	reAvail       *regexp.Regexp
+	reReserved    *regexp.Regexp
+	reInUse       *regexp.Regexp
 	reBlock       *regexp.Regexp
 	reMambaPad    *regexp.Regexp
 	rePadding     *regexp.Regexp
@@ -129,6 +141,8 @@ func newPatterns() *patterns {
 		reMaxLen:      regexp.MustCompile(`Using max model len (\d+)`),
 		reMNBT:        regexp.MustCompile(`Chunked prefill is enabled with max_num_batched_tokens=(\d+)`),
 		reAvail:       regexp.MustCompile(`Available KV cache memory: (-?[0-9.]+) GiB`),
+		reReserved:    regexp.MustCompile(`reserved (-?[0-9.]+) GiB memory for KV Cache`),
+		reInUse:       regexp.MustCompile(`Current kv cache memory in use is (-?[0-9.]+) GiB`),
 		reBlock:       regexp.MustCompile(`Setting attention block size to (\d+) tokens`),
 		reMambaPad:    regexp.MustCompile(`Padding mamba page size by ([0-9.]+)%`),
 		rePadding:     regexp.MustCompile(`Add (\d+) padding layers, may waste at most ([0-9.]+)% KV cache memory`),
@@ -153,7 +167,7 @@ func Parse(text string) (*Log, error) {
 	if len(text) > MaxLogBytes {
 		return nil, &ParseError{Reason: fmt.Sprintf("the log is %d bytes, over the %d-byte limit", len(text), MaxLogBytes)}
 	}
-	l := &Log{Args: map[string]any{}, AvailableGiB: []Figure[float64]{}, Padding: []Figure[PaddingWarning]{}, KVTokens: []Figure[int64]{}, Concurrency: []Figure[Concurrency]{}, Recognised: []Line{}}
+	l := &Log{Args: map[string]any{}, AvailableGiB: []Figure[float64]{}, ReservedGiB: []Figure[float64]{}, InUseGiB: []Figure[float64]{}, Padding: []Figure[PaddingWarning]{}, KVTokens: []Figure[int64]{}, Concurrency: []Figure[Concurrency]{}, Recognised: []Line{}}
 	p := newPatterns()
 	for i, raw := range strings.Split(text, "\n") {
 		line := Line{N: i + 1, Text: strings.TrimRight(p.ansi.ReplaceAllString(raw, ""), "\r")}
@@ -215,6 +229,9 @@ func (l *Log) readLine(p *patterns, line Line) bool {
 		if f, err := strconv.ParseFloat(m[1], 64); err == nil {
 			l.AvailableGiB = append(l.AvailableGiB, Figure[float64]{f, line})
 		}
+		return true
+	}
+	if floatFigure(p.reReserved, t, line, &l.ReservedGiB) || floatFigure(p.reInUse, t, line, &l.InUseGiB) {
 		return true
 	}
 	if m := p.reMambaPad.FindStringSubmatch(t); m != nil {
@@ -297,6 +314,19 @@ func (l *Log) readLine(p *patterns, line Line) bool {
 	return false
 }
 
+// floatFigure appends the number re finds in t to dst; it reports
+// whether t is re's line (a number that does not parse is dropped).
+func floatFigure(re *regexp.Regexp, t string, line Line, dst *[]Figure[float64]) bool {
+	m := re.FindStringSubmatch(t)
+	if m == nil {
+		return false
+	}
+	if f, err := strconv.ParseFloat(m[1], 64); err == nil {
+		*dst = append(*dst, Figure[float64]{f, line})
+	}
+	return true
+}
+
 func (l *Log) intFigure(re *regexp.Regexp, t string, line Line, dst **Figure[int], last bool) bool {
 	m := re.FindStringSubmatch(t)
 	if m == nil {
@@ -373,12 +403,40 @@ func (l *Log) ConfigInt(key string) (int, bool) {
 
 // MinAvailableGiB is the smallest available KV cache memory any worker
 // logged: the engine's num_blocks is the minimum over workers.
-func (l *Log) MinAvailableGiB() (Figure[float64], bool) {
-	if len(l.AvailableGiB) == 0 {
+func (l *Log) MinAvailableGiB() (Figure[float64], bool) { return minFigure(l.AvailableGiB) }
+
+// MemorySource names the line a KV cache memory figure came from.
+type MemorySource string
+
+// The lines that state a worker's KV cache memory, in the order KVMemory
+// prefers them.
+const (
+	MemAvailable MemorySource = "Available KV cache memory: X GiB"
+	MemReserved  MemorySource = "reserved X GiB memory for KV Cache"
+	MemInUse     MemorySource = "Current kv cache memory in use is X GiB"
+)
+
+// KVMemory is the KV cache memory of the smallest worker and the line it
+// came from: the available memory, else the memory reserved by
+// --kv-cache-memory-bytes, else the profiler suggestion's memory in use.
+func (l *Log) KVMemory() (Figure[float64], MemorySource, bool) {
+	for _, src := range []struct {
+		figs []Figure[float64]
+		name MemorySource
+	}{{l.AvailableGiB, MemAvailable}, {l.ReservedGiB, MemReserved}, {l.InUseGiB, MemInUse}} {
+		if f, ok := minFigure(src.figs); ok {
+			return f, src.name, true
+		}
+	}
+	return Figure[float64]{}, "", false
+}
+
+func minFigure(fs []Figure[float64]) (Figure[float64], bool) {
+	if len(fs) == 0 {
 		return Figure[float64]{}, false
 	}
-	best := l.AvailableGiB[0]
-	for _, f := range l.AvailableGiB[1:] {
+	best := fs[0]
+	for _, f := range fs[1:] {
 		if f.Value < best.Value {
 			best = f
 		}

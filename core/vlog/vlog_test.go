@@ -115,6 +115,46 @@ func TestParseReadsTheRefusal(t *testing.T) {
 	}
 }
 
+// The lines that state a worker's KV cache memory, as vLLM 0.27.1 printed
+// them on a GB10 (the reserved and in-use figures from public logs in
+// testdata/vllm-logs/qwen38-27b-gb10-*.log), and which one KVMemory
+// takes.
+func TestParseReadsEveryMemoryLine(t *testing.T) {
+	const (
+		avail    = "(EngineCore pid=492078) INFO 08-23 09:39:41 [gpu_worker.py:563] Available KV cache memory: 50.29 GiB\n"
+		reserved = "(EngineCore pid=602779) INFO 08-23 13:06:45 [gpu_worker.py:491] Initial free memory 111.93 GiB, reserved 33.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling. This does not respect the gpu_memory_utilization config.\n"
+		inUse    = "81:(EngineCore pid=492078) INFO 08-23 09:40:11 [gpu_worker.py:789] Free memory on device (112.26/119.63 GiB) on startup. Desired GPU memory utilization is (0.92, 110.06 GiB). Replace gpu_memory_utilization config with `--kv-cache-memory=52830620611` (49.2 GiB) to fit into requested memory, or `--kv-cache-memory=55188796928` (51.4 GiB) to fully utilize gpu memory. Current kv cache memory in use is 50.28 GiB.\n"
+	)
+	tests := []struct {
+		name string
+		log  string
+		gib  float64
+		src  MemorySource
+		line int
+	}{
+		{"the available memory wins over the others", inUse + reserved + avail, 50.29, MemAvailable, 3},
+		{"the reserved memory of --kv-cache-memory-bytes", "INFO 08-23 [kv_cache_utils.py:2235] GPU KV cache size: 1,073,277 tokens\n" + reserved, 33, MemReserved, 2},
+		{"the profiler's memory in use when nothing else is there", inUse, 50.28, MemInUse, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := Parse(tt.log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, src, ok := l.KVMemory()
+			if !ok || f.Value != tt.gib || src != tt.src || f.Line.N != tt.line {
+				t.Errorf("KVMemory = %+v, %q, %v; want %v GiB from %q at line %d", f, src, ok, tt.gib, tt.src, tt.line)
+			}
+		})
+	}
+	if l, _ := Parse("INFO GPU KV cache size: 5 tokens\n"); l != nil {
+		if _, _, ok := l.KVMemory(); ok {
+			t.Error("a log without a memory line has none")
+		}
+	}
+}
+
 // FuzzParseLiteral: any text is a literal, or an error; never a panic.
 func FuzzParseLiteral(f *testing.F) {
 	for _, s := range []string{`{'a': 1, 'b': [1, (2, 3)], 'c': {'d': None}}`, `<X: 1>`, `'\x41'`, `{'a'}`, `-1.5e3`, `'''x'''`} {

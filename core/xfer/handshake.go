@@ -298,7 +298,11 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 		reject("pp-push-plan", "P", fmt.Sprintf("a pipeline-parallel push producer (P PP %d) routes layers by name into D's regions and cannot follow a different plan", pp.Engine.PipelineParallelSize),
 			"use the TP-invariant plan on both engines, or pull")
 	}
-	if !prof.GroupPairs && !same && changes.SameLayout && prof.BlockSizeRatio && mode == Pull && pp.BlockSize > 0 && dp.BlockSize%pp.BlockSize == 0 && dp.BlockSize > pp.BlockSize {
+	hybridRatio := rc.hybrid && prof.HybridBlockSizes && pp.BlockSize != dp.BlockSize
+	if !prof.GroupPairs && !same && changes.SameLayout && hybridRatio {
+		reject("block-size-ratio", "P/D", fmt.Sprintf("%s's %s accepts a hybrid's D blocks of %d tokens against P's %d through its remote-granularity path (#49612); kvscope does not model that path's descriptors", prof.Label, connectorName(mode), dp.BlockSize, pp.BlockSize),
+			"give P and D one --block-size, or plan with --vllm-version "+vllm.Branch+" to see the bytes per group pair")
+	} else if !prof.GroupPairs && !same && changes.SameLayout && prof.BlockSizeRatio && mode == Pull && pp.BlockSize > 0 && dp.BlockSize%pp.BlockSize == 0 && dp.BlockSize > pp.BlockSize {
 		reject("block-size-ratio", "P/D", fmt.Sprintf("%s's NixlConnector accepts D blocks of %d tokens against P's %d through its block_size_ratio path (#26759); kvscope does not model that path's descriptors", prof.Label, dp.BlockSize, pp.BlockSize),
 			"give P and D one --block-size, or plan with --vllm-version "+vllm.Branch+" to see the bytes per group pair")
 	} else if !prof.GroupPairs && !same {

@@ -193,7 +193,7 @@ func connectorVersion(s *Setup) ([]string, error) {
 		}
 	}
 	if s.Model.HasKind(model.Sliding) || s.Model.HasKind(model.ChunkedLocal) {
-		notes = append(notes, fmt.Sprintf("%s turns the hybrid KV cache manager off for a --kv-transfer-config: sliding-window and chunked layers plan as full attention on P and D (kept on from vLLM 0.22, #41847)", prof.Label))
+		notes = append(notes, fmt.Sprintf("%s turns the hybrid KV cache manager off for a --kv-transfer-config: sliding-window and chunked layers plan as full attention on P and D (kept on from vLLM 0.23, #41847)", prof.Label))
 	}
 	return notes, nil
 }

@@ -42,6 +42,12 @@ type ruleCase struct {
 }
 
 func (c *ruleCase) has(k model.Kind) bool { return c.m.HasKind(k) }
+
+// mambaPrefix: either engine keeps state for prefix caching.
+func (c *ruleCase) mambaPrefix() bool {
+	on := func(m string) bool { return m != "" && m != "none" }
+	return on(c.pp.Engine.MambaCacheMode) || on(c.dp.Engine.MambaCacheMode)
+}
 func (c *ruleCase) state() bool {
 	return c.has(model.Mamba1) || c.has(model.Mamba2) || c.has(model.GatedDeltaNet) || c.has(model.KDA)
 }
@@ -104,6 +110,26 @@ var connectorRules = []connectorRule{
 		fix:       "give P and D the same --tensor-parallel-size",
 	},
 	{
+		name: "hybrid-mla-state", family: "hybrid mla", source: "#49762",
+		applies: func(c *ruleCase) bool { return c.has(model.MLA) && c.state() },
+		allowed: func(p vllm.Profile) bool { return p.HybridMLA },
+		detail: func(c *ruleCase) string {
+			return "an MLA + state hybrid"
+		},
+		why: "it moves MLA or state caches, not both in one model",
+		fix: "serve the model without P/D disaggregation, or on a release that moves hybrid MLA + state models",
+	},
+	{
+		name: "mamba-prefix-caching", family: "mamba prefix", source: "#42554",
+		applies: func(c *ruleCase) bool { return c.state() && c.mambaPrefix() },
+		allowed: func(p vllm.Profile) bool { return p.NixlMambaPrefix },
+		detail: func(c *ruleCase) string {
+			return fmt.Sprintf("state layers with Mamba prefix caching (mamba cache mode %s on P, %s on D)", c.pp.Engine.MambaCacheMode, c.dp.Engine.MambaCacheMode)
+		},
+		why: "it moves state only with the mamba cache mode none",
+		fix: "turn prefix caching off on both engines (--no-enable-prefix-caching)",
+	},
+	{
 		name: "hybrid-mla-tp", family: "hybrid mla", source: "#49297",
 		applies: func(c *ruleCase) bool { return c.has(model.MLA) && c.state() && c.pTP > c.dTP },
 		allowed: func(p vllm.Profile) bool { return p.HybridMLAPGreaterTP },
@@ -114,17 +140,29 @@ var connectorRules = []connectorRule{
 		fix: "give D a TP size at least P's",
 	},
 	{
-		name: "hybrid-block-size", family: "", source: "",
+		name: "hybrid-block-size", family: "block size", source: "#49612",
 		applies: func(c *ruleCase) bool {
 			return !c.pp.Profile.GroupPairs && c.hybrid && c.pp.BlockSize != c.dp.BlockSize
 		},
-		allowed: func(p vllm.Profile) bool { return false },
+		allowed: func(p vllm.Profile) bool { return p.HybridBlockSizes },
 		detail: func(c *ruleCase) string {
 			return fmt.Sprintf("P blocks of %d tokens, D blocks of %d, with the hybrid KV cache manager", c.pp.BlockSize, c.dp.BlockSize)
 		},
 		why:       "the hybrid manager needs one block size on both sides",
 		vllmError: "HMA does not support different remote block size yet",
 		fix:       "give P and D the same --block-size (for a hybrid, the same TP-dependent alignment: equal TP or an explicit --block-size)",
+	},
+	{
+		name: "mamba-prefix-block-size", family: "", source: "#51527 (open)",
+		applies: func(c *ruleCase) bool {
+			return !c.pp.Profile.GroupPairs && c.state() && c.mambaPrefix() && c.pp.BlockSize != c.dp.BlockSize
+		},
+		allowed: func(p vllm.Profile) bool { return false },
+		detail: func(c *ruleCase) string {
+			return fmt.Sprintf("P blocks of %d tokens, D blocks of %d, with Mamba prefix caching", c.pp.BlockSize, c.dp.BlockSize)
+		},
+		why: "prefix caching needs one logical block size on P and D for Mamba hybrids",
+		fix: "turn prefix caching off on both engines (--no-enable-prefix-caching), or give P and D one --block-size",
 	},
 	{
 		name: "p-block-larger", family: "", source: "#45443 (open)",

@@ -30,6 +30,15 @@ func TestConnectorRulesByRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	qwenDFlash, err := modeltest.Load(t, "Qwen__Qwen3.6-35B-A3B-FP8").WithDraft(modeltest.Load(t, "z-lab__Qwen3.6-35B-A3B-DFlash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// spec is the DFlash deployment at one TP: TP 2 and TP 4 align the
+	// attention block to different state pages (1104 and 560 tokens).
+	spec := func(tp int, prefix string) plan.Engine {
+		return plan.Engine{TensorParallelSize: tp, NumSpeculativeTokens: 7, MaxModelLen: 8192, PrefixCaching: prefix}
+	}
 	pull, _ := ParseConnector("nixl")
 	push, _ := ParseConnector("nixl-push")
 	tests := []struct {
@@ -46,15 +55,21 @@ func TestConnectorRulesByRelease(t *testing.T) {
 		{"GDN P TP1 -> D TP2 on 0.21.0", gdn, "0.21.0", plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, pull, "gdn-tp", "0.22.0", "require homogeneous TP"},
 		{"GDN P TP1 -> D TP2 on 0.31.0", gdn, "0.31.0", plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, pull, "", "", ""},
 		{"GDN at equal TP on 0.20.0", gdn, "0.20.0", plan.Engine{}, plan.Engine{}, pull, "", "", ""},
-		{"Mamba2 P TP1 -> D TP2 on 0.18.0", mamba2, "0.18.0", plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, pull, "mamba2-tp", "0.19.0", "require homogeneous TP"},
-		{"Mamba2 P TP1 -> D TP2 on 0.19.0", mamba2, "0.19.0", plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, pull, "", "", ""},
+		{"Mamba2 P TP1 -> D TP2 on 0.19.0", mamba2, "0.19.0", plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, pull, "mamba2-tp", "0.20.0", "require homogeneous TP"},
+		{"Mamba2 P TP1 -> D TP2 on 0.20.0", mamba2, "0.20.0", plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}, pull, "", "", ""},
+		{"Mamba1 on 0.24.0", mamba1, "0.24.0", plan.Engine{}, plan.Engine{}, pull, "mamba1-state", "0.25.0", ""},
+		{"Mamba1 on 0.25.0", mamba1, "0.25.0", plan.Engine{}, plan.Engine{}, pull, "", "", ""},
+		{"Mamba prefix caching on 0.22.0", mamba2, "0.22.0", plan.Engine{PrefixCaching: "on"}, plan.Engine{PrefixCaching: "on"}, pull, "mamba-prefix-caching", "0.23.0", ""},
+		{"Mamba prefix caching on 0.23.0", mamba2, "0.23.0", plan.Engine{PrefixCaching: "on"}, plan.Engine{PrefixCaching: "on"}, pull, "", "", ""},
+		{"a Mamba hybrid's two block sizes with prefix caching on 0.31.0", qwenDFlash, "0.31.0", spec(2, ""), spec(4, ""), pull, "mamba-prefix-block-size", "", ""},
+		{"a Mamba hybrid's two block sizes without prefix caching on 0.31.0", qwenDFlash, "0.31.0", spec(2, "off"), spec(4, "off"), pull, "block-size-ratio", "", ""},
+		{"a Mamba hybrid's two block sizes on 0.26.0", qwenDFlash, "0.26.0", spec(2, ""), spec(4, ""), pull, "hybrid-block-size", "0.27.0", "HMA does not support different remote block size yet"},
 		{"KDA P TP1 -> D TP2 on 0.31.0 (no release read moves it)", kimi, "0.31.0", plan.Engine{TensorParallelSize: 1, BlockSize: 128, MaxModelLen: 32768}, plan.Engine{TensorParallelSize: 2, BlockSize: 128, MaxModelLen: 32768}, pull, "kda-tp", "", ""},
 		{"KDA at equal TP on 0.31.0", kimi, "0.31.0", plan.Engine{MaxModelLen: 32768}, plan.Engine{MaxModelLen: 32768}, pull, "", "", ""},
-		{"Mamba1 on 0.22.0", mamba1, "0.22.0", plan.Engine{}, plan.Engine{}, pull, "mamba1-state", "0.23.0", ""},
-		{"Mamba1 on 0.23.0", mamba1, "0.23.0", plan.Engine{}, plan.Engine{}, pull, "", "", ""},
 		{"dense P TP2 -> D TP1 on 0.11.1", dense, "0.11.1", plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, pull, "p-tp-greater", "0.12.0", "Decode TP cannot be smaller than prefill TP"},
 		{"dense P TP2 -> D TP1 on 0.12.0", dense, "0.12.0", plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, pull, "", "", ""},
-		{"a hybrid with two block sizes on 0.31.0", gpt, "0.31.0", plan.Engine{}, plan.Engine{BlockSize: 32}, pull, "hybrid-block-size", "", "HMA does not support different remote block size yet"},
+		{"a hybrid with two block sizes on 0.26.0", gpt, "0.26.0", plan.Engine{}, plan.Engine{BlockSize: 32}, pull, "hybrid-block-size", "0.27.0", "HMA does not support different remote block size yet"},
+		{"a hybrid with two block sizes on 0.31.0 takes vLLM's path", gpt, "0.31.0", plan.Engine{}, plan.Engine{BlockSize: 32}, pull, "block-size-ratio", "", ""},
 		{"pull from pipeline stages on 0.31.0", dense, "0.31.0", plan.Engine{PipelineParallelSize: 2}, plan.Engine{}, pull, "pull-pp", "", "does not support PP-disaggregated KV transfer"},
 		{"push from pipeline stages of a hybrid on 0.30.0", gpt, "0.30.0", plan.Engine{PipelineParallelSize: 2}, plan.Engine{}, push, "push-pp-hybrid", "0.31.0", ""},
 		{"push from pipeline stages of a dense model on 0.24.0", dense, "0.24.0", plan.Engine{PipelineParallelSize: 2}, plan.Engine{}, push, "", "", ""},
@@ -76,6 +91,12 @@ func TestConnectorRulesByRelease(t *testing.T) {
 			}
 			if rej == nil || rej.Rule != tt.rule {
 				t.Fatalf("rejection %+v, want rule %s", rej, tt.rule)
+			}
+			if tt.rule == "block-size-ratio" { // kvscope's own: vLLM accepts it on a path kvscope does not model
+				if !strings.Contains(rej.Detail, "#49612") || !strings.Contains(rej.Detail, "does not model") {
+					t.Errorf("detail %q: want vLLM's path (#49612) named as not modelled", rej.Detail)
+				}
+				return
 			}
 			if rej.Since != tt.since || !strings.Contains(rej.VLLMError, tt.vllmError) || rej.Source == "" || !strings.Contains(rej.Detail, "vLLM "+tt.version) {
 				t.Errorf("rejection %+v: want accepted from %q, vLLM's error naming %q, a source and the release", rej, tt.since, tt.vllmError)

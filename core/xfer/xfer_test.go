@@ -152,8 +152,9 @@ func TestRejections(t *testing.T) {
 		{"different KV cache dtypes", gpt, plan.Engine{}, plan.Engine{KVCacheDType: "fp8"}, "nixl", "", 100, "compatibility-hash"},
 		{"TP 2 to TP 1 is accepted", modeltest.Load(t, "Qwen__Qwen3-0.6B"), plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 1}, "nixl", "", 100, ""},
 		{"P and D on different vLLM versions", gpt, plan.Engine{VLLMVersion: "0.28.0"}, plan.Engine{VLLMVersion: "0.27.0"}, "nixl", "", 100, "vllm-version"},
-		{"a hybrid's block sizes must match (HMA)", gpt, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, plan.Engine{TensorParallelSize: 2, BlockSize: 64}, "nixl", "", 100, "hybrid-block-size"},
-		{"a hybrid pushes with one block size too", gpt, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl-push", "", 100, "hybrid-block-size"},
+		{"a hybrid's block sizes must match before 0.27 (HMA)", gpt, plan.Engine{VLLMVersion: "0.26.0", TensorParallelSize: 2, BlockSize: 32}, plan.Engine{VLLMVersion: "0.26.0", TensorParallelSize: 2, BlockSize: 64}, "nixl", "", 100, "hybrid-block-size"},
+		{"a hybrid pushes with one block size too before 0.27", gpt, plan.Engine{VLLMVersion: "0.26.0", TensorParallelSize: 2}, plan.Engine{VLLMVersion: "0.26.0", TensorParallelSize: 2, BlockSize: 32}, "nixl-push", "", 100, "hybrid-block-size"},
+		{"a hybrid's block sizes take #49612's path from 0.27", gpt, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, plan.Engine{TensorParallelSize: 2, BlockSize: 64}, "nixl", "", 100, "block-size-ratio"},
 		{"a release's block_size_ratio path is named, not modelled", dense, plan.Engine{TensorParallelSize: 2}, plan.Engine{TensorParallelSize: 2, BlockSize: 32}, "nixl", "", 100, "block-size-ratio"},
 		{"P blocks larger than D's", dense, plan.Engine{BlockSize: 32}, plan.Engine{BlockSize: 16}, "nixl", "", 100, "p-block-larger"},
 		{"different block sizes with P TP > D TP", dense, plan.Engine{TensorParallelSize: 2}, plan.Engine{BlockSize: 32}, "nixl", "", 100, "block-size-tp"},
@@ -213,18 +214,18 @@ func TestConnectorsByVersion(t *testing.T) {
 			t.Errorf("0.24 push: %v", err)
 		}
 	})
-	t.Run("before 0.22 a KV connector turns the hybrid manager off", func(t *testing.T) {
-		r, err := Run(Setup{Model: gpt, P: at("0.21.0"), D: at("0.21.0"), Connector: pull, Request: Request{PromptTokens: 100}})
+	t.Run("before 0.23 a KV connector turns the hybrid manager off", func(t *testing.T) {
+		r, err := Run(Setup{Model: gpt, P: at("0.22.1"), D: at("0.22.1"), Connector: pull, Request: Request{PromptTokens: 100}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		pp, _ := r.UsedPlans()
 		if pp.NumGroups != 1 || !strings.Contains(r.Note, "full attention") {
-			t.Errorf("0.21: %d groups, note %q; want one group of full attention", pp.NumGroups, r.Note)
+			t.Errorf("0.22.1: %d groups, note %q; want one group of full attention", pp.NumGroups, r.Note)
 		}
-		r, err = Run(Setup{Model: gpt, P: at("0.22.0"), D: at("0.22.0"), Connector: pull, Request: Request{PromptTokens: 100}})
+		r, err = Run(Setup{Model: gpt, P: at("0.23.0"), D: at("0.23.0"), Connector: pull, Request: Request{PromptTokens: 100}})
 		if pp, _ := r.UsedPlans(); err != nil || pp.NumGroups != 2 {
-			t.Errorf("0.22: %v; want gpt-oss's two groups", err)
+			t.Errorf("0.23: %v; want gpt-oss's two groups", err)
 		}
 	})
 	t.Run("state layers need the NixlConnector's hybrid support (0.18)", func(t *testing.T) {

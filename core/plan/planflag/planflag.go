@@ -79,6 +79,14 @@ func (s *Set) given() map[string]bool {
 	return set
 }
 
+// Given lists the flags the command line names, as registered (without
+// dashes, a side's with its prefix), sorted.
+func (s *Set) Given() []string {
+	var out []string
+	s.fs.Visit(func(f *flag.Flag) { out = append(out, f.Name) })
+	return out
+}
+
 // Engine builds one side's engine ("" for a single engine): the plain
 // flags, then the side's, each over the one before; the version from
 // --vllm-version. Errors name the flag as the user spelled it.
