@@ -256,7 +256,7 @@ func TestWatchSideChannel(t *testing.T) {
 		errc <- Watch(ctx, WatchConfig{Name: "gpu7", Dir: dir, Interval: 5 * time.Millisecond,
 			SideChannels: []SideChannel{{Addr: sc.Addr, Side: "d"}}, Model: modeltest.Load(t, "Qwen__Qwen3-0.6B"),
 			// The fake side channel sends version 4's members (ssm_sizes,
-			// physical_blocks_per_logical_kv_block): 0.21 to 0.25's.
+			// physical_blocks_per_logical_kv_block): 0.22 to 0.25's.
 			P:    plan.Engine{VLLMVersion: "0.24.0", TensorParallelSize: 1, KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096},
 			D:    plan.Engine{VLLMVersion: "0.24.0", TensorParallelSize: 2, KVCacheMemoryBytes: 2048 * 16 * 28 * 4 * 128 * 2 * 2, MaxModelLen: 4096},
 			sink: func(agent string) Sink { return agentSink{got, agent} }})
@@ -275,7 +275,7 @@ func TestWatchSideChannel(t *testing.T) {
 	}
 	linked := func(agent string) bool {
 		for _, e := range got.got[agent] {
-			if e.Kind == event.Hello && strings.HasPrefix(e.Hello.Engine, "D rank "+agent[len(agent)-1:]+" of TP 2 · side channel "+sc.Addr+" · handshake v4 or later (as vLLM 0.21.0 to 0.25.1 send it)") {
+			if e.Kind == event.Hello && strings.HasPrefix(e.Hello.Engine, "D rank "+agent[len(agent)-1:]+" of TP 2 · side channel "+sc.Addr+" · handshake v4 or later (as vLLM 0.22.0 to 0.25.1 send it)") {
 				return true
 			}
 		}

@@ -156,7 +156,7 @@ func TestDecodeEachRelease(t *testing.T) {
 		{"0.10", mustPack(t, v010), 0, "", "0.10.0", "", []int64{4096, 4096, 4096}, nil},
 		{"version 3", answerOf(t, v3), 3, "physical_blocks_per_logical_kv_block", "0.20.0", "9f2e", []int64{32768, 32768}, nil},
 		{"version 12", answerOf(t, v12), 12, "region_members", "0.31.0", "9f2e", []int64{32768, 32768}, nil},
-		{"a member no release has", answerOf(t, future), 4, "ssm_sizes", "0.21.0", "9f2e", []int64{32768, 32768}, []string{"model_revision"}},
+		{"a member no release has", answerOf(t, future), 4, "ssm_sizes", "0.22.0", "9f2e", []int64{32768, 32768}, []string{"model_revision"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
