@@ -54,12 +54,21 @@ func (h *Hub) AgentHandler(secret string) http.Handler {
 			return
 		}
 		scope, _ := event.CredentialScope(got)
-		if n := h.connectedIn(scope, name); n >= h.maxPerCredential {
+		n, ok := h.claim(scope, name)
+		if !ok {
 			h.reject("credential_agents")
 			w.Header().Set("Retry-After", "10")
 			http.Error(w, fmt.Sprintf("agent %s: the credential of %q has %d agents connected already (at most %d)", event.Clip(name, 64), event.Clip(scope, 64), n, h.maxPerCredential), http.StatusTooManyRequests)
 			return
 		}
+		claimed := true
+		unclaim := func() {
+			if claimed {
+				h.unclaim(name)
+				claimed = false
+			}
+		}
+		defer unclaim()
 		conn, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return
@@ -70,6 +79,7 @@ func (h *Hub) AgentHandler(secret string) http.Handler {
 		ctx := r.Context()
 		var in messageReader
 		welcome := h.connect(ctx, name, epoch, conn, r.RemoteAddr)
+		unclaim() // connected: counted by its connection from now on
 		defer h.disconnect(name, conn)
 		if err := h.ack(ctx, conn, welcome); err != nil {
 			return
@@ -191,17 +201,44 @@ func (h *Hub) connect(ctx context.Context, name, epoch string, conn *websocket.C
 }
 
 // connectedIn counts the agents other than name connected here under
-// scope (a credential's).
+// scope (a credential's), or being accepted (claim); h.mu held.
 func (h *Hub) connectedIn(scope, name string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	n := 0
 	for other, a := range h.agents {
-		if a.conn != nil && other != name && event.InScope(scope, other) {
+		if a.conn != nil && other != name && event.InScope(scope, other) && h.accepting[other] == 0 {
+			n++
+		}
+	}
+	for other, k := range h.accepting {
+		if k > 0 && other != name && event.InScope(scope, other) {
 			n++
 		}
 	}
 	return n
+}
+
+// claim counts an agent's connection against its credential's bound
+// before the connection is accepted, and holds the count until the
+// connection is registered (or fails): it reports the agents counted and
+// whether this one may connect.
+func (h *Hub) claim(scope, name string) (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.connectedIn(scope, name)
+	if n >= h.maxPerCredential {
+		return n, false
+	}
+	h.accepting[name]++
+	return n, true
+}
+
+// unclaim ends a claim.
+func (h *Hub) unclaim(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.accepting[name]--; h.accepting[name] <= 0 {
+		delete(h.accepting, name)
+	}
 }
 
 // disconnect unties a connection from its agent's name.

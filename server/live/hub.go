@@ -72,15 +72,19 @@ type Options struct {
 // agents and browsers wait on touches a file or the network. It is safe
 // for concurrent use.
 type Hub struct {
-	mu       sync.Mutex
-	subs     map[*subscriber]struct{}
-	agents   map[string]*agent // one state per agent
-	recent   recentEvents      // replayed to a new subscriber
-	rec      *recorder         // Options.Record's writer; nil without one
-	metrics  *metrics.Registry
-	subQueue int // frames buffered per subscriber
-	logf     func(format string, args ...any)
-	budget   Budget // each agent's, per second
+	mu     sync.Mutex
+	subs   map[*subscriber]struct{}
+	agents map[string]*agent // one state per agent
+	// accepting counts the connections of each agent name between the
+	// per-credential check and the connection's registration, so that
+	// agents connecting at once cannot all pass the check.
+	accepting map[string]int
+	recent    recentEvents // replayed to a new subscriber
+	rec       *recorder    // Options.Record's writer; nil without one
+	metrics   *metrics.Registry
+	subQueue  int // frames buffered per subscriber
+	logf      func(format string, args ...any)
+	budget    Budget // each agent's, per second
 	// maxPerCredential bounds the agents connected under one credential.
 	maxPerCredential int
 
@@ -154,7 +158,7 @@ func New(o Options) *Hub {
 	}
 	stopped, stop := context.WithCancel(context.Background())
 	agentsStopped, stopAgents := context.WithCancel(stopped)
-	h := &Hub{subs: map[*subscriber]struct{}{}, agents: map[string]*agent{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20},
+	h := &Hub{subs: map[*subscriber]struct{}{}, agents: map[string]*agent{}, accepting: map[string]int{}, recent: recentEvents{maxEvents: 2048, maxBytes: 8 << 20},
 		metrics: o.Metrics, subQueue: o.SubscriberQueue, logf: o.Logf, stopped: stopped, stop: stop, agentsStopped: agentsStopped,
 		stopAgents: stopAgents, builders: make(chan struct{}, historyBuilders), log: o.Log, budget: o.AgentBudget,
 		catchUps: make(chan struct{}, maxCatchUps), catchUpsHeld: make(chan struct{}, maxCatchUpsHeld), catchUpWait: catchUpWait}
