@@ -137,6 +137,7 @@ func TestCheckBadInput(t *testing.T) {
 		name, log, want string
 	}{
 		{"no version", "INFO Available KV cache memory: 10.00 GiB\nINFO GPU KV cache size: 1,000 tokens\n", "names no vLLM version"},
+		{"a version that is not one", "INFO vLLM API server version banana\nINFO Available KV cache memory: 10.00 GiB\nINFO GPU KV cache size: 1,000 tokens\n", `line 1: the log's vLLM version "banana" is not one kvscope reads`},
 		{"a version before 0.10", "INFO vLLM API server version 0.8.4\nINFO GPU KV cache size: 1,000 tokens\n", "start at vLLM 0.10.0"},
 		{"a model kvscope does not have", "INFO vLLM API server version 0.20.0\nINFO non-default args: {'model': 'acme/unknown-7b'}\nINFO GPU KV cache size: 1,000 tokens\n", "pass --model"},
 		{"no model", "INFO vLLM API server version 0.20.0\nINFO GPU KV cache size: 1,000 tokens\n", "names no model"},

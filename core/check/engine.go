@@ -1,6 +1,7 @@
 package check
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -58,6 +59,9 @@ func SetupOf(l *vlog.Log, version string) (*Setup, error) {
 	}
 	ver, err := vllm.ParseVersion(v)
 	if err != nil {
+		if ve := (*vllm.VersionError)(nil); version == "" && l.VersionLine != nil && errors.As(err, &ve) {
+			return nil, fmt.Errorf("line %d: the log's vLLM version %q is not one kvscope reads: %s", l.VersionLine.N, v, ve.Reason)
+		}
 		return nil, fmt.Errorf("the log's vLLM version %q: %w", v, err)
 	}
 	s.Version = ver.Name()

@@ -134,7 +134,7 @@ type patterns struct {
 func newPatterns() *patterns {
 	return &patterns{
 		ansi:          regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`),
-		reBanner:      regexp.MustCompile(`(?:vLLM API server version|█\s+version)\s+v?([0-9][0-9A-Za-z.+_-]*)`),
+		reBanner:      regexp.MustCompile(`(?:vLLM API server version|█\s+version)\s+(\S+)`),
 		reEngine:      regexp.MustCompile(`Initializing a V[01] LLM engine \(v?([^)\s]+)\) with config: (.*)$`),
 		reBannerModel: regexp.MustCompile(`█\s+model\s+(\S+)`),
 		reArgs:        regexp.MustCompile(`non-default args: (\{.*\})\s*$`),
