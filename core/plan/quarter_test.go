@@ -2,8 +2,6 @@ package plan
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kvscope/kvscope/core/model"
@@ -80,11 +78,7 @@ func TestModelsOfTheQuarter(t *testing.T) {
 	// block 16, cache block size 16; search-index file id 60780498258), and
 	// LMCache#3521 reports the same block sizes for google/gemma-4-E4B-it.
 	t.Run("gemma-4-E4B (derived config) plans the groups a note saw vLLM 0.23.0 plan", func(t *testing.T) {
-		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "DERIVED__gemma-4-E4B.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := model.Parse(data)
+		m, err := modeltest.LoadTestdata(t, "DERIVED__gemma-4-E4B")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,11 +111,7 @@ func TestModelsOfTheQuarter(t *testing.T) {
 	// kinds keep 1 head a rank (the 4 full heads are replicated): one page
 	// of 16 x 320 x 2 = 10,240 B and 40 GiB / (9 x 10,240) = 466,033 blocks.
 	t.Run("MiMo-V2-Flash (derived config) at TP4 and TP8", func(t *testing.T) {
-		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "DERIVED__MiMo-V2-Flash.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := model.Parse(data)
+		m, err := modeltest.LoadTestdata(t, "DERIVED__MiMo-V2-Flash")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,11 +149,7 @@ func TestModelsOfTheQuarter(t *testing.T) {
 	//     tokens, the attention block of a real TP2 fp8 run
 	//     (github.com/mitchross/talos-argocd-proxmox/pull/1995).
 	t.Run("Qwen3.8-27B (derived config) matches a note's vLLM groups at TP1 and a log's block at TP2 fp8", func(t *testing.T) {
-		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "DERIVED__Qwen3.8-27B.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := model.Parse(data)
+		m, err := modeltest.LoadTestdata(t, "DERIVED__Qwen3.8-27B")
 		if err != nil {
 			t.Fatal(err)
 		}

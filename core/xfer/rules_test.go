@@ -1,8 +1,6 @@
 package xfer
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -219,11 +217,7 @@ func TestKDATransferSaysItIsInferred(t *testing.T) {
 // kvscope has not read): a transfer is an error naming the layer and both
 // sizes, never a geometry that overruns the page.
 func TestDifferentKAndVHeadSizesAreRefused(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "DERIVED__MiMo-V2-Flash.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Parse(data)
+	m, err := modeltest.LoadTestdata(t, "DERIVED__MiMo-V2-Flash")
 	if err != nil {
 		t.Fatal(err)
 	}

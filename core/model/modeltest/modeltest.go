@@ -35,6 +35,18 @@ func Load(t testing.TB, file string) *model.Model {
 	return m
 }
 
+// LoadTestdata parses testdata/models/<file>.json: configs kvscope does
+// not bundle (derived ones, and real ones it refuses), failing the test
+// on a read error; the parse error is the caller's to check.
+func LoadTestdata(t testing.TB, file string) (*model.Model, error) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(Dir(), "..", "..", "..", "testdata", "models", file+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return model.Parse(data)
+}
+
 // LoadWithDraft loads a target model and its draft (see Load) and joins
 // them, failing the test on any error.
 func LoadWithDraft(t testing.TB, target, draft string) *model.Model {
