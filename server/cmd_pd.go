@@ -6,6 +6,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/plan/planflag"
 	"github.com/kvscope/kvscope/core/xfer"
@@ -24,6 +25,10 @@ type pdFlags struct {
 	hit       *int
 	maxPairs  *int64
 	maxMemory *string
+	// pLog and dLog plan each side from its engine's startup log; logs
+	// says the command takes them (pd does, oracle not yet).
+	pLog, dLog *string
+	logs       bool
 }
 
 func newPDFlags(fs *flag.FlagSet) *pdFlags {
@@ -38,6 +43,8 @@ func newPDFlags(fs *flag.FlagSet) *pdFlags {
 		hit:       fs.Int("prefix-hit-tokens", 0, "tokens D already holds in its prefix cache"),
 		maxPairs:  fs.Int64("max-pairs", api.DefaultLimits().MaxPairs, "refuse a transfer estimated above this many descriptor pairs"),
 		maxMemory: fs.String("max-memory", fmt.Sprintf("%dMiB", cliMemory()>>20), "refuse work estimated to hold more memory (default: a quarter of this machine's)"),
+		pLog:      fs.String("p-log", "", "plan P from its engine's startup log (with --d-log; --p- flags override what it says)"),
+		dLog:      fs.String("d-log", "", "plan D from its engine's startup log (with --p-log; --d- flags override what it says)"),
 	}
 }
 
@@ -93,9 +100,14 @@ func (f *pdFlags) setup(keepPairs bool) (xfer.Setup, error) {
 	default:
 		return xfer.Setup{}, &usageError{fmt.Errorf("--layout %q: want split or blocks-first", *f.layout)}
 	}
-	m, err := f.mf.load(catalog())
-	if err != nil {
-		return xfer.Setup{}, err
+	var m *model.Model // from the logs with --p-log and --d-log (fromLogs)
+	switch {
+	case (*f.pLog != "" || *f.dLog != "") && !f.logs:
+		return xfer.Setup{}, &usageError{fmt.Errorf("--p-log and --d-log: only kvscope pd plans from logs so far")}
+	case *f.pLog == "" && *f.dLog == "":
+		if m, err = f.mf.load(catalog()); err != nil {
+			return xfer.Setup{}, err
+		}
 	}
 	return xfer.Setup{
 		Model: m, P: pe, D: de, Connector: conn, Plans: xfer.PlanChoice(*f.plans), Layout: layout, KeepPairs: keepPairs,
@@ -111,6 +123,10 @@ func runPD(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *f.pLog != "" || *f.dLog != "" {
+		f.logs = true
+		return runPDLogs(f, *asJSON, *pairs, stdout)
+	}
 	s, err := f.setup(*pairs > 0)
 	if err != nil {
 		return err
@@ -119,17 +135,23 @@ func runPD(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if r.Transfer != nil && *pairs > 0 {
-		for i := range r.Transfer.RankPairs {
-			rp := &r.Transfer.RankPairs[i]
-			rp.Pairs = rp.Pairs[:min(len(rp.Pairs), *pairs)]
-		}
-	}
+	trimPairs(r, *pairs)
 	if *asJSON {
 		return writeJSON(stdout, r)
 	}
 	writePDText(stdout, s, r, *pairs)
 	return nil
+}
+
+// trimPairs keeps the first n descriptor pairs of every rank pair.
+func trimPairs(r *xfer.PD, n int) {
+	if r.Transfer == nil || n <= 0 {
+		return
+	}
+	for i := range r.Transfer.RankPairs {
+		rp := &r.Transfer.RankPairs[i]
+		rp.Pairs = rp.Pairs[:min(len(rp.Pairs), n)]
+	}
 }
 
 // writePDText prints both plans, the handshake, the advice and the

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPDFromTwoLogs: kvscope pd --p-log --d-log plans each engine from its
+// own real startup log and runs the release's handshake rules on the
+// pair. The verdicts come from the rules' rows, not from kvscope's output:
+// the Qwen3.6-35B-A3B serving log of 0.20.0 runs Mamba prefix caching
+// (align), which vLLM's NixlConnector moves only from 0.23.0 (#42554, in
+// that release's notes); a dense Qwen3-32B at TP 2 on 0.27.1 against
+// itself is vLLM's own path, and moves what kvscope pd moves with the
+// flags the log implies; two models, a log whose engine never started and
+// a missing side are errors naming the side.
+func TestPDFromTwoLogs(t *testing.T) {
+	logs := func(name string) string { return filepath.Join("..", "testdata", "vllm-logs", name) }
+	qwen36 := logs("qwen36-35b-a3b-nvfp4-v0.20.0-262k.log")
+	qwen32 := logs("qwen3-32b-tp2-v0.27.1-FRAGMENT.log")
+	frag := []string{"--vllm-version", "0.27.1", "--model", "Qwen/Qwen3-32B", "--tensor-parallel-size", "2"}
+
+	code, out, errs := runCLI(t, "pd", "--p-log", qwen36, "--d-log", qwen36, "--prompt-tokens", "1000")
+	if code != 0 || !strings.Contains(out, "REJECTED (mamba-prefix-caching, P/D)") || !strings.Contains(out, "vLLM 0.23.0 accepts it (#42554") || !strings.Contains(out, "P log "+qwen36+": vLLM 0.20.0, check match") {
+		t.Errorf("Qwen3.6 on 0.20.0 with prefix caching: exit %d %s\n%s", code, errs, out)
+	}
+
+	code, out, errs = runCLI(t, append([]string{"pd", "--p-log", qwen32, "--d-log", qwen32, "--prompt-tokens", "1000", "--json"}, frag...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		P struct {
+			Check struct {
+				Verdict string   `json:"verdict"`
+				Model   string   `json:"model"`
+				Flags   []string `json:"flags"`
+			} `json:"check"`
+		} `json:"p_log"`
+		PD struct {
+			Transfer struct {
+				Path   string `json:"path"`
+				Descs  int    `json:"descs"`
+				Bytes  int64  `json:"bytes"`
+				Reject any    `json:"rejection"`
+			} `json:"transfer"`
+		} `json:"pd"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.P.Check.Verdict != "match" || got.PD.Transfer.Path != "vllm" || got.PD.Transfer.Reject != nil || got.PD.Transfer.Descs == 0 {
+		t.Fatalf("Qwen3-32B TP 2 against itself: %+v", got)
+	}
+	// The same engines as flags: the descriptor count and bytes agree.
+	args := append([]string{"pd", "--model", got.P.Check.Model, "--prompt-tokens", "1000", "--json"}, got.P.Check.Flags...)
+	code, out, errs = runCLI(t, args...)
+	var flags struct {
+		Transfer struct {
+			Descs int   `json:"descs"`
+			Bytes int64 `json:"bytes"`
+		} `json:"transfer"`
+	}
+	if err := json.Unmarshal([]byte(out), &flags); code != 0 || err != nil {
+		t.Fatalf("%v: exit %d %s %v", args, code, errs, err)
+	}
+	if flags.Transfer.Descs != got.PD.Transfer.Descs || flags.Transfer.Bytes != got.PD.Transfer.Bytes {
+		t.Errorf("from the logs %d descriptors %d B; from the flags %v %d descriptors %d B", got.PD.Transfer.Descs, got.PD.Transfer.Bytes, got.P.Check.Flags, flags.Transfer.Descs, flags.Transfer.Bytes)
+	}
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"two models", []string{"--p-log", logs("llama31-8b-l4-v0.11.0.log"), "--d-log", logs("llama3-8b-v0.11.2.log")}, "P and D must serve one model"},
+		{"D never started", append([]string{"--p-log", qwen32, "--d-log", logs("qwen3-32b-tp1-v0.27.1-NEGATIVE-FRAGMENT.log")}, frag...), "D's engine did not start"},
+		{"one side only", []string{"--p-log", qwen36}, "give both engines' startup logs"},
+		{"a log that is not one", []string{"--p-log", qwen36, "--d-log", logs("index.json")}, "--d-log"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := runCLI(t, append([]string{"pd"}, tt.args...)...)
+			if code == 0 || !strings.Contains(errs, tt.want) {
+				t.Errorf("exit %d, stderr %q; want an error naming %q", code, errs, tt.want)
+			}
+		})
+	}
+}
