@@ -27,6 +27,29 @@ func TestPDFromTwoLogs(t *testing.T) {
 		t.Errorf("Qwen3.6 on 0.20.0 with prefix caching: exit %d %s\n%s", code, errs, out)
 	}
 
+	// Pairs of real logs and the rule row that decides each (kvscope
+	// versions): different releases (the hash takes the version, #29503);
+	// 0.24.0 on both sides, after #42554 (0.23.0), with the hybrid
+	// manager kept on (#41847, 0.23.0); gemma-4 on 0.20.2, whose connector
+	// turns the hybrid manager off (kept on from 0.23.0).
+	for _, tt := range []struct {
+		name, p, d string
+		want       []string
+	}{
+		{"different releases", qwen36, logs("qwen36-35b-a3b-nvfp4-mtp2-v0.20.2-262k.log"), []string{"REJECTED (vllm-version, P/D)", "P runs vLLM 0.20.0, D 0.20.2"}},
+		{"0.24.0 on both sides", logs("club3090-612-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), logs("club3090-652-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), []string{"handshake v4 (", "path vllm"}},
+		{"the hybrid manager off", logs("gemma4-26b-a4b-h200-v0.20.2.log"), logs("gemma4-26b-a4b-h200-v0.20.2.log"), []string{"turns the hybrid KV cache manager off", "path vllm"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := runCLI(t, "pd", "--p-log", tt.p, "--d-log", tt.d, "--prompt-tokens", "1000")
+			for _, w := range tt.want {
+				if code != 0 || !strings.Contains(out, w) {
+					t.Errorf("exit %d %s: output lacks %q\n%s", code, errs, w, out)
+				}
+			}
+		})
+	}
+
 	code, out, errs = runCLI(t, append([]string{"pd", "--p-log", qwen32, "--d-log", qwen32, "--prompt-tokens", "1000", "--json"}, frag...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
