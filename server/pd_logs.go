@@ -18,6 +18,11 @@ type sideLog struct {
 	Side  string        `json:"side"` // P or D
 	File  string        `json:"file"`
 	Check *check.Result `json:"check"`
+	// KVTokens is the engine's capacity as its log plans it (no
+	// connector), ConnectorKVTokens with the connector pd plans for
+	// (before 0.23 a --kv-transfer-config turns the hybrid manager off).
+	KVTokens          int64 `json:"kv_cache_tokens"`
+	ConnectorKVTokens int64 `json:"connector_kv_cache_tokens"`
 }
 
 // pdLogs is kvscope pd --p-log/--d-log's answer in --json: each side's
@@ -97,6 +102,10 @@ func writeSideLogs(w io.Writer, sides ...sideLog) {
 			line += " (missing " + strings.Join(r.Missing, ", ") + ")"
 		}
 		fmt.Fprintf(w, "%s; planned as kvscope plan --model %s %s\n", line, r.Model, strings.Join(r.Flags, " "))
+		if s.ConnectorKVTokens != s.KVTokens && s.KVTokens > 0 {
+			fmt.Fprintf(w, "  %s with the connector: %s KV cache tokens against %s without it (the log's engine; %+.1f%%)\n", s.Side,
+				plan.Commas(s.ConnectorKVTokens), plan.Commas(s.KVTokens), 100*float64(s.ConnectorKVTokens-s.KVTokens)/float64(s.KVTokens))
+		}
 	}
 	fmt.Fprintln(w)
 }
@@ -117,6 +126,8 @@ func runPDLogs(f *pdFlags, asJSON bool, pairs int, stdout io.Writer) error {
 		return err
 	}
 	trimPairs(r, pairs)
+	pl.KVTokens, dl.KVTokens = pl.Check.Plan.KVCacheTokens, dl.Check.Plan.KVCacheTokens
+	pl.ConnectorKVTokens, dl.ConnectorKVTokens = r.Invariant.PIndependent.KVCacheTokens, r.Invariant.DIndependent.KVCacheTokens
 	if asJSON {
 		return writeJSON(stdout, pdLogs{P: pl, D: dl, PD: r})
 	}

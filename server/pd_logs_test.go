@@ -38,7 +38,7 @@ func TestPDFromTwoLogs(t *testing.T) {
 	}{
 		{"different releases", qwen36, logs("qwen36-35b-a3b-nvfp4-mtp2-v0.20.2-262k.log"), []string{"REJECTED (vllm-version, P/D)", "P runs vLLM 0.20.0, D 0.20.2"}},
 		{"0.24.0 on both sides", logs("club3090-612-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), logs("club3090-652-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), []string{"handshake v4 (", "path vllm"}},
-		{"the hybrid manager off", logs("gemma4-26b-a4b-h200-v0.20.2.log"), logs("gemma4-26b-a4b-h200-v0.20.2.log"), []string{"turns the hybrid KV cache manager off", "path vllm"}},
+		{"the hybrid manager off", logs("gemma4-26b-a4b-h200-v0.20.2.log"), logs("gemma4-26b-a4b-h200-v0.20.2.log"), []string{"turns the hybrid KV cache manager off", "path vllm", "P with the connector: ", "KV cache tokens against", "without it"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errs := runCLI(t, "pd", "--p-log", tt.p, "--d-log", tt.d, "--prompt-tokens", "1000")
