@@ -59,7 +59,7 @@ func (f *tuneFlags) space() (tune.Space, error) {
 	if err != nil {
 		return tune.Space{}, &usageError{err}
 	}
-	m, err := f.mf.load(catalog())
+	m, err := f.mf.load(models())
 	if err != nil {
 		return tune.Space{}, err
 	}

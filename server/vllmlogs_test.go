@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/kvscope/kvscope/server/internal/hub"
 	"os"
 	"path/filepath"
 	"sort"
@@ -166,7 +167,7 @@ func hasNonFullLayers(t *testing.T, e logEntry) bool {
 	}
 	in := check.Input{Log: l, Version: argValue(e.Args, "--vllm-version"), Catalog: catalog()}
 	if ref := argValue(e.Args, "--model"); ref != "" {
-		if in.Model, err = readModel(in.Catalog, ref); err != nil {
+		if in.Model, _, err = readModel(hub.Models{Catalog: in.Catalog}, ref); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -35,17 +35,22 @@ type Source struct {
 	URL string `json:"url,omitempty"`
 }
 
-// Where is the source in one phrase: the URL and commit when fetched,
-// the cache path and commit otherwise.
+// Where is the source in one phrase: "hub cache PATH (commit C)", or
+// "URL (commit C), stored as PATH" when it was fetched.
 func (s Source) Where() string {
-	loc := s.Path
+	var b strings.Builder
 	if s.URL != "" {
-		loc = s.URL
+		b.WriteString(s.URL)
+	} else {
+		b.WriteString("hub cache " + s.Path)
 	}
 	if s.Commit != "" {
-		return fmt.Sprintf("%s (commit %s)", loc, s.Commit)
+		b.WriteString(" (commit " + s.Commit + ")")
 	}
-	return loc
+	if s.URL != "" && s.Path != "" {
+		b.WriteString(", stored as " + s.Path)
+	}
+	return b.String()
 }
 
 // Resolver finds Hub ids' configs. Its zero value, with Getenv set, is
@@ -192,6 +197,10 @@ func (r Resolver) fetch(ctx context.Context, id ID, cache string) (data []byte, 
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is named once, below
+		}
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			return nil, "", u, fmt.Errorf("%s: %s: no answer within %v: offline or slow? the hub cache %s: %s; bundled models: kvscope models",
 				id, u, timeout, cache, cachedList(cache))
