@@ -43,7 +43,9 @@ func (id ID) Repo() string { return id.Org + "/" + id.Name }
 // repoPart is what huggingface_hub accepts in an org or a model name.
 var repoPart = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
-// revisionRE is a branch, tag or commit: path-like, no "..".
+// revisionRE is a branch, tag or commit: path-like, with no "." or ".."
+// segment (checked beside it), so that refs/{revision} stays a file
+// inside refs/.
 var revisionRE = regexp.MustCompile(`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`)
 
 // commitRE is a full commit hash.
@@ -70,6 +72,11 @@ func ParseID(ref string) (ID, error) {
 		return ID{}, fmt.Errorf("hub id %q: a file name, not a model id", ref)
 	case !revisionRE.MatchString(rev) || strings.Contains(rev, ".."):
 		return ID{}, fmt.Errorf("hub id %q: revision %q is not a branch, tag or commit", ref, rev)
+	}
+	for _, seg := range strings.Split(rev, "/") {
+		if seg == "." {
+			return ID{}, fmt.Errorf("hub id %q: revision %q is not a branch, tag or commit", ref, rev)
+		}
 	}
 	return ID{Org: org, Name: name, Revision: rev}, nil
 }

@@ -28,6 +28,8 @@ func TestParseID(t *testing.T) {
 		{ref: "../etc/passwd", bad: true},
 		{ref: "org/name@../../x", bad: true},
 		{ref: "org/name@", bad: true},
+		{ref: "0/0@.", bad: true},
+		{ref: "org/name@v1/./x", bad: true},
 	} {
 		got, err := ParseID(tc.ref)
 		if tc.bad {
