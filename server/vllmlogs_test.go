@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/kvscope/kvscope/server/internal/hub"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +11,7 @@ import (
 	"github.com/kvscope/kvscope/core/check"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/vlog"
+	"github.com/kvscope/kvscope/server/internal/hub"
 )
 
 // logEntry is one real vLLM startup log of testdata/vllm-logs/index.json:
