@@ -106,7 +106,14 @@ func runCheck(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
 	if *asJSON {
-		if err := writeJSON(stdout, res); err != nil {
+		var v any = res
+		if mf.src.resolved() {
+			v = struct {
+				*check.Result
+				*modelSources
+			}{res, mf.src}
+		}
+		if err := writeJSON(stdout, v); err != nil {
 			return err
 		}
 	} else {

@@ -112,7 +112,7 @@ func readModel(ms hub.Models, ref string) (*model.Model, *hub.Source, error) {
 	m, err := model.Parse(data)
 	if err != nil {
 		if src != nil {
-			return nil, nil, fmt.Errorf("%s (%s): %w", ref, src.Where(), err)
+			return nil, nil, fmt.Errorf("--model %s: %s: %w", ref, src.Where(), err)
 		}
 		return nil, nil, fmt.Errorf("%s: %w", ref, err)
 	}

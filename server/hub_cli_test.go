@@ -94,6 +94,16 @@ func TestPlanAHubIDFromAWarmCache(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "model someorg/Qwen3-0.6B-copy: ") || !strings.Contains(out, "model config.json: hub cache "+snap+" (commit "+hubCommit+")") {
 		t.Errorf("exit %d, text output does not name the cache:\n%s%s", code, out, errs)
 	}
+	// check --model takes the id too, and its --json names the source
+	// (whatever the log's verdict: a Llama log planned with this config).
+	_, out, errs = runCLI(t, "check", filepath.Join("..", "testdata", "vllm-logs", "llama3-8b-v0.11.2.log"), "--model", "someorg/Qwen3-0.6B-copy", "--json")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("check --json: %v: %s", err, errs)
+	}
+	if src, _ := res["model_source"].(map[string]any); src["path"] != snap {
+		t.Errorf("check --json model_source = %v", res["model_source"])
+	}
 }
 
 // TestPlanAHubIDFromTheHub: a cold cache fetches from a loopback server
@@ -101,6 +111,7 @@ func TestPlanAHubIDFromAWarmCache(t *testing.T) {
 // its errors reach the command line.
 func TestPlanAHubIDFromTheHub(t *testing.T) {
 	qwen := bundledFile(t, "Qwen__Qwen3-0.6B")
+	dflash := bundledFile(t, "z-lab__Qwen3.6-35B-A3B-DFlash")
 	var requests atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
@@ -110,6 +121,12 @@ func TestPlanAHubIDFromTheHub(t *testing.T) {
 			w.Write(qwen)
 		case "/testorg/gated/resolve/main/config.json":
 			http.Error(w, "gated", http.StatusUnauthorized)
+		case "/testorg/absurd/resolve/main/config.json":
+			w.Header().Set("X-Repo-Commit", hubCommit)
+			w.Write([]byte(`{"model_type": "llama", "num_hidden_layers": -1}`))
+		case "/testorg/draft/resolve/main/config.json":
+			w.Header().Set("X-Repo-Commit", hubCommit)
+			w.Write(dflash)
 		default:
 			http.Error(w, "Repository Not Found", http.StatusNotFound)
 		}
@@ -133,9 +150,19 @@ func TestPlanAHubIDFromTheHub(t *testing.T) {
 	if n := requests.Load(); n != 1 {
 		t.Errorf("the Hub saw %d requests, want 1 (the second command reads the cache)", n)
 	}
+	// A draft by Hub id is named in draft_source.
+	code, out, errs = runCLI(t, "plan", "--json", "--model", "Qwen/Qwen3.6-35B-A3B", "--draft", "testorg/draft", "--num-speculative-tokens", "7", "--vllm-version", "pr58207")
+	var withDraft map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &withDraft) != nil {
+		t.Fatalf("plan with a Hub draft: exit %d: %s", code, errs)
+	}
+	if d, _ := withDraft["draft_source"].(map[string]any); d["url"] != srv.URL+"/testorg/draft/resolve/main/config.json" || withDraft["model_source"] != nil {
+		t.Errorf("draft_source = %v, model_source = %v", withDraft["draft_source"], withDraft["model_source"])
+	}
 	for _, tc := range []struct{ ref, want string }{
 		{"testorg/gated", "set HF_TOKEN"},
 		{"testorg/absent@v2", "no such model or revision"},
+		{"testorg/absurd", srv.URL + "/testorg/absurd/resolve/main/config.json (commit " + hubCommit + ")"},
 	} {
 		code, _, errs := runCLI(t, "plan", "--model", tc.ref)
 		if code != 1 || !strings.Contains(errs, "--model "+tc.ref+": ") || !strings.Contains(errs, tc.want) {
