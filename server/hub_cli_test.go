@@ -147,6 +147,14 @@ func TestPlanAHubIDFromTheHub(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "model config.json: hub cache "+wantPath) {
 		t.Errorf("pd from the warm cache: exit %d\n%s%s", code, out, errs)
 	}
+	code, out, errs = runCLI(t, "pd", "--json", "--model", "testorg/small", "--p-tensor-parallel-size", "1", "--d-tensor-parallel-size", "2")
+	var pd map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &pd) != nil {
+		t.Fatalf("pd --json: exit %d: %s", code, errs)
+	}
+	if src, _ := pd["model_source"].(map[string]any); src["path"] != wantPath || pd["transfer"] == nil {
+		t.Errorf("pd --json: model_source = %v, transfer present: %v", pd["model_source"], pd["transfer"] != nil)
+	}
 	if n := requests.Load(); n != 1 {
 		t.Errorf("the Hub saw %d requests, want 1 (the second command reads the cache)", n)
 	}
