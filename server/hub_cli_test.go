@@ -94,6 +94,23 @@ func TestPlanAHubIDFromAWarmCache(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "model someorg/Qwen3-0.6B-copy: ") || !strings.Contains(out, "model config.json: hub cache "+snap+" (commit "+hubCommit+")") {
 		t.Errorf("exit %d, text output does not name the cache:\n%s%s", code, out, errs)
 	}
+	// oracle and tune name it in --json and in their text.
+	for _, args := range [][]string{
+		{"oracle", "--model", "someorg/Qwen3-0.6B-copy", "--p-tensor-parallel-size", "1", "--d-tensor-parallel-size", "2"},
+		{"tune", "--model", "someorg/Qwen3-0.6B-copy"},
+	} {
+		code, out, errs := runCLI(t, append(args, "--json")...)
+		var v map[string]any
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+			t.Fatalf("%s --json: exit %d: %s", args[0], code, errs)
+		}
+		if src, _ := v["model_source"].(map[string]any); src["path"] != snap {
+			t.Errorf("%s --json: model_source = %v", args[0], v["model_source"])
+		}
+		if code, out, errs = runCLI(t, args...); code != 0 || !strings.Contains(out, "model config.json: hub cache "+snap) {
+			t.Errorf("%s: exit %d, the text does not name the cache:\n%s%s", args[0], code, out, errs)
+		}
+	}
 	// check --model takes the id too, and its --json names the source
 	// (whatever the log's verdict: a Llama log planned with this config).
 	_, out, errs = runCLI(t, "check", filepath.Join("..", "testdata", "vllm-logs", "llama3-8b-v0.11.2.log"), "--model", "someorg/Qwen3-0.6B-copy", "--json")
