@@ -93,6 +93,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPeerRead$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/transfer
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRead$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/transfer/peer
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/scenario
+	$(GO) test -run '^$$' -fuzz '^FuzzParseID$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./server/internal/hub
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./core/check
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLiteral$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./core/vlog
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -timeout $(TESTTIMEOUT) ./agent/watch

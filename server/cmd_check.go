@@ -87,13 +87,14 @@ func runCheck(args []string, stdout io.Writer) error {
 	var overlayErr error
 	in.Adjust = func(e *plan.Engine) { overlayErr = ef.Overlay("", e, checkRefuses()) }
 	in.Given = ef.Given()
+	ms := models()
 	if *mf.model != "" {
-		if in.Model, err = readModel(in.Catalog, *mf.model); err != nil {
+		if in.Model, mf.src.Model, err = readModel(ms, *mf.model); err != nil {
 			return err
 		}
 	}
 	if d := *mf.draft; d != "" && d != "mtp" {
-		if in.Draft, err = readModel(in.Catalog, d); err != nil {
+		if in.Draft, mf.src.Draft, err = readModel(ms, d); err != nil {
 			return fmt.Errorf("--draft: %w", err)
 		}
 	}
@@ -105,10 +106,18 @@ func runCheck(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
 	if *asJSON {
-		if err := writeJSON(stdout, res); err != nil {
+		var v any = res
+		if mf.src.resolved() {
+			v = struct {
+				*check.Result
+				*modelSources
+			}{res, mf.src}
+		}
+		if err := writeJSON(stdout, v); err != nil {
 			return err
 		}
 	} else {
+		mf.src.writeText(stdout)
 		writeCheckText(stdout, pos[0], res)
 	}
 	switch res.Verdict {

@@ -51,8 +51,15 @@ func runOracle(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *asJSON {
+		if f.mf.src.resolved() {
+			return writeJSON(stdout, struct {
+				*oracle.Result
+				*modelSources
+			}{res, f.mf.src})
+		}
 		return writeJSON(stdout, res)
 	}
+	f.mf.src.writeText(stdout)
 	switch res.Verdict {
 	case oracle.Exact:
 		fmt.Fprintf(stdout, "exact: %s descriptor pairs moved %s B; %s D bytes read back, every needed head and token holds P's bytes and nothing else was written\n",

@@ -105,7 +105,7 @@ func (f *pdFlags) setup(keepPairs bool) (xfer.Setup, error) {
 	case (*f.pLog != "" || *f.dLog != "") && !f.logs:
 		return xfer.Setup{}, &usageError{fmt.Errorf("--p-log and --d-log: only kvscope pd plans from logs so far")}
 	case *f.pLog == "" && *f.dLog == "":
-		if m, err = f.mf.load(catalog()); err != nil {
+		if m, err = f.mf.load(models()); err != nil {
 			return xfer.Setup{}, err
 		}
 	}
@@ -137,9 +137,15 @@ func runPD(args []string, stdout io.Writer) error {
 	}
 	trimPairs(r, *pairs)
 	if *asJSON {
+		if f.mf.src.resolved() {
+			return writeJSON(stdout, struct {
+				*xfer.PD
+				*modelSources
+			}{r, f.mf.src})
+		}
 		return writeJSON(stdout, r)
 	}
-	writePDText(stdout, s, r, *pairs)
+	writePDText(stdout, s, r, *pairs, f.mf.src)
 	return nil
 }
 
@@ -156,14 +162,16 @@ func trimPairs(r *xfer.PD, n int) {
 
 // writePDText prints both plans, the handshake, the advice and the
 // descriptor totals.
-func writePDText(w io.Writer, s xfer.Setup, r *xfer.PD, pairs int) {
+func writePDText(w io.Writer, s xfer.Setup, r *xfer.PD, pairs int, src *modelSources) {
 	inv := r.Invariant
 	fmt.Fprintf(w, "vLLM profile %s: %s\n", r.VLLMVersion, r.VLLMProfile)
 	fmt.Fprintf(w, "model %s, connector %s", s.Model.Name, r.Connector)
 	if r.NeedsMatching {
 		fmt.Fprintf(w, " (needs matching KV cache groups)")
 	}
-	fmt.Fprintf(w, ", transfer uses the %s plans\n\n", r.Plans)
+	fmt.Fprintf(w, ", transfer uses the %s plans\n", r.Plans)
+	src.writeText(w)
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "\tP (TP %d)\tD (TP %d)\n", inv.PIndependent.Engine.TensorParallelSize, inv.DIndependent.Engine.TensorParallelSize)
 	row := func(label string, f func(*plan.Plan) string) {

@@ -25,7 +25,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return &usageError{err}
 	}
-	m, err := mf.load(catalog())
+	m, err := mf.load(models())
 	if err != nil {
 		return err
 	}
@@ -34,9 +34,15 @@ func runPlan(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *asJSON {
+		if mf.src.resolved() {
+			return writeJSON(stdout, struct {
+				*plan.Plan
+				*modelSources
+			}{p, mf.src})
+		}
 		return writeJSON(stdout, p)
 	}
-	writePlanText(stdout, m, p)
+	writePlanText(stdout, m, p, mf.src)
 	return nil
 }
 
@@ -47,10 +53,12 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // writePlanText prints what vLLM logs for the plan, then the group table.
-func writePlanText(w io.Writer, m *model.Model, p *plan.Plan) {
+// src names where a Hub id's config came from (nil for none).
+func writePlanText(w io.Writer, m *model.Model, p *plan.Plan, src *modelSources) {
 	e := p.Engine
 	fmt.Fprintf(w, "vLLM profile %s: %s\n", p.VLLMVersion, p.VLLMProfile)
 	fmt.Fprintf(w, "model %s: %d KV layers (%s)\n", m.Name, len(p.Layers), model.KindSummary(kindCounts(p)))
+	src.writeText(w)
 	fmt.Fprintf(w, "engine: TP %d, PP %d, max_model_len %s, max_num_batched_tokens %s x %d in flight, kv_cache_dtype %s, %s per rank, backend %s\n",
 		e.TensorParallelSize, e.PipelineParallelSize, plan.Commas(int64(e.MaxModelLen)), plan.Commas(int64(e.MaxNumBatchedTokens)),
 		e.MaxConcurrentBatches(), e.KVCacheDType, bytesHuman(e.KVCacheMemoryBytes), p.Backend)

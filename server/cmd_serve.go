@@ -31,6 +31,7 @@ import (
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/server/api"
+	"github.com/kvscope/kvscope/server/internal/hub"
 	"github.com/kvscope/kvscope/server/live"
 	"github.com/kvscope/kvscope/server/live/eventlog"
 	"github.com/kvscope/kvscope/static"
@@ -62,6 +63,10 @@ type serveOptions struct {
 	// open (0: DefaultMaxConnsPerClient; negative: unlimited).
 	MaxConnsPerClient int
 	Logf              func(format string, args ...any)
+	// Hub resolves a request's "model" or "draft" that is not bundled as
+	// a Hub id (nil: bundled names and inline configs only, as replay and
+	// the tests run it).
+	Hub *hub.Resolver
 }
 
 func runServe(args []string, stdout io.Writer) error {
@@ -94,7 +99,8 @@ func runServe(args []string, stdout io.Writer) error {
 		return &usageError{err}
 	}
 	o := serveOptions{Addr: *addr, Token: *token, RequireToken: *token != "", AllowedHosts: allowed, Agent: *agent, Record: *record,
-		Limits: l, MaxConnsPerClient: *conns, AgentBudget: b, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf}
+		Limits: l, MaxConnsPerClient: *conns, AgentBudget: b, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf,
+		Hub: models().Hub}
 	// Keep the heap near what admission allows: the runtime collects
 	// sooner rather than growing past it (a soft limit, with room for the
 	// server itself and the embedded agent).
@@ -302,6 +308,9 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	h := live.New(live.Options{Metrics: reg, Log: o.Bus, Replay: o.Replay, Record: record, AgentBudget: o.AgentBudget, Logf: o.Logf})
 	mux := http.NewServeMux()
 	a := api.New(cat, o.Limits)
+	if o.Hub != nil {
+		a.ResolveHubIDs(o.Hub)
+	}
 	a.Register(mux)
 	var emb *embeddedAgent
 	if o.Agent == "embedded" {

@@ -59,7 +59,7 @@ func (f *tuneFlags) space() (tune.Space, error) {
 	if err != nil {
 		return tune.Space{}, &usageError{err}
 	}
-	m, err := f.mf.load(catalog())
+	m, err := f.mf.load(models())
 	if err != nil {
 		return tune.Space{}, err
 	}
@@ -104,17 +104,24 @@ func runTune(args []string, stdout io.Writer) error {
 	}
 	r := s.Result()
 	if *asJSON {
+		if f.mf.src.resolved() {
+			return writeJSON(stdout, struct {
+				*tune.Result
+				*modelSources
+			}{r, f.mf.src})
+		}
 		return writeJSON(stdout, r)
 	}
-	writeTuneText(stdout, sp, r)
+	writeTuneText(stdout, sp, r, f.mf.src)
 	return nil
 }
 
 // writeTuneText prints the refusals, the top candidates with their vllm
 // serve lines, and the Pareto front.
-func writeTuneText(w io.Writer, sp tune.Space, r *tune.Result) {
+func writeTuneText(w io.Writer, sp tune.Space, r *tune.Result, src *modelSources) {
 	fmt.Fprintf(w, "model %s: %d candidates, %d accepted, ranked by %s (descriptors of a %d-token request)\n",
 		sp.ModelName, r.Total, r.Feasible, r.Objective.Name, r.Request.PromptTokens)
+	src.writeText(w)
 	if len(r.Refused) > 0 {
 		fmt.Fprintln(w, "\nrefused:")
 		for _, x := range r.Refused {

@@ -41,15 +41,15 @@ func (f *pdFlags) fromLogs() (p, d sideLog, eng [2]plan.Engine, m *model.Model, 
 	if *f.pLog == "" || *f.dLog == "" {
 		return p, d, eng, nil, &usageError{fmt.Errorf("--p-log %q, --d-log %q: give both engines' startup logs", *f.pLog, *f.dLog)}
 	}
-	cat := catalog()
+	cat, ms := catalog(), models()
 	var target, draft *model.Model
 	if *f.mf.model != "" {
-		if target, err = readModel(cat, *f.mf.model); err != nil {
+		if target, f.mf.src.Model, err = readModel(ms, *f.mf.model); err != nil {
 			return p, d, eng, nil, err
 		}
 	}
 	if dr := *f.mf.draft; dr != "" && dr != "mtp" {
-		if draft, err = readModel(cat, dr); err != nil {
+		if draft, f.mf.src.Draft, err = readModel(ms, dr); err != nil {
 			return p, d, eng, nil, fmt.Errorf("--draft: %w", err)
 		}
 	}
@@ -132,6 +132,6 @@ func runPDLogs(f *pdFlags, asJSON bool, pairs int, stdout io.Writer) error {
 		return writeJSON(stdout, pdLogs{P: pl, D: dl, PD: r})
 	}
 	writeSideLogs(stdout, pl, dl)
-	writePDText(stdout, s, r, pairs)
+	writePDText(stdout, s, r, pairs, f.mf.src)
 	return nil
 }

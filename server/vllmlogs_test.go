@@ -11,6 +11,7 @@ import (
 	"github.com/kvscope/kvscope/core/check"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/vlog"
+	"github.com/kvscope/kvscope/server/internal/hub"
 )
 
 // logEntry is one real vLLM startup log of testdata/vllm-logs/index.json:
@@ -166,7 +167,7 @@ func hasNonFullLayers(t *testing.T, e logEntry) bool {
 	}
 	in := check.Input{Log: l, Version: argValue(e.Args, "--vllm-version"), Catalog: catalog()}
 	if ref := argValue(e.Args, "--model"); ref != "" {
-		if in.Model, err = readModel(in.Catalog, ref); err != nil {
+		if in.Model, _, err = readModel(hub.Models{Catalog: in.Catalog}, ref); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
 	"github.com/kvscope/kvscope/server/internal/budget"
+	"github.com/kvscope/kvscope/server/internal/hub"
 	"github.com/kvscope/kvscope/server/internal/memtest"
 )
 
@@ -154,7 +155,7 @@ func TestAdmission(t *testing.T) {
 // oracleEstimate is the memory admission reserves for an oracle request.
 func oracleEstimate(t *testing.T, req PDRequest) int64 {
 	t.Helper()
-	s, err := req.Setup(context.Background(), catalog.Bundled(), true)
+	s, err := req.Setup(context.Background(), hub.Models{Catalog: catalog.Bundled()}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

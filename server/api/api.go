@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/server/internal/hub"
 )
 
 // maxBody bounds an API request body: a config.json is a few KiB, a pasted
@@ -54,9 +55,10 @@ func BadData(err error) error { return &badDataError{err} }
 // Server is what the API's endpoints share: the model catalog, the limits
 // and the admission of heavy work. It is safe for concurrent use.
 type Server struct {
-	cat model.Catalog
-	lim Limits
-	adm *admission
+	cat     model.Catalog
+	resolve hub.Models // cat, and the Hub resolver when ResolveHubIDs set one
+	lim     Limits
+	adm     *admission
 }
 
 // New returns the API over a catalog, with limits (the zero Limits are
@@ -65,8 +67,14 @@ func New(cat model.Catalog, lim Limits) *Server {
 	if lim == (Limits{}) {
 		lim = DefaultLimits()
 	}
-	return &Server{cat: cat, lim: lim, adm: newAdmission(lim)}
+	return &Server{cat: cat, resolve: hub.Models{Catalog: cat}, lim: lim, adm: newAdmission(lim)}
 }
+
+// ResolveHubIDs makes the API resolve a "model" or "draft" that is not
+// bundled but has the form org/name[@revision] through r (the server's
+// Hugging Face cache, then the Hub). Without it only bundled names and
+// inline configs are taken. Call it before Register.
+func (s *Server) ResolveHubIDs(r *hub.Resolver) { s.resolve.Hub = r }
 
 // Limits are the limits the server admits work under.
 func (s *Server) Limits() Limits { return s.lim }

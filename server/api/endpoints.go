@@ -20,14 +20,20 @@ import (
 )
 
 // plan is /api/plan: kvscope plan --json.
-func (s *Server) plan(_ context.Context, req *PlanRequest) (any, error) {
-	m, err := req.load(s.cat)
+func (s *Server) plan(ctx context.Context, req *PlanRequest) (any, error) {
+	m, err := req.load(ctx, s.resolve)
 	if err != nil {
 		return nil, err
 	}
 	p, err := plan.New(m, req.Engine)
 	if err != nil {
 		return nil, BadData(err)
+	}
+	if req.src.Resolved() {
+		return struct {
+			*plan.Plan
+			ModelSources
+		}{p, req.src}, nil
 	}
 	return p, nil
 }
@@ -37,7 +43,7 @@ func (s *Server) plan(_ context.Context, req *PlanRequest) (any, error) {
 // turns the estimate into the memory the endpoint will hold.
 func (s *Server) heavy(ctx context.Context, req *PDRequest, keepPairs bool, need func(xfer.Cost) int64,
 	work func(*xfer.PD) (any, error)) (any, error) {
-	setup, err := req.Setup(ctx, s.cat, keepPairs)
+	setup, err := req.Setup(ctx, s.resolve, keepPairs)
 	if err != nil {
 		return nil, err
 	}
@@ -65,14 +71,23 @@ func (s *Server) heavy(ctx context.Context, req *PDRequest, keepPairs bool, need
 // pd is /api/pd: kvscope pd --json.
 func (s *Server) pd(ctx context.Context, req *PDRequest) (any, error) {
 	return s.heavy(ctx, req, false, PDMemory, func(pd *xfer.PD) (any, error) {
+		answer := func() any {
+			if req.src.Resolved() {
+				return struct {
+					*xfer.PD
+					ModelSources
+				}{pd, req.src}
+			}
+			return pd
+		}
 		if _, ok := pd.Setup().Connector.Transport(); !ok {
-			return pd, nil
+			return answer(), nil
 		}
 		var err error
 		if pd.Transfer, err = pd.Compute(pd.Setup().Request, false); err != nil {
 			return nil, BadData(err)
 		}
-		return pd, nil
+		return answer(), nil
 	})
 }
 
@@ -123,7 +138,7 @@ func (s *Server) tune(ctx context.Context, req *TuneRequest) (any, error) {
 	if err := acquire(baseBytes); err != nil {
 		return nil, err
 	}
-	search, m, err := tuneSearch(s, req)
+	search, m, err := tuneSearch(dctx, s, req)
 	var need int64
 	if err == nil {
 		need = tuneMemory(m, search)
@@ -140,7 +155,7 @@ func (s *Server) tune(ctx context.Context, req *TuneRequest) (any, error) {
 		return nil, err
 	}
 	defer s.adm.release(need)
-	if search, _, err = tuneSearch(s, req); err != nil {
+	if search, _, err = tuneSearch(dctx, s, req); err != nil {
 		return nil, err
 	}
 	_, total := search.Progress()
@@ -207,12 +222,12 @@ func (s *Server) admitBody(next http.Handler) http.Handler {
 }
 
 // tuneSearch is the search a /api/tune request describes, and its model.
-func tuneSearch(s *Server, req *TuneRequest) (*tune.Search, *model.Model, error) {
+func tuneSearch(ctx context.Context, s *Server, req *TuneRequest) (*tune.Search, *model.Model, error) {
 	obj, err := tune.ParseObjective(req.Objective, req.Weights)
 	if err != nil {
 		return nil, nil, BadData(err)
 	}
-	m, err := req.load(s.cat)
+	m, err := req.load(ctx, s.resolve)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -294,13 +309,13 @@ func (s *Server) check(ctx context.Context, req *CheckRequest) (any, error) {
 	in := check.Input{Log: l, Version: req.VLLMVersion, Catalog: s.cat}
 	if req.Model != "" || len(req.Config) > 0 {
 		target := ModelRequest{Model: req.Model, Config: req.Config}
-		if in.Model, err = target.load(s.cat); err != nil {
+		if in.Model, err = target.load(ctx, s.resolve); err != nil {
 			return nil, err
 		}
 	}
 	if req.Draft != "" && req.Draft != "mtp" || len(req.DraftConfig) > 0 {
 		d := ModelRequest{Model: req.Draft, Config: req.DraftConfig}
-		if in.Draft, err = d.load(s.cat); err != nil {
+		if in.Draft, err = d.load(ctx, s.resolve); err != nil {
 			return nil, err
 		}
 	}

@@ -10,17 +10,32 @@ import (
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/tune"
 	"github.com/kvscope/kvscope/core/xfer"
+	"github.com/kvscope/kvscope/server/internal/hub"
 )
 
-// ModelRequest names a request's model: a bundled name, or an inline
-// config.json; and its draft: a bundled name, "mtp" (the model's own MTP
-// layers) or an inline config.
+// ModelRequest names a request's model: a bundled name, a Hub id
+// (org/name[@revision], through the server's Hugging Face cache, then the
+// Hub, when the server resolves Hub ids) or an inline config.json; and
+// its draft: the same, or "mtp" (the model's own MTP layers).
 type ModelRequest struct {
 	Model       string          `json:"model"`
-	Config      json.RawMessage `json:"config"` // an inline config.json instead of a bundled name
+	Config      json.RawMessage `json:"config"` // an inline config.json instead of a name
 	Draft       string          `json:"draft"`
 	DraftConfig json.RawMessage `json:"draft_config"`
+
+	src ModelSources // where load found Hub ids
 }
+
+// ModelSources says where a Hub id's config came from, for the model and
+// the draft (nil for a bundled name or an inline config). Answers carry
+// it beside their own fields as model_source and draft_source.
+type ModelSources struct {
+	Model *hub.Source `json:"model_source,omitempty"`
+	Draft *hub.Source `json:"draft_source,omitempty"`
+}
+
+// Resolved reports whether a Hub id was resolved.
+func (s ModelSources) Resolved() bool { return s.Model != nil || s.Draft != nil }
 
 // PlanRequest is the body of /api/plan: a model and one engine, whose keys
 // are vLLM's flag names in snake case (the engine object of plan --json).
@@ -88,32 +103,39 @@ func versioned(version string, engines ...*plan.Engine) error {
 	return nil
 }
 
-// load resolves the request's model and draft.
-func (r ModelRequest) load(cat model.Catalog) (*model.Model, error) {
-	parse := func(name string, inline json.RawMessage) (*model.Model, error) {
+// load resolves the request's model and draft, and records where Hub
+// ids came from.
+func (r *ModelRequest) load(ctx context.Context, ms hub.Models) (*model.Model, error) {
+	parse := func(name string, inline json.RawMessage) (*model.Model, *hub.Source, error) {
 		if len(inline) > 0 {
-			return model.Parse(inline)
+			m, err := model.Parse(inline)
+			return m, nil, err
 		}
-		full, data, err := cat.Lookup(name)
+		full, data, src, err := ms.Lookup(ctx, name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		m, err := model.Parse(data)
+		if err != nil && src != nil {
+			return nil, nil, fmt.Errorf("%s: %w", src.Where(), err)
+		}
 		if err == nil {
 			m.Name = full
 		}
-		return m, err
+		return m, src, err
 	}
-	m, err := parse(r.Model, r.Config)
+	m, src, err := parse(r.Model, r.Config)
 	if err != nil {
 		return nil, BadData(fmt.Errorf("model: %w", err))
 	}
+	r.src.Model = src
 	switch {
 	case r.Draft == "mtp":
 		m, err = m.WithMTP()
 	case r.Draft != "" || len(r.DraftConfig) > 0:
 		var d *model.Model
-		if d, err = parse(r.Draft, r.DraftConfig); err == nil {
+		if d, src, err = parse(r.Draft, r.DraftConfig); err == nil {
+			r.src.Draft = src
 			m, err = m.WithDraft(d)
 		}
 	}
@@ -124,8 +146,8 @@ func (r ModelRequest) load(cat model.Catalog) (*model.Model, error) {
 }
 
 // Setup is the P/D setup a request describes, with its pairs kept or not.
-func (r *PDRequest) Setup(ctx context.Context, cat model.Catalog, keepPairs bool) (xfer.Setup, error) {
-	m, err := r.load(cat)
+func (r *PDRequest) Setup(ctx context.Context, ms hub.Models, keepPairs bool) (xfer.Setup, error) {
+	m, err := r.load(ctx, ms)
 	if err != nil {
 		return xfer.Setup{}, err
 	}

@@ -65,7 +65,7 @@ func TestTuneMemoryEstimate(t *testing.T) {
 		{"4,096 layers, TP 8 to 16 and 16 to 32", TuneRequest{ModelRequest: ModelRequest{Config: wideConfig(4096)}, P: tp(1), D: tp(1), Ranges: tune.Ranges{TPPairs: "8:16,16:32", BlockSizes: "16:128:16"}}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, m, err := tuneSearch(a, &c.req)
+			s, m, err := tuneSearch(context.Background(), a, &c.req)
 			if err != nil {
 				t.Fatal(err)
 			}
