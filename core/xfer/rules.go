@@ -126,7 +126,7 @@ var connectorRules = []connectorRule{
 		detail: func(c *ruleCase) string {
 			return fmt.Sprintf("state layers with Mamba prefix caching (mamba cache mode %s on P, %s on D)", c.pp.Engine.MambaCacheMode, c.dp.Engine.MambaCacheMode)
 		},
-		why: "it moves state only with the mamba cache mode none",
+		why: "it has no Mamba prefix-caching mode, which #42554 added; whether it raised or moved the wrong state was not read, inferred",
 		fix: "turn prefix caching off on both engines (--no-enable-prefix-caching)",
 	},
 	{
