@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvscope/kvscope/core/check"
+	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/plan/planflag"
 	"github.com/kvscope/kvscope/core/vlog"
@@ -83,27 +85,13 @@ func runCheck(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
-	in := check.Input{Log: l, Version: ef.Version(), Catalog: catalog()}
-	var overlayErr error
-	in.Adjust = func(e *plan.Engine) { overlayErr = ef.Overlay("", e, checkRefuses()) }
-	in.Given = ef.Given()
-	ms := models()
-	if *mf.model != "" {
-		if in.Model, mf.src.Model, err = readModel(ms, *mf.model); err != nil {
-			return err
-		}
-	}
-	if d := *mf.draft; d != "" && d != "mtp" {
-		if in.Draft, mf.src.Draft, err = readModel(ms, d); err != nil {
-			return fmt.Errorf("--draft: %w", err)
-		}
-	}
-	res, err := check.Run(in)
-	if overlayErr != nil {
-		return &usageError{overlayErr}
-	}
+	target, draft, err := mf.read(models())
 	if err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err)
+		return err
+	}
+	res, err := checkLog(l, ef, "", target, draft)
+	if err != nil {
+		return wrapLogErr(pos[0], err)
 	}
 	if *asJSON {
 		var v any = res
@@ -127,6 +115,31 @@ func runCheck(args []string, stdout io.Writer) error {
 		return partialError{}
 	}
 	return differsError{}
+}
+
+// checkLog checks a parsed log with the command line's engine flags over
+// what the log leaves out (the plain ones, then side's: "" for one
+// engine, "p" or "d"); target and draft are --model's and --draft's (nil:
+// the log's own). A flag check refuses is a usage error.
+func checkLog(l *vlog.Log, ef *planflag.Set, side string, target, draft *model.Model) (*check.Result, error) {
+	in := check.Input{Log: l, Version: ef.Version(), Model: target, Draft: draft, Catalog: catalog(), Given: ef.Given()}
+	var overlayErr error
+	in.Adjust = func(e *plan.Engine) { overlayErr = ef.Overlay(side, e, checkRefuses()) }
+	res, err := check.Run(in)
+	if overlayErr != nil {
+		return nil, &usageError{overlayErr}
+	}
+	return res, err
+}
+
+// wrapLogErr names the log an error is about, but for usage errors,
+// which name their flag already.
+func wrapLogErr(name string, err error) error {
+	var u *usageError
+	if errors.As(err, &u) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name, err)
 }
 
 func writeCheckText(w io.Writer, name string, r *check.Result) {

@@ -51,6 +51,22 @@ func (s *modelSources) writeText(w io.Writer) {
 	}
 }
 
+// read reads --model and --draft without joining them (nil where not
+// given, or --draft mtp), noting in src where a Hub id came from.
+func (mf modelFlags) read(ms hub.Models) (target, draft *model.Model, err error) {
+	if *mf.model != "" {
+		if target, mf.src.Model, err = readModel(ms, *mf.model); err != nil {
+			return nil, nil, err
+		}
+	}
+	if d := *mf.draft; d != "" && d != "mtp" {
+		if draft, mf.src.Draft, err = readModel(ms, d); err != nil {
+			return nil, nil, fmt.Errorf("--draft: %w", err)
+		}
+	}
+	return target, draft, nil
+}
+
 func newModelFlags(fs *flag.FlagSet) modelFlags {
 	return modelFlags{
 		model: fs.String("model", "", "a config.json path, a bundled model name (see kvscope models), or a Hub id org/name[@revision] (the Hugging Face cache, then the Hub)"),

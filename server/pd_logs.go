@@ -41,17 +41,9 @@ func (f *pdFlags) fromLogs() (p, d sideLog, eng [2]plan.Engine, m *model.Model, 
 	if *f.pLog == "" || *f.dLog == "" {
 		return p, d, eng, nil, &usageError{fmt.Errorf("--p-log %q, --d-log %q: give both engines' startup logs", *f.pLog, *f.dLog)}
 	}
-	cat, ms := catalog(), models()
-	var target, draft *model.Model
-	if *f.mf.model != "" {
-		if target, f.mf.src.Model, err = readModel(ms, *f.mf.model); err != nil {
-			return p, d, eng, nil, err
-		}
-	}
-	if dr := *f.mf.draft; dr != "" && dr != "mtp" {
-		if draft, f.mf.src.Draft, err = readModel(ms, dr); err != nil {
-			return p, d, eng, nil, fmt.Errorf("--draft: %w", err)
-		}
+	target, draft, err := f.mf.read(models())
+	if err != nil {
+		return p, d, eng, nil, err
 	}
 	var models [2]*model.Model
 	for i, side := range []struct {
@@ -67,15 +59,9 @@ func (f *pdFlags) fromLogs() (p, d sideLog, eng [2]plan.Engine, m *model.Model, 
 		if err != nil {
 			return p, d, eng, nil, fmt.Errorf("--%s-log %s: %w", side.flag, *side.path, err)
 		}
-		in := check.Input{Log: l, Version: f.ef.Version(), Model: target, Draft: draft, Catalog: cat, Given: f.ef.Given()}
-		var overlayErr error
-		in.Adjust = func(e *plan.Engine) { overlayErr = f.ef.Overlay(side.flag, e, checkRefuses()) }
-		res, err := check.Run(in)
-		if overlayErr != nil {
-			return p, d, eng, nil, &usageError{overlayErr}
-		}
+		res, err := checkLog(l, f.ef, side.flag, target, draft)
 		if err != nil {
-			return p, d, eng, nil, fmt.Errorf("--%s-log %s: %w", side.flag, *side.path, err)
+			return p, d, eng, nil, wrapLogErr(fmt.Sprintf("--%s-log %s", side.flag, *side.path), err)
 		}
 		if res.Plan == nil {
 			return p, d, eng, nil, fmt.Errorf("--%s-log %s: %s's engine did not start (the log shows vLLM's start-up refusal): nothing to transfer", side.flag, *side.path, side.name)
