@@ -132,7 +132,6 @@ func metadataOf(r *Registration, hash string, version int) Metadata {
 	if r.plan != nil && r.model != nil { // nil for a registration built by hand (benchmarks)
 		md.BlockSize, md.CompatHash = r.plan.BlockSize, hash
 	}
-	md.Members = make([][]Member, len(r.Regions))
 	md.BaseAddrs = make([]uint64, 0, len(r.Regions))
 	md.BlockLens = make([]int64, 0, len(r.Regions))
 	for _, reg := range r.Regions {
@@ -140,7 +139,10 @@ func metadataOf(r *Registration, hash string, version int) Metadata {
 		md.BlockLens = append(md.BlockLens, reg.BlockLen)
 	}
 	seen := make([]bool, len(r.Regions)) // the regions a layer has listed itself in
-	names := version >= 12 && version < HandshakeVersion
+	members, names := version >= HandshakeVersion, version >= 12 && version < HandshakeVersion
+	if members {
+		md.Members = make([][]Member, len(r.Regions))
+	}
 	if names {
 		md.MemberNames = make([][]string, len(r.Regions))
 	}
@@ -154,7 +156,9 @@ func metadataOf(r *Registration, hash string, version int) Metadata {
 			if names {
 				md.MemberNames[s.Region] = append(md.MemberNames[s.Region], l.Name)
 			}
-			md.Members[s.Region] = append(md.Members[s.Region], Member{Layer: l.Name, Group: l.Group, HeadLo: s.Lo, HeadHi: s.Hi, TokensPerPage: l.BlockSize})
+			if members {
+				md.Members[s.Region] = append(md.Members[s.Region], Member{Layer: l.Name, Group: l.Group, HeadLo: s.Lo, HeadHi: s.Hi, TokensPerPage: l.BlockSize})
+			}
 		}
 		if l.Kind.IsState() && md.SSMSizes == [2]int64{} {
 			var conv int64
@@ -166,9 +170,6 @@ func metadataOf(r *Registration, hash string, version int) Metadata {
 				}
 			}
 		}
-	}
-	if version < HandshakeVersion {
-		md.Members = nil
 	}
 	return md
 }
