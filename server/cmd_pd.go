@@ -67,14 +67,18 @@ func (f *pdFlags) run(s xfer.Setup, need func(xfer.Cost) int64) (*xfer.PD, error
 		return nil, err
 	}
 	if _, ok := s.Connector.Transport(); !ok {
+		pd.Preflight = pd.PreflightOf(nil)
 		return pd, nil
 	}
 	lim := api.Limits{MaxPairs: *f.maxPairs, MaxMemory: mem}
 	if _, err := lim.Admit(s, pd, false, need); err != nil {
 		return nil, err
 	}
-	pd.Transfer, err = pd.Compute(s.Request, s.KeepPairs)
-	return pd, err
+	if pd.Transfer, err = pd.Compute(s.Request, s.KeepPairs); err != nil {
+		return nil, err
+	}
+	pd.Preflight = pd.PreflightOf(pd.Transfer)
+	return pd, nil
 }
 
 // setup builds the P/D setup from the parsed flags.

@@ -12,6 +12,7 @@ import (
 	modelcatalog "github.com/kvscope/kvscope/core/catalog"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/server/api"
 	"github.com/kvscope/kvscope/server/internal/hub"
 )
 
@@ -30,6 +31,14 @@ type modelFlags struct {
 type modelSources struct {
 	Model *hub.Source `json:"model_source,omitempty"`
 	Draft *hub.Source `json:"draft_source,omitempty"`
+}
+
+// api is the sources as the API's answers carry them.
+func (s *modelSources) api() api.ModelSources {
+	if s == nil {
+		return api.ModelSources{}
+	}
+	return api.ModelSources{Model: s.Model, Draft: s.Draft}
 }
 
 // resolved reports whether a Hub id was resolved.

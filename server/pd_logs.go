@@ -1,78 +1,74 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/kvscope/kvscope/core/check"
-	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/vlog"
+	"github.com/kvscope/kvscope/core/xfer"
 	"github.com/kvscope/kvscope/server/api"
 )
 
-// sideLog is one engine's startup log planned as kvscope check plans it:
-// the engine it was asked for and how its own logged figures compare.
+// sideLog is one engine's startup log planned as kvscope check plans it.
 type sideLog struct {
-	Side  string        `json:"side"` // P or D
-	File  string        `json:"file"`
-	Check *check.Result `json:"check"`
-	// KVTokens is the engine's capacity as its log plans it (no
-	// connector), ConnectorKVTokens with the connector pd plans for
-	// (before 0.23 a --kv-transfer-config turns the hybrid manager off).
-	KVTokens          int64 `json:"kv_cache_tokens"`
-	ConnectorKVTokens int64 `json:"connector_kv_cache_tokens"`
-}
-
-// pdLogs is kvscope pd --p-log/--d-log's answer in --json: each side's
-// check and the transfer between the engines the logs describe.
-type pdLogs struct {
-	P  sideLog `json:"p_log"`
-	D  sideLog `json:"d_log"`
-	PD any     `json:"pd"`
+	Side  string // P or D
+	File  string
+	Check *check.Result
 }
 
 // fromLogs plans each side from its own startup log (version, non-default
 // arguments, TP, memory, draft), with the side's kvscope flags over what
-// the log says, and checks it against the log's figures. Both logs must
-// serve one model.
-func (f *pdFlags) fromLogs() (p, d sideLog, eng [2]plan.Engine, m *model.Model, err error) {
+// the log says, and checks it against the log's figures (check.RunPair).
+// Both logs must serve one model.
+func (f *pdFlags) fromLogs() (p, d sideLog, pair *check.Pair, err error) {
 	if *f.pLog == "" || *f.dLog == "" {
-		return p, d, eng, nil, &usageError{fmt.Errorf("--p-log %q, --d-log %q: give both engines' startup logs", *f.pLog, *f.dLog)}
+		return p, d, nil, &usageError{fmt.Errorf("--p-log %q, --d-log %q: give both engines' startup logs", *f.pLog, *f.dLog)}
 	}
 	target, draft, err := f.mf.read(models())
 	if err != nil {
-		return p, d, eng, nil, err
+		return p, d, nil, err
 	}
-	var models [2]*model.Model
-	for i, side := range []struct {
-		name, flag string
-		path       *string
-		out        *sideLog
-	}{{"P", "p", f.pLog, &p}, {"D", "d", f.dLog, &d}} {
-		data, err := readCapped(*side.path, vlog.MaxLogBytes)
+	var in [2]check.Input
+	var overlayErr error
+	for i, side := range []struct{ flag, path string }{{"p", *f.pLog}, {"d", *f.dLog}} {
+		data, err := readCapped(side.path, vlog.MaxLogBytes)
 		if err != nil {
-			return p, d, eng, nil, fmt.Errorf("--%s-log: %w", side.flag, err)
+			return p, d, nil, fmt.Errorf("--%s-log: %w", side.flag, err)
 		}
 		l, err := vlog.Parse(string(data))
 		if err != nil {
-			return p, d, eng, nil, fmt.Errorf("--%s-log %s: %w", side.flag, *side.path, err)
+			return p, d, nil, fmt.Errorf("--%s-log %s: %w", side.flag, side.path, err)
 		}
-		res, err := checkLog(l, f.ef, side.flag, target, draft)
-		if err != nil {
-			return p, d, eng, nil, wrapLogErr(fmt.Sprintf("--%s-log %s", side.flag, *side.path), err)
+		in[i] = check.Input{Log: l, Version: f.ef.Version(), Model: target, Draft: draft, Catalog: catalog(), Given: f.ef.Given()}
+		in[i].Adjust = func(e *plan.Engine) {
+			if err := f.ef.Overlay(side.flag, e, checkRefuses()); err != nil && overlayErr == nil {
+				overlayErr = err
+			}
 		}
-		if res.Plan == nil {
-			return p, d, eng, nil, fmt.Errorf("--%s-log %s: %s's engine did not start (the log shows vLLM's start-up refusal): nothing to transfer", side.flag, *side.path, side.name)
-		}
-		*side.out = sideLog{Side: side.name, File: *side.path, Check: res}
-		eng[i], models[i] = res.Plan.Engine, res.ModelRef
 	}
-	if models[0].Name != models[1].Name {
-		return p, d, eng, nil, fmt.Errorf("--p-log serves %s, --d-log %s: P and D must serve one model", models[0].Name, models[1].Name)
+	pair, err = check.RunPair(in[0], in[1])
+	if overlayErr != nil {
+		return p, d, nil, &usageError{overlayErr}
 	}
-	return p, d, eng, models[0], nil
+	var se *check.SideError
+	switch {
+	case errors.As(err, &se):
+		flag, path := "p", *f.pLog
+		if se.Side == "D" {
+			flag, path = "d", *f.dLog
+		}
+		return p, d, nil, fmt.Errorf("--%s-log %s: %w", flag, path, se.Err)
+	case err != nil:
+		return p, d, nil, fmt.Errorf("--p-log %s, --d-log %s: %w", *f.pLog, *f.dLog, err)
+	}
+	p = sideLog{Side: "P", File: *f.pLog, Check: pair.P}
+	d = sideLog{Side: "D", File: *f.dLog, Check: pair.D}
+	return p, d, pair, nil
 }
 
 // writeSideLogs prints each side's log check in a line, before pd's text.
@@ -88,17 +84,13 @@ func writeSideLogs(w io.Writer, sides ...sideLog) {
 			line += " (missing " + strings.Join(r.Missing, ", ") + ")"
 		}
 		fmt.Fprintf(w, "%s; planned as kvscope plan --model %s %s\n", line, r.Model, strings.Join(r.Flags, " "))
-		if s.ConnectorKVTokens != s.KVTokens && s.KVTokens > 0 {
-			fmt.Fprintf(w, "  %s with the connector: %s KV cache tokens against %s without it (the log's engine; %+.1f%%)\n", s.Side,
-				plan.Commas(s.ConnectorKVTokens), plan.Commas(s.KVTokens), 100*float64(s.ConnectorKVTokens-s.KVTokens)/float64(s.KVTokens))
-		}
 	}
 	fmt.Fprintln(w)
 }
 
 // runPDLogs is kvscope pd with --p-log and --d-log.
 func runPDLogs(f *pdFlags, asJSON bool, pairs int, stdout io.Writer) error {
-	pl, dl, eng, m, err := f.fromLogs()
+	pl, dl, pair, err := f.fromLogs()
 	if err != nil {
 		return err
 	}
@@ -106,18 +98,34 @@ func runPDLogs(f *pdFlags, asJSON bool, pairs int, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s.Model, s.P, s.D = m, eng[0], eng[1]
+	s.Model, s.P, s.D = pair.Model, pair.Engines[0], pair.Engines[1]
 	r, err := f.run(s, api.PDMemory)
 	if err != nil {
 		return err
 	}
 	trimPairs(r, pairs)
-	pl.KVTokens, dl.KVTokens = pl.Check.Plan.KVCacheTokens, dl.Check.Plan.KVCacheTokens
-	pl.ConnectorKVTokens, dl.ConnectorKVTokens = r.Invariant.PIndependent.KVCacheTokens, r.Invariant.DIndependent.KVCacheTokens
 	if asJSON {
-		return writeJSON(stdout, pdLogs{P: pl, D: dl, PD: r})
+		return writeJSON(stdout, api.PDLogs{P: pl.Check, D: dl.Check, PD: r, ModelSources: f.mf.src.api()})
 	}
+	fmt.Fprintf(stdout, "verdict: %s\n  %s\n\n", r.Preflight.Verdict, r.Preflight.Sentence)
 	writeSideLogs(stdout, pl, dl)
+	writeFacets(stdout, r.Preflight.Facets)
 	writePDText(stdout, s, r, pairs, f.mf.src)
 	return nil
+}
+
+// writeFacets prints what each side brings to the handshake, side by side,
+// and how vLLM treats a difference.
+func writeFacets(w io.Writer, fs []xfer.Facet) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "handshake value\tP\tD\t\t")
+	for _, f := range fs {
+		mark := "same"
+		if !f.Same {
+			mark = "DIFFERS (" + f.Rule + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", f.Name, f.P, f.D, mark, f.Note)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
 }

@@ -31,20 +31,33 @@ func TestPDFromTwoLogs(t *testing.T) {
 	// versions): different releases (the hash takes the version, #29503);
 	// 0.24.0 on both sides, after #42554 (0.23.0), with the hybrid
 	// manager kept on (#41847, 0.23.0); gemma-4 on 0.20.2, whose connector
-	// turns the hybrid manager off (kept on from 0.23.0).
+	// turns the hybrid manager off (kept on from 0.23.0); Qwen3.6-27B on
+	// 0.23.1rc1 without and with MTP, whose blocks differ (1568 and 1600
+	// tokens, the attention block each log prints) under the hybrid
+	// manager, which the connector accepts only from 0.27.0 (#49612:
+	// "HMA does not support different remote block size yet" before);
+	// the 0.20.0 log against itself at D TP 2 with prefix caching off,
+	// GDN state between TP sizes, accepted from 0.22.0 (#41869).
 	for _, tt := range []struct {
 		name, p, d string
+		flags      []string
+		verdict    string
 		want       []string
 	}{
-		{"different releases", qwen36, logs("qwen36-35b-a3b-nvfp4-mtp2-v0.20.2-262k.log"), []string{"REJECTED (vllm-version, P/D)", "P runs vLLM 0.20.0, D 0.20.2"}},
-		{"0.24.0 on both sides", logs("club3090-612-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), logs("club3090-652-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), []string{"handshake v4 (", "path vllm"}},
-		{"the hybrid manager off", logs("gemma4-26b-a4b-h200-v0.20.2.log"), logs("gemma4-26b-a4b-h200-v0.20.2.log"), []string{"turns the hybrid KV cache manager off", "path vllm", "P with the connector: ", "KV cache tokens against", "without it"}},
+		{"different releases", qwen36, logs("qwen36-35b-a3b-nvfp4-mtp2-v0.20.2-262k.log"), nil, "rejected", []string{"REJECTED (vllm-version, P/D)", "P runs vLLM 0.20.0, D 0.20.2", "vLLM version             0.20.0", "DIFFERS (hashed)"}},
+		{"0.24.0 on both sides", logs("club3090-612-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), logs("club3090-652-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), nil, "ok", []string{"handshake v4 (", "path vllm", "1 rank pair, pull"}},
+		{"the hybrid manager off", logs("gemma4-26b-a4b-h200-v0.20.2.log"), logs("gemma4-26b-a4b-h200-v0.20.2.log"), nil, "ok", []string{"turns the hybrid KV cache manager off", "path vllm", "off (the connector turns it off)", "KV cache tokens against", "with it on (-"}},
+		{"block sizes differ under the hybrid manager", logs("qwen36-27b-nvfp4-v0.23.1rc1-arm64.log"), logs("qwen36-27b-nvfp4-mtp2-v0.23.1rc1-arm64.log"), nil, "rejected", []string{"REJECTED (hybrid-block-size, P/D)", "HMA does not support different remote block size yet", "block size (tokens)      1,568", "first request"}},
+		{"GDN state between TP sizes before 0.22", qwen36, qwen36, []string{"--no-enable-prefix-caching", "--d-tensor-parallel-size", "2"}, "rejected", []string{"REJECTED (gdn-tp, P/D)", "vLLM 0.22.0 accepts it (#41869"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			code, out, errs := runCLI(t, "pd", "--p-log", tt.p, "--d-log", tt.d, "--prompt-tokens", "1000")
+			code, out, errs := runCLI(t, append([]string{"pd", "--p-log", tt.p, "--d-log", tt.d, "--prompt-tokens", "1000"}, tt.flags...)...)
+			if code != 0 || !strings.HasPrefix(out, "verdict: "+tt.verdict+"\n") {
+				t.Fatalf("exit %d %s: want verdict %s first\n%s", code, errs, tt.verdict, out)
+			}
 			for _, w := range tt.want {
-				if code != 0 || !strings.Contains(out, w) {
-					t.Errorf("exit %d %s: output lacks %q\n%s", code, errs, w, out)
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q\n%s", w, out)
 				}
 			}
 		})
@@ -56,13 +69,15 @@ func TestPDFromTwoLogs(t *testing.T) {
 	}
 	var got struct {
 		P struct {
-			Check struct {
-				Verdict string   `json:"verdict"`
-				Model   string   `json:"model"`
-				Flags   []string `json:"flags"`
-			} `json:"check"`
+			Verdict string   `json:"verdict"`
+			Model   string   `json:"model"`
+			Flags   []string `json:"flags"`
 		} `json:"p_log"`
 		PD struct {
+			Preflight struct {
+				Verdict string `json:"verdict"`
+				Descs   int    `json:"descs_per_rank_pair"`
+			} `json:"preflight"`
 			Transfer struct {
 				Path   string `json:"path"`
 				Descs  int    `json:"descs"`
@@ -74,11 +89,12 @@ func TestPDFromTwoLogs(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.P.Check.Verdict != "match" || got.PD.Transfer.Path != "vllm" || got.PD.Transfer.Reject != nil || got.PD.Transfer.Descs == 0 {
+	if got.P.Verdict != "match" || got.PD.Transfer.Path != "vllm" || got.PD.Transfer.Reject != nil || got.PD.Transfer.Descs == 0 ||
+		got.PD.Preflight.Verdict != "ok" || 2*got.PD.Preflight.Descs != got.PD.Transfer.Descs { // TP 2 to TP 2: two rank pairs alike
 		t.Fatalf("Qwen3-32B TP 2 against itself: %+v", got)
 	}
 	// The same engines as flags: the descriptor count and bytes agree.
-	args := append([]string{"pd", "--model", got.P.Check.Model, "--prompt-tokens", "1000", "--json"}, got.P.Check.Flags...)
+	args := append([]string{"pd", "--model", got.P.Model, "--prompt-tokens", "1000", "--json"}, got.P.Flags...)
 	code, out, errs = runCLI(t, args...)
 	var flags struct {
 		Transfer struct {
@@ -90,7 +106,7 @@ func TestPDFromTwoLogs(t *testing.T) {
 		t.Fatalf("%v: exit %d %s %v", args, code, errs, err)
 	}
 	if flags.Transfer.Descs != got.PD.Transfer.Descs || flags.Transfer.Bytes != got.PD.Transfer.Bytes {
-		t.Errorf("from the logs %d descriptors %d B; from the flags %v %d descriptors %d B", got.PD.Transfer.Descs, got.PD.Transfer.Bytes, got.P.Check.Flags, flags.Transfer.Descs, flags.Transfer.Bytes)
+		t.Errorf("from the logs %d descriptors %d B; from the flags %v %d descriptors %d B", got.PD.Transfer.Descs, got.PD.Transfer.Bytes, got.P.Flags, flags.Transfer.Descs, flags.Transfer.Bytes)
 	}
 
 	for _, tt := range []struct {

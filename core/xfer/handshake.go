@@ -74,6 +74,9 @@ type Rejection struct {
 	Source    string `json:"source,omitempty"`
 	Evidence  string `json:"evidence,omitempty"`
 	VLLMError string `json:"vllm_error,omitempty"`
+	// When says when vLLM raises it: WhenRefused for the handshake's
+	// checks.
+	When string `json:"when"`
 }
 
 func (r *Rejection) Error() string {
@@ -266,7 +269,7 @@ func newHandshake(m *model.Model, pRegs, dRegs []*Registration, c Connector, mod
 		if hs.Rejection != nil {
 			return nil
 		}
-		hs.Rejection = &Rejection{Rule: rule, Side: side, Detail: detail, Fix: fix}
+		hs.Rejection = &Rejection{Rule: rule, Side: side, Detail: detail, Fix: fix, When: WhenRefused}
 		return hs.Rejection
 	}
 

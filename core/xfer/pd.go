@@ -63,6 +63,9 @@ type PD struct {
 	Advice        Advice          `json:"block_size_advice"`
 	Transfer      *Transfer       `json:"transfer"` // nil when the connector moves no KV between P and D
 	Note          string          `json:"note,omitempty"`
+	// Preflight answers whether P and D transfer and why not, with the
+	// values each side brings to the handshake (set with the transfer).
+	Preflight *Preflight `json:"preflight,omitempty"`
 
 	setup Setup
 	// What every request's transfer shares, made once by Prepare: both
@@ -71,6 +74,9 @@ type PD struct {
 	pRegs, dRegs []*Registration
 	handshake    *Handshake
 	pairing      *pairing // when the handshake sends the transfer down the group-pair path
+	// hybridOff says, for P and D, that the connector turned the hybrid
+	// KV cache manager off (connectorVersion).
+	hybridOff [2]bool
 }
 
 // Setup is the setup the deployment was prepared from.
@@ -101,6 +107,7 @@ func Run(s Setup) (*PD, error) {
 // Prepare does everything Run does but the transfer itself, so one
 // deployment can serve many requests.
 func Prepare(s Setup) (*PD, error) {
+	given := [2]bool{s.P.DisableHybrid, s.D.DisableHybrid}
 	notes, err := connectorVersion(&s)
 	if err != nil {
 		return nil, err
@@ -110,7 +117,8 @@ func Prepare(s Setup) (*PD, error) {
 		return nil, err
 	}
 	r := &PD{Connector: s.Connector.String(), NeedsMatching: s.Connector.NeedsMatchingGroups(s.Model), Invariant: inv, setup: s,
-		VLLMVersion: inv.PIndependent.VLLMVersion, VLLMProfile: inv.PIndependent.VLLMProfile}
+		VLLMVersion: inv.PIndependent.VLLMVersion, VLLMProfile: inv.PIndependent.VLLMProfile,
+		hybridOff: [2]bool{s.P.DisableHybrid && !given[0], s.D.DisableHybrid && !given[1]}}
 	prof := inv.PIndependent.Profile
 	switch s.Plans {
 	case "", AutoPlans:
@@ -187,11 +195,7 @@ func connectorVersion(s *Setup) ([]string, error) {
 		return nil, nil
 	}
 	var notes []string
-	for _, e := range []*plan.Engine{&s.P, &s.D} {
-		if !e.DisableHybrid {
-			e.DisableHybrid = true
-		}
-	}
+	s.P.DisableHybrid, s.D.DisableHybrid = true, true
 	if s.Model.HasKind(model.Sliding) || s.Model.HasKind(model.ChunkedLocal) {
 		notes = append(notes, fmt.Sprintf("%s turns the hybrid KV cache manager off for a --kv-transfer-config: sliding-window and chunked layers plan as full attention on P and D (kept on from vLLM 0.23, #41847)", prof.Label))
 	}

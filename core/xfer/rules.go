@@ -30,6 +30,8 @@ type connectorRule struct {
 	why            string                   // why a release without the rule refuses it
 	vllmError      string                   // vLLM's own words where known
 	fix            string
+	// when says when vLLM refuses, where it is not WhenRefused.
+	when string
 }
 
 // ruleCase is the pair a rule looks at.
@@ -126,8 +128,9 @@ var connectorRules = []connectorRule{
 		detail: func(c *ruleCase) string {
 			return fmt.Sprintf("state layers with Mamba prefix caching (mamba cache mode %s on P, %s on D)", c.pp.Engine.MambaCacheMode, c.dp.Engine.MambaCacheMode)
 		},
-		why: "it has no Mamba prefix-caching mode, which #42554 added; whether it raised or moved the wrong state was not read, inferred",
-		fix: "turn prefix caching off on both engines (--no-enable-prefix-caching)",
+		why:  "it has no Mamba prefix-caching mode, which #42554 added; whether it raised or moved the wrong state was not read, inferred",
+		fix:  "turn prefix caching off on both engines (--no-enable-prefix-caching)",
+		when: "at the first request, by raising or by moving state the decode engine cannot use (which of the two was not read, inferred)",
 	},
 	{
 		name: "hybrid-mla-tp", family: "hybrid mla", source: "#49297",
@@ -270,6 +273,9 @@ func checkConnectorRules(hs *Handshake, c *ruleCase, reject func(rule, side, det
 			continue
 		}
 		rej.VLLMError = r.vllmError
+		if r.when != "" {
+			rej.When = r.when
+		}
 		if row, ok := ruleRelease(r); ok {
 			rej.Since, rej.Source, rej.Evidence = row.From, row.Source, string(row.Evidence)
 			rej.Fix += fmt.Sprintf("; vLLM %s accepts it (%s, %s)", row.From, row.Source, row.Evidence)

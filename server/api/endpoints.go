@@ -68,10 +68,36 @@ func (s *Server) heavy(ctx context.Context, req *PDRequest, keepPairs bool, need
 	return work(pd)
 }
 
-// pd is /api/pd: kvscope pd --json.
+// PDLogs is the answer of a P/D preflight from two startup logs (/api/pd
+// with p_log and d_log, kvscope pd --p-log --d-log --json): each side's
+// check, and the transfer between the engines the logs imply.
+type PDLogs struct {
+	P  *check.Result `json:"p_log"`
+	D  *check.Result `json:"d_log"`
+	PD *xfer.PD      `json:"pd"`
+	ModelSources
+}
+
+// pd is /api/pd: kvscope pd --json; with p_log and d_log, kvscope pd
+// --p-log --d-log --json (each side's check beside the transfer), the
+// logs parsed and checked with the memory a check of their size holds.
 func (s *Server) pd(ctx context.Context, req *PDRequest) (any, error) {
+	if req.hasLogs() {
+		need := checkMemory(int64(len(req.PLog) + len(req.DLog)))
+		if err := s.adm.acquire(ctx, need); err != nil {
+			return nil, err
+		}
+		err := req.readLogs(ctx, s.resolve)
+		s.adm.release(need)
+		if err != nil {
+			return nil, err
+		}
+	}
 	return s.heavy(ctx, req, false, PDMemory, func(pd *xfer.PD) (any, error) {
 		answer := func() any {
+			if req.pair != nil {
+				return PDLogs{P: req.pair.P, D: req.pair.D, PD: pd, ModelSources: req.src}
+			}
 			if req.src.Resolved() {
 				return struct {
 					*xfer.PD
@@ -81,12 +107,14 @@ func (s *Server) pd(ctx context.Context, req *PDRequest) (any, error) {
 			return pd
 		}
 		if _, ok := pd.Setup().Connector.Transport(); !ok {
+			pd.Preflight = pd.PreflightOf(nil)
 			return answer(), nil
 		}
 		var err error
 		if pd.Transfer, err = pd.Compute(pd.Setup().Request, false); err != nil {
 			return nil, BadData(err)
 		}
+		pd.Preflight = pd.PreflightOf(pd.Transfer)
 		return answer(), nil
 	})
 }
@@ -307,17 +335,8 @@ func (s *Server) check(ctx context.Context, req *CheckRequest) (any, error) {
 		return nil, BadData(fmt.Errorf("log: %w", err))
 	}
 	in := check.Input{Log: l, Version: req.VLLMVersion, Catalog: s.cat}
-	if req.Model != "" || len(req.Config) > 0 {
-		target := ModelRequest{Model: req.Model, Config: req.Config}
-		if in.Model, err = target.load(ctx, s.resolve); err != nil {
-			return nil, err
-		}
-	}
-	if req.Draft != "" && req.Draft != "mtp" || len(req.DraftConfig) > 0 {
-		d := ModelRequest{Model: req.Draft, Config: req.DraftConfig}
-		if in.Draft, err = d.load(ctx, s.resolve); err != nil {
-			return nil, err
-		}
+	if in.Model, in.Draft, err = req.targetAndDraft(ctx, s.resolve); err != nil {
+		return nil, err
 	}
 	res, err := check.Run(in)
 	if err != nil {

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/kvscope/kvscope/core/check"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/tune"
+	"github.com/kvscope/kvscope/core/vlog"
 	"github.com/kvscope/kvscope/core/xfer"
 	"github.com/kvscope/kvscope/server/internal/hub"
 )
@@ -57,9 +61,19 @@ type PDRequest struct {
 	Layout    string      `json:"layout"`
 	Prompt    int         `json:"prompt_tokens"` // 4,096 when 0
 	Hit       int         `json:"prefix_hit_tokens"`
-	// VLLMVersion applies to each engine that names no version.
+	// VLLMVersion applies to each engine that names no version (with
+	// logs: it overrides theirs).
 	VLLMVersion string `json:"vllm_version"`
+	// PLog and DLog are P's and D's startup logs: each engine is planned
+	// from its own log as /api/check plans it, instead of from p and d.
+	PLog string `json:"p_log"`
+	DLog string `json:"d_log"`
+
+	pair *check.Pair // the engines the logs imply (readLogs)
 }
+
+// hasLogs reports whether the request gives the engines as startup logs.
+func (r *PDRequest) hasLogs() bool { return r.PLog != "" || r.DLog != "" }
 
 // TuneRequest is the body of /api/tune: the engines' fixed flags, the
 // ranges searched (the range flags' names in snake case), the objective
@@ -85,7 +99,18 @@ type CheckRequest struct {
 }
 
 func (r *PlanRequest) prepare() error  { return versioned(r.VLLMVersion, &r.Engine) }
-func (r *PDRequest) prepare() error    { return versioned(r.VLLMVersion, &r.P, &r.D) }
+func (r *PDRequest) prepare() error {
+	if !r.hasLogs() {
+		return versioned(r.VLLMVersion, &r.P, &r.D)
+	}
+	switch {
+	case r.PLog == "" || r.DLog == "":
+		return fmt.Errorf("p_log (%d bytes), d_log (%d bytes): give both engines' startup logs", len(r.PLog), len(r.DLog))
+	case r.P != plan.Engine{} || r.D != plan.Engine{}:
+		return fmt.Errorf("p, d: the logs give the engines; send p_log and d_log without p and d")
+	}
+	return nil
+}
 func (r *TuneRequest) prepare() error  { return versioned(r.VLLMVersion, &r.P, &r.D) }
 func (r *CheckRequest) prepare() error { return nil }
 
@@ -100,6 +125,53 @@ func versioned(version string, engines ...*plan.Engine) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// targetAndDraft resolves the request's model and draft apart (nil for
+// what it does not name): a log check attaches the draft itself.
+func (r *ModelRequest) targetAndDraft(ctx context.Context, ms hub.Models) (target, draft *model.Model, err error) {
+	if r.Model != "" || len(r.Config) > 0 {
+		t := ModelRequest{Model: r.Model, Config: r.Config}
+		if target, err = t.load(ctx, ms); err != nil {
+			return nil, nil, err
+		}
+		r.src.Model = t.src.Model
+	}
+	if r.Draft != "" && r.Draft != "mtp" || len(r.DraftConfig) > 0 {
+		d := ModelRequest{Model: r.Draft, Config: r.DraftConfig}
+		if draft, err = d.load(ctx, ms); err != nil {
+			return nil, nil, err
+		}
+		r.src.Draft = d.src.Model
+	}
+	return target, draft, nil
+}
+
+// readLogs plans P and D from their startup logs (check.RunPair) and
+// takes the engines they imply.
+func (r *PDRequest) readLogs(ctx context.Context, ms hub.Models) error {
+	target, draft, err := r.targetAndDraft(ctx, ms)
+	if err != nil {
+		return err
+	}
+	var in [2]check.Input
+	for i, text := range []string{r.PLog, r.DLog} {
+		l, err := vlog.Parse(text)
+		if err != nil {
+			return BadData(fmt.Errorf("%s: %w", []string{"p_log", "d_log"}[i], err))
+		}
+		in[i] = check.Input{Log: l, Version: r.VLLMVersion, Model: target, Draft: draft, Catalog: ms.Catalog}
+	}
+	pair, err := check.RunPair(in[0], in[1])
+	var se *check.SideError
+	switch {
+	case errors.As(err, &se):
+		return BadData(fmt.Errorf("%s_log: %w", strings.ToLower(se.Side), se.Err))
+	case err != nil:
+		return BadData(fmt.Errorf("p_log, d_log: %w", err))
+	}
+	r.pair, r.P, r.D = pair, pair.Engines[0], pair.Engines[1]
 	return nil
 }
 
@@ -147,9 +219,12 @@ func (r *ModelRequest) load(ctx context.Context, ms hub.Models) (*model.Model, e
 
 // Setup is the P/D setup a request describes, with its pairs kept or not.
 func (r *PDRequest) Setup(ctx context.Context, ms hub.Models, keepPairs bool) (xfer.Setup, error) {
-	m, err := r.load(ctx, ms)
-	if err != nil {
-		return xfer.Setup{}, err
+	var m *model.Model
+	if r.pair == nil {
+		var err error
+		if m, err = r.load(ctx, ms); err != nil {
+			return xfer.Setup{}, err
+		}
 	}
 	conn, err := xfer.ParseConnector(r.Connector)
 	if err != nil {
@@ -162,6 +237,9 @@ func (r *PDRequest) Setup(ctx context.Context, ms hub.Models, keepPairs bool) (x
 	prompt := r.Prompt
 	if prompt == 0 {
 		prompt = 4096
+	}
+	if r.pair != nil {
+		m = r.pair.Model
 	}
 	return xfer.Setup{Model: m, P: r.P, D: r.D, Connector: conn, Plans: xfer.PlanChoice(r.Plans), Layout: layout, KeepPairs: keepPairs,
 		Request: xfer.Request{PromptTokens: prompt, PrefixHitTokens: r.Hit}, Ctx: ctx}, nil
