@@ -98,7 +98,7 @@ type CheckRequest struct {
 	VLLMVersion string `json:"vllm_version"`
 }
 
-func (r *PlanRequest) prepare() error  { return versioned(r.VLLMVersion, &r.Engine) }
+func (r *PlanRequest) prepare() error { return versioned(r.VLLMVersion, &r.Engine) }
 func (r *PDRequest) prepare() error {
 	if !r.hasLogs() {
 		return versioned(r.VLLMVersion, &r.P, &r.D)
