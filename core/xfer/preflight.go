@@ -34,9 +34,17 @@ type Facts struct {
 	// (not advertised).
 	HybridManager string `json:"hybrid_manager,omitempty"`
 	KVTokens      int64  `json:"kv_cache_tokens,omitempty"`
-	// HybridKVTokens is the capacity the same engine would have with the
-	// hybrid manager on, when a connector turns it off (0 otherwise).
-	HybridKVTokens int64  `json:"kv_cache_tokens_with_hybrid_manager,omitempty"`
+	// MaxConcurrency is how many requests of max-model-len tokens the KV
+	// cache holds at once.
+	MaxConcurrency float64 `json:"max_concurrency,omitempty"`
+	MaxModelLen    int     `json:"max_model_len,omitempty"`
+	// HybridKVTokens and HybridMaxConcurrency are the capacity the same
+	// engine would have with the hybrid manager on, when a connector turns
+	// it off (0 otherwise). Before vLLM 0.21 the logged KV cache tokens
+	// are the same either way (num_blocks // groups * block size): the
+	// concurrency says what the connector costs.
+	HybridKVTokens       int64   `json:"kv_cache_tokens_with_hybrid_manager,omitempty"`
+	HybridMaxConcurrency float64 `json:"max_concurrency_with_hybrid_manager,omitempty"`
 	KVCacheLayout  string `json:"kv_cache_layout,omitempty"` // HND or NHD
 	BlocksFirst    bool   `json:"blocks_first"`
 	// StateLayout is one state layer's conv and SSM bytes on a rank and
@@ -106,7 +114,7 @@ func (r *PD) FactsOf(side Side) Facts {
 	}
 	m := r.setup.Model
 	f := Facts{Side: side, VLLMVersion: p.VLLMVersion, TP: p.Engine.TensorParallelSize, BlockSize: p.BlockSize, NumBlocks: p.NumBlocks,
-		KVTokens: p.KVCacheTokens, KVCacheDType: p.Engine.KVCacheDType, Backend: p.Backend, KVCacheLayout: "HND"}
+		KVTokens: p.KVCacheTokens, MaxConcurrency: p.MaxConcurrency, MaxModelLen: p.Engine.MaxModelLen, KVCacheDType: p.Engine.KVCacheDType, Backend: p.Backend, KVCacheLayout: "HND"}
 	if f.KVCacheDType == "" {
 		f.KVCacheDType = "auto"
 	}
@@ -139,7 +147,7 @@ func (r *PD) FactsOf(side Side) Facts {
 	case r.hybridOff[i]:
 		f.HybridManager = "off (the connector turns it off)"
 		if hp, err := plan.New(m, r.hybridEngine(side)); err == nil {
-			f.HybridKVTokens = hp.KVCacheTokens
+			f.HybridKVTokens, f.HybridMaxConcurrency = hp.KVCacheTokens, hp.MaxConcurrency
 		}
 	case p.Engine.DisableHybrid:
 		f.HybridManager = "off (--disable-hybrid-kv-cache-manager)"
@@ -212,9 +220,9 @@ func CompareFacts(p, d Facts) []Facet {
 	bsNote := ""
 	if p.BlockSize > 0 && d.BlockSize > 0 && p.BlockSize != d.BlockSize {
 		if d.BlockSize%p.BlockSize == 0 {
-			bsNote = fmt.Sprintf("D's blocks are %d of P's", d.BlockSize/p.BlockSize)
+			bsNote = fmt.Sprintf("D's block is %d× P's", d.BlockSize/p.BlockSize)
 		} else if p.BlockSize%d.BlockSize == 0 {
-			bsNote = fmt.Sprintf("P's blocks are %d of D's", p.BlockSize/d.BlockSize)
+			bsNote = fmt.Sprintf("P's block is %d× D's", p.BlockSize/d.BlockSize)
 		} else {
 			bsNote = "neither divides the other"
 		}
@@ -250,9 +258,10 @@ func orUnknown(s string) string {
 func hybridNote(p, d Facts) string {
 	var parts []string
 	for _, f := range []Facts{p, d} {
-		if f.HybridKVTokens > 0 && f.KVTokens > 0 {
-			parts = append(parts, fmt.Sprintf("%s holds %s KV cache tokens against %s with it on (%+.1f%%)", f.Side,
-				plan.Commas(f.KVTokens), plan.Commas(f.HybridKVTokens), 100*float64(f.KVTokens-f.HybridKVTokens)/float64(f.HybridKVTokens)))
+		if f.HybridMaxConcurrency > 0 && f.MaxConcurrency > 0 {
+			parts = append(parts, fmt.Sprintf("%s holds %.2f requests of %s tokens at once against %.2f with it on (%+.1f%%; KV cache tokens %s against %s)", f.Side,
+				f.MaxConcurrency, plan.Commas(int64(f.MaxModelLen)), f.HybridMaxConcurrency, 100*(f.MaxConcurrency-f.HybridMaxConcurrency)/f.HybridMaxConcurrency,
+				plan.Commas(f.KVTokens), plan.Commas(f.HybridKVTokens)))
 		}
 	}
 	return strings.Join(parts, "; ")
