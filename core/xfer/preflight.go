@@ -45,8 +45,8 @@ type Facts struct {
 	// concurrency says what the connector costs.
 	HybridKVTokens       int64   `json:"kv_cache_tokens_with_hybrid_manager,omitempty"`
 	HybridMaxConcurrency float64 `json:"max_concurrency_with_hybrid_manager,omitempty"`
-	KVCacheLayout  string `json:"kv_cache_layout,omitempty"` // HND or NHD
-	BlocksFirst    bool   `json:"blocks_first"`
+	KVCacheLayout        string  `json:"kv_cache_layout,omitempty"` // HND or NHD
+	BlocksFirst          bool    `json:"blocks_first"`
 	// StateLayout is one state layer's conv and SSM bytes on a rank and
 	// the Mamba cache mode ("" for a model without state layers).
 	StateLayout  string `json:"state_layout,omitempty"`
