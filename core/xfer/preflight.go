@@ -242,7 +242,11 @@ func CompareFacts(p, d Facts) []Facet {
 		return f.KVCacheLayout + ", K/V split"
 	}
 	add("KV cache layout", layout(p), layout(d), Validated, "")
-	add("state layout", p.StateLayout, d.StateLayout, Validated, "per-rank state bytes scale with TP")
+	stateNote := ""
+	if p.TP != d.TP {
+		stateNote = "per-rank state bytes scale with TP"
+	}
+	add("state layout", p.StateLayout, d.StateLayout, Validated, stateNote)
 	add("KV cache dtype", p.KVCacheDType, d.KVCacheDType, Hashed, "")
 	add("attention backend", p.Backend, d.Backend, Hashed, "")
 	return out
