@@ -46,7 +46,7 @@ func TestPDFromTwoLogs(t *testing.T) {
 	}{
 		{"different releases", qwen36, logs("qwen36-35b-a3b-nvfp4-mtp2-v0.20.2-262k.log"), nil, "rejected", []string{"REJECTED (vllm-version, P/D)", "P runs vLLM 0.20.0, D 0.20.2", "vLLM version             0.20.0", "DIFFERS (hashed)"}},
 		{"0.24.0 on both sides", logs("club3090-612-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), logs("club3090-652-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), nil, "ok", []string{"handshake v4 (", "path vllm", "1 rank pair, pull"}},
-		{"the hybrid manager off", logs("gemma4-26b-a4b-h200-v0.20.2.log"), logs("gemma4-26b-a4b-h200-v0.20.2.log"), nil, "ok", []string{"turns the hybrid KV cache manager off", "path vllm", "off (the connector turns it off)", "KV cache tokens against", "with it on (-"}},
+		{"the hybrid manager off", logs("gemma4-26b-a4b-h200-v0.20.2.log"), logs("gemma4-26b-a4b-h200-v0.20.2.log"), nil, "ok", []string{"turns the hybrid KV cache manager off", "path vllm", "off (the connector turns it off)", "requests of 32,768 tokens at once against", "with it on (-"}},
 		{"block sizes differ under the hybrid manager", logs("qwen36-27b-nvfp4-v0.23.1rc1-arm64.log"), logs("qwen36-27b-nvfp4-mtp2-v0.23.1rc1-arm64.log"), nil, "rejected", []string{"REJECTED (hybrid-block-size, P/D)", "HMA does not support different remote block size yet", "block size (tokens)      1,568", "first request"}},
 		{"GDN state between TP sizes before 0.22", qwen36, qwen36, []string{"--no-enable-prefix-caching", "--d-tensor-parallel-size", "2"}, "rejected", []string{"REJECTED (gdn-tp, P/D)", "vLLM 0.22.0 accepts it (#41869"}},
 	} {
