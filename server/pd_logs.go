@@ -100,6 +100,16 @@ func runPDLogs(f *pdFlags, asJSON bool, pairs int, stdout io.Writer) error {
 	}
 	s.Model, s.P, s.D = pair.Model, pair.Engines[0], pair.Engines[1]
 	r, err := f.run(s, api.PDMemory)
+	var refused *xfer.StartupError
+	if errors.As(err, &refused) {
+		pf := xfer.PreflightOfStartup(refused, s.P, s.D)
+		if asJSON {
+			return writeJSON(stdout, api.PDLogs{P: pl.Check, D: dl.Check, PD: &xfer.PD{Preflight: pf}, ModelSources: f.mf.src.api()})
+		}
+		fmt.Fprintf(stdout, "verdict: %s\n  %s\n\n", pf.Verdict, pf.Sentence)
+		writeSideLogs(stdout, pl, dl)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

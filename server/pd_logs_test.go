@@ -36,6 +36,8 @@ func TestPDFromTwoLogs(t *testing.T) {
 	// tokens, the attention block each log prints) under the hybrid
 	// manager, which the connector accepts only from 0.27.0 (#49612:
 	// "HMA does not support different remote block size yet" before);
+	// Qwen3.5-9B (GDN) on 0.17.1rc1, whose NixlConnector cannot move state
+	// (SupportsHMA came with 0.18.0, #35758): refused at start-up;
 	// the 0.20.0 log against itself at D TP 2 with prefix caching off,
 	// GDN state between TP sizes, accepted from 0.22.0 (#41869).
 	for _, tt := range []struct {
@@ -48,6 +50,7 @@ func TestPDFromTwoLogs(t *testing.T) {
 		{"0.24.0 on both sides", logs("club3090-612-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), logs("club3090-652-qwen36-35b-a3b-nvfp4-v0.24.0-5090-fragment.log"), nil, "ok", []string{"handshake v4 (", "path vllm", "1 rank pair, pull"}},
 		{"the hybrid manager off", logs("gemma4-26b-a4b-h200-v0.20.2.log"), logs("gemma4-26b-a4b-h200-v0.20.2.log"), nil, "ok", []string{"turns the hybrid KV cache manager off", "path vllm", "off (the connector turns it off)", "requests of 32,768 tokens at once against", "with it on (-"}},
 		{"block sizes differ under the hybrid manager", logs("qwen36-27b-nvfp4-v0.23.1rc1-arm64.log"), logs("qwen36-27b-nvfp4-mtp2-v0.23.1rc1-arm64.log"), nil, "rejected", []string{"REJECTED (hybrid-block-size, P/D)", "HMA does not support different remote block size yet", "block size (tokens)      1,568", "first request"}},
+		{"state before the connector moved it", logs("qwen35-9b-awq-v0.17.1rc1-eager.log"), logs("qwen35-9b-awq-v0.17.1rc1-eager.log"), nil, "rejected", []string{"rule state-connector", "at start-up", "vLLM 0.18.0 or later"}},
 		{"GDN state between TP sizes before 0.22", qwen36, qwen36, []string{"--no-enable-prefix-caching", "--d-tensor-parallel-size", "2"}, "rejected", []string{"REJECTED (gdn-tp, P/D)", "vLLM 0.22.0 accepts it (#41869"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -182,7 +182,9 @@ func connectorVersion(s *Setup) ([]string, error) {
 		return nil, err
 	}
 	if kind == NixlPush && !prof.PushConnector {
-		return nil, fmt.Errorf("xfer: --connector %s: %s has no NixlPushConnector (it came with vLLM 0.24.0, #35264)", s.Connector, prof.Label)
+		return nil, &StartupError{Flag: "--connector " + s.Connector.String(), Rejection: Rejection{Rule: "push-connector", Side: "P/D",
+			Detail: fmt.Sprintf("%s has no NixlPushConnector (it came with vLLM 0.24.0, #35264)", prof.Label),
+			Fix:    "pull (--connector nixl), or run vLLM 0.24.0 or later", Since: "0.24.0", Source: "#35264", When: WhenAtStartup}}
 	}
 	hasState := false
 	for _, l := range s.Model.Layers {
@@ -190,7 +192,9 @@ func connectorVersion(s *Setup) ([]string, error) {
 	}
 	switch {
 	case hasState && !prof.StateConnector:
-		return nil, fmt.Errorf("xfer: --connector %s: %s's NixlConnector cannot move Mamba/GDN state (SupportsHMA came with vLLM 0.18, #35758)", s.Connector, prof.Label)
+		return nil, &StartupError{Flag: "--connector " + s.Connector.String(), Rejection: Rejection{Rule: "state-connector", Side: "P/D",
+			Detail: fmt.Sprintf("%s's NixlConnector cannot move Mamba/GDN state (SupportsHMA came with vLLM 0.18, #35758)", prof.Label),
+			Fix:    "run vLLM 0.18.0 or later on both engines, or serve the model without P/D disaggregation", Since: "0.18.0", Source: "#35758", When: WhenAtStartup}}
 	case prof.HMAWithConnector || hasState:
 		return nil, nil
 	}

@@ -104,6 +104,32 @@ type Preflight struct {
 // healthy before that.
 const WhenRefused = "at the first request, when D handshakes with P (both engines start and report healthy before that)"
 
+// WhenAtStartup says when vLLM refuses a connector its release does not
+// have for the model: as the engine starts with the --kv-transfer-config
+// (inferred: the engines' start-up with such a config was not read).
+const WhenAtStartup = "at start-up, when the engine is given the --kv-transfer-config (inferred)"
+
+// StartupError is a refusal of the connector itself, before any plan:
+// the release has no such connector, or its connector cannot serve the
+// model. Its Rejection says which, and the fix.
+type StartupError struct {
+	Flag string // the flag it is about: "--connector nixl"
+	Rejection
+}
+
+func (e *StartupError) Error() string { return "xfer: " + e.Flag + ": " + e.Detail }
+
+// PreflightOfStartup answers for a deployment whose engines refuse the
+// connector at start-up: nothing is planned.
+func PreflightOfStartup(e *StartupError, p, d plan.Engine) *Preflight {
+	who := func(side Side, eng plan.Engine) string {
+		return fmt.Sprintf("%s (vLLM %s, TP %d)", side, eng.VLLMVersion, max(1, eng.TensorParallelSize))
+	}
+	rej := e.Rejection
+	return &Preflight{Verdict: "rejected", Rejection: &rej, Facets: []Facet{}, P: Facts{Side: P, VLLMVersion: p.VLLMVersion}, D: Facts{Side: D, VLLMVersion: d.VLLMVersion},
+		Sentence: fmt.Sprintf("%s and %s will not transfer: %s (rule %s). vLLM refuses it %s. Fix: %s.", who(P, p), who(D, d), rej.Detail, rej.Rule, rej.When, rej.Fix)}
+}
+
 // FactsOf is what one side of the prepared deployment brings to the
 // handshake, as kvscope plans it.
 func (r *PD) FactsOf(side Side) Facts {

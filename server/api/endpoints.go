@@ -51,6 +51,12 @@ func (s *Server) heavy(ctx context.Context, req *PDRequest, keepPairs bool, need
 		return nil, err
 	}
 	pd, err := xfer.Prepare(setup)
+	var refused *xfer.StartupError
+	if errors.As(err, &refused) && req.pair != nil {
+		// Two logs whose engines refuse the connector: the preflight's
+		// answer, not an error.
+		return PDLogs{P: req.pair.P, D: req.pair.D, PD: &xfer.PD{Preflight: xfer.PreflightOfStartup(refused, setup.P, setup.D)}, ModelSources: req.src}, nil
+	}
 	if err != nil {
 		return nil, BadData(err)
 	}
