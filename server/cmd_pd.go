@@ -29,6 +29,7 @@ type pdFlags struct {
 	// says the command takes them (pd does, oracle not yet).
 	pLog, dLog *string
 	logs       bool
+	explain    bool // pd --explain
 }
 
 func newPDFlags(fs *flag.FlagSet) *pdFlags {
@@ -124,9 +125,11 @@ func runPD(args []string, stdout io.Writer) error {
 	f := newPDFlags(fs)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	pairs := fs.Int("pairs", 0, "also list the first N descriptor pairs of every rank pair (and include them in --json)")
+	explain := fs.Bool("explain", false, "say why each engine's plan has its groups and what makes P's and D's differ (--json: an \"explain\" object)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	f.explain = *explain
 	if *f.pLog != "" || *f.dLog != "" {
 		f.logs = true
 		return runPDLogs(f, *asJSON, *pairs, stdout)
@@ -141,16 +144,35 @@ func runPD(args []string, stdout io.Writer) error {
 	}
 	trimPairs(r, *pairs)
 	if *asJSON {
-		if f.mf.src.resolved() {
+		var x *xfer.PlanExplanation
+		if f.explain {
+			x = r.Explain()
+		}
+		if f.mf.src.resolved() || x != nil {
 			return writeJSON(stdout, struct {
 				*xfer.PD
 				*modelSources
-			}{r, f.mf.src})
+				Explain *xfer.PlanExplanation `json:"explain,omitempty"`
+			}{r, f.mf.src, x})
 		}
 		return writeJSON(stdout, r)
 	}
 	writePDText(stdout, s, r, *pairs, f.mf.src)
+	if f.explain {
+		writePDExplain(stdout, r.Explain())
+	}
 	return nil
+}
+
+// writePDExplain prints why each side's own plan is what it is, and what
+// makes them differ.
+func writePDExplain(w io.Writer, x *xfer.PlanExplanation) {
+	fmt.Fprintln(w)
+	for _, l := range x.Difference {
+		fmt.Fprintf(w, "P vs D: %s\n", l)
+	}
+	writeExplain(w, "P ", x.P)
+	writeExplain(w, "D ", x.D)
 }
 
 // trimPairs keeps the first n descriptor pairs of every rank pair.
@@ -192,7 +214,7 @@ func writePDText(w io.Writer, s xfer.Setup, r *xfer.PD, pairs int, src *modelSou
 	row("  KV cache tokens", tokens)
 	invRow("TP-invariant plan (inferred)", groups)
 	invRow("  KV cache tokens", tokens)
-	fmt.Fprintf(tw, "  difference\t%+.2f%%\t%+.2f%%\n", r.PCost.DiffPercent, r.DCost.DiffPercent)
+	fmt.Fprintf(tw, "  TP-invariant vs independent\t%+.2f%%\t%+.2f%%\n", r.PCost.DiffPercent, r.DCost.DiffPercent)
 	tw.Flush()
 	fmt.Fprintf(w, "\nused plans: %d layers change group, slot or block size from P to D (same layout: %v, same block sizes: %v)\n",
 		len(r.Diff.Changes), r.Diff.SameLayout, r.Diff.SameBlockSizes)

@@ -18,6 +18,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	mf := newModelFlags(fs)
 	ef := planflag.Add(fs)
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
+	explain := fs.Bool("explain", false, "say why the plan has its groups: the selector's buckets, the group sizes it weighed and its rule, the block-size alignment (--json: an \"explain\" object)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -34,16 +35,32 @@ func runPlan(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		if mf.src.resolved() {
+		var x *plan.Explanation
+		if *explain {
+			x = p.Explain()
+		}
+		if mf.src.resolved() || x != nil {
 			return writeJSON(stdout, struct {
 				*plan.Plan
 				*modelSources
-			}{p, mf.src})
+				Explain *plan.Explanation `json:"explain,omitempty"`
+			}{p, mf.src, x})
 		}
 		return writeJSON(stdout, p)
 	}
 	writePlanText(stdout, m, p, mf.src)
+	if *explain {
+		fmt.Fprintln(stdout)
+		writeExplain(stdout, "", p.Explain())
+	}
 	return nil
+}
+
+// writeExplain prints a plan's explanation, each line after prefix.
+func writeExplain(w io.Writer, prefix string, x *plan.Explanation) {
+	for _, l := range x.Lines {
+		fmt.Fprintf(w, "%swhy: %s\n", prefix, l)
+	}
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -121,6 +121,9 @@ func runPDLogs(f *pdFlags, asJSON bool, pairs int, stdout io.Writer) error {
 	writeSideLogs(stdout, pl, dl)
 	writeFacets(stdout, r.Preflight.Facets)
 	writePDText(stdout, s, r, pairs, f.mf.src)
+	if f.explain {
+		writePDExplain(stdout, r.Explain())
+	}
 	return nil
 }
 

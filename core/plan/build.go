@@ -27,7 +27,7 @@ func reuse[T any](s []T, n int) []T {
 func (c *call) plan(p *Plan) {
 	pl, r, e, prof, s := c.pl, c.r, &c.e, c.prof, &c.sum
 	sp := pl.split(r, c.g)
-	oldStrs, oldGroups, oldLayers, oldStages, oldAlign := p.strs, p.Groups, p.Layers, p.Stages, p.Alignment
+	oldStrs, oldGroups, oldLayers, oldStages, oldAlign, oldBuckets := p.strs, p.Groups, p.Layers, p.Stages, p.Alignment, p.Buckets
 	*p = Plan{
 		Model: pl.m.Name, Engine: c.e, VLLMVersion: prof.Name, VLLMProfile: prof.Label, Profile: *prof,
 		BlockSize: s.BlockSize, PageBytes: s.PageBytes, BytesPerBlock: s.BytesPerBlock,
@@ -94,6 +94,15 @@ func (c *call) plan(p *Plan) {
 		}
 	}
 	p.Stages = append(oldStages[:0], c.stages()...)
+	if sizes, bytes := c.selInputs(); len(sizes) > 0 {
+		p.Buckets = reuse(oldBuckets, len(sizes))
+		for j, b := range r.buckets {
+			ls := &r.specs[b[0]]
+			p.Buckets[j] = Bucket{Kind: ls.Spec.Kind, Layers: sizes[j], BlockSize: ls.Spec.BlockSize, PageBytes: r.pages[r.class[b[0]]], WorstBytes: bytes[j]}
+		}
+	} else {
+		p.Buckets = nil
+	}
 
 	p.Logs = append(p.Logs, r.logs...)
 	if e.NumGPUBlocksOverride > 0 {

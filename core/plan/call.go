@@ -3,6 +3,7 @@ package plan
 import (
 	"github.com/kvscope/kvscope/core/kvspec"
 	"github.com/kvscope/kvscope/core/vllm"
+	"slices"
 )
 
 // This file is the planner's second half, what every engine pays for on a
@@ -36,8 +37,16 @@ type call struct {
 	nclass    int
 	blockArr  [16]int64 // class -> worst-case blocks per request at lim
 	blockMore []int64   // the same, for ranks of more classes
-	cutArr    [16]cut   // bucket -> its strided split at g
-	cutMore   []cut     // the same, for ranks of more buckets
+	// The selector's inputs (hybrid dispatch; selInputs): each bucket's
+	// layers L_j and a layer's worst-case bytes per request b_j, in the
+	// arrays or, for more than 16 buckets, the slices.
+	nsel      int
+	sizeArr   [16]int
+	byteArr   [16]int64
+	sizeMore  []int
+	byteMore  []int64
+	cutArr    [16]cut // bucket -> its strided split at g
+	cutMore   []cut   // the same, for ranks of more buckets
 	nstage    int
 	stageArr  [8]Stage
 	stageMore []Stage // the stages, for more pipeline stages than stageArr holds
@@ -53,6 +62,14 @@ func (c *call) cuts() []cut {
 		return c.cutMore
 	}
 	return c.cutArr[:len(c.r.buckets)]
+}
+
+// selInputs is the selector's inputs: each bucket's layers and b_j.
+func (c *call) selInputs() ([]int, []int64) {
+	if c.sizeMore != nil {
+		return c.sizeMore, c.byteMore
+	}
+	return c.sizeArr[:c.nsel], c.byteArr[:c.nsel]
 }
 
 // blocks is each class's worst-case blocks per request at the call's limits.
@@ -114,6 +131,12 @@ func (pl *Planner) run(c *call, e Engine) error {
 			sizes, bytes = append(sizes, len(b)), append(bytes, most)
 		}
 		c.g = chooseGroupSize(e, *prof, sizes, bytes)
+		c.nsel = len(sizes)
+		if copy(c.sizeArr[:], sizes) < len(sizes) {
+			c.sizeMore, c.byteMore = slices.Clone(sizes), slices.Clone(bytes)
+		} else {
+			copy(c.byteArr[:], bytes)
+		}
 	case "fixed":
 		c.g = r.groupSize
 	}

@@ -51,8 +51,11 @@ type Plan struct {
 	Logs            []string `json:"logs"`
 	Notes           []string `json:"notes"`
 
-	Layers    []LayerPlan       `json:"layers"`
-	Stages    []Stage           `json:"stages"`
+	Layers []LayerPlan `json:"layers"`
+	Stages []Stage     `json:"stages"`
+	// Buckets are what the hybrid group-size selector weighed (nil for
+	// any other dispatch): Explain reads them.
+	Buckets   []Bucket          `json:"buckets,omitempty"`
 	Alignment *kvspec.Alignment `json:"alignment,omitempty"`
 	Backend   string            `json:"attention_backend"`
 
@@ -71,6 +74,19 @@ type Group struct {
 	Bucket           int         `json:"bucket"`
 	UniformType      bool        `json:"uniform_type,omitempty"`
 	Spec             kvspec.Spec `json:"-"`
+}
+
+// Bucket is one bucket of layers the hybrid selector splits into groups:
+// layers of one kind and page, in first-appearance order.
+type Bucket struct {
+	Kind      model.Kind `json:"kind"`
+	Layers    int        `json:"layers"` // L_j
+	BlockSize int        `json:"block_size"`
+	PageBytes int64      `json:"page_size_bytes"`
+	// WorstBytes is b_j: the most one layer of the bucket holds for one
+	// request at max-model-len (vLLM's max_memory_usage_bytes), what the
+	// padding-bytes selector weighs a padding layer by.
+	WorstBytes int64 `json:"worst_bytes_per_layer"`
 }
 
 // LayerPlan places one layer: its group, its slot and its spec on a rank.

@@ -59,25 +59,37 @@ func balancedGroupSize(sizes []int, lambda float64) int {
 // padding bytes Σ_j b_j * (-L_j mod g), then the group count; the first
 // candidate with the smallest (bytes, groups) wins.
 func paddingBytesGroupSize(sizes []int, bytes []int64, minLayers int) int {
-	mn, mx := sizes[0], sizes[0]
-	for _, l := range sizes {
-		mn, mx = min(mn, l), max(mx, l)
-	}
-	lo := min(max(mn, minLayers), mx)
+	lo, mx := paddingBytesRange(sizes, minLayers)
 	best, bestBytes, bestGroups := 0, int64(0), 0
 	for g := lo; g <= mx; g++ {
-		var cost int64
-		groups := 0
-		for j, l := range sizes {
-			q := (l + g - 1) / g // one division gives both: padOf(l, g) = q*g - l
-			cost += bytes[j] * int64(q*g-l)
-			groups += q
-		}
+		cost, _, groups := paddingCost(sizes, bytes, g)
 		if best == 0 || cost < bestBytes || (cost == bestBytes && groups < bestGroups) {
 			best, bestBytes, bestGroups = g, cost, groups
 		}
 	}
 	return best
+}
+
+// paddingBytesRange is the padding-bytes selector's candidates, lo..hi.
+func paddingBytesRange(sizes []int, minLayers int) (lo, hi int) {
+	mn, mx := sizes[0], sizes[0]
+	for _, l := range sizes {
+		mn, mx = min(mn, l), max(mx, l)
+	}
+	return min(max(mn, minLayers), mx), mx
+}
+
+// paddingCost is what group size g costs buckets of sizes layers whose
+// layers hold bytes each at worst: the padding bytes Σ_j b_j * (-L_j mod
+// g), the padding slots Σ_j (-L_j mod g) and the groups Σ_j ceil(L_j/g).
+func paddingCost(sizes []int, bytes []int64, g int) (padBytes int64, padSlots, groups int) {
+	for j, l := range sizes {
+		q := (l + g - 1) / g // one division gives both: padOf(l, g) = q*g - l
+		padBytes += bytes[j] * int64(q*g-l)
+		padSlots += q*g - l
+		groups += q
+	}
+	return padBytes, padSlots, groups
 }
 
 // chooseGroupSize applies the fixed override or the engine's selector to
