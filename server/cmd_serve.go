@@ -62,7 +62,10 @@ type serveOptions struct {
 	// MaxConnsPerClient bounds the connections one remote IP may hold
 	// open (0: DefaultMaxConnsPerClient; negative: unlimited).
 	MaxConnsPerClient int
-	Logf              func(format string, args ...any)
+	// AgentMemory is the host memory the embedded agent's KV pools may
+	// take (0: DefaultAgentMemoryMiB).
+	AgentMemory int64
+	Logf        func(format string, args ...any)
 	// Hub resolves a request's "model" or "draft" that is not bundled as
 	// a Hub id (nil: bundled names and inline configs only, as replay and
 	// the tests run it).
@@ -80,6 +83,7 @@ func runServe(args []string, stdout io.Writer) error {
 	fs.Var(&allowed, "allowed-host", "a Host name the server also answers to (repeatable; loopback names and the --addr host always)")
 	agent := fs.String("agent", "embedded", "embedded (a host-memory agent in this process, streaming the default scenario) or none")
 	record := fs.String("record", "", "append every agent event to this JSONL file (kvscope replay plays it back); a regular file, never a pipe or device")
+	agentMem := fs.Int64("agent-memory-mib", DefaultAgentMemoryMiB, "host memory (MiB) the embedded agent's KV pools may take in all, P's ranks and D's: Run live fits a view's deployment into it")
 	conns := fs.Int("max-conns-per-client", DefaultMaxConnsPerClient, fmt.Sprintf("connections one client (remote IP address) may hold open, 1 to %d; more are closed as they come", MaxConnsPerClientLimit))
 	budget := budgetFlags(fs)
 	lim := limitFlags(fs)
@@ -98,7 +102,10 @@ func runServe(args []string, stdout io.Writer) error {
 	if err != nil {
 		return &usageError{err}
 	}
-	o := serveOptions{Addr: *addr, Token: *token, RequireToken: *token != "", AllowedHosts: allowed, Agent: *agent, Record: *record,
+	if *agentMem < 16 || *agentMem > 1<<20 {
+		return &usageError{fmt.Errorf("--agent-memory-mib %d: must be between 16 and %d", *agentMem, 1<<20)}
+	}
+	o := serveOptions{AgentMemory: *agentMem << 20, Addr: *addr, Token: *token, RequireToken: *token != "", AllowedHosts: allowed, Agent: *agent, Record: *record,
 		Limits: l, MaxConnsPerClient: *conns, AgentBudget: b, Logf: log.New(stdout, "kvscope: ", log.LstdFlags).Printf,
 		Hub: models().Hub}
 	// Keep the heap near what admission allows: the runtime collects
@@ -144,7 +151,7 @@ func runServe(args []string, stdout io.Writer) error {
 		if srv.embedded != nil {
 			cat, url := catalog(), "ws://"+addr+"/ws/agent"
 			srv.embedded.begin(ctx, func(ctx context.Context, s scenario.Scenario) {
-				runEmbeddedAgent(ctx, cat, url, o.Token, s, o.Logf)
+				runEmbeddedAgent(ctx, cat, url, o.Token, s, srv.embedded.memory, o.Logf)
 			}, embeddedScenario())
 		}
 	})
@@ -195,14 +202,14 @@ func embeddedScenario() scenario.Scenario {
 // "Run live" shows the app's own configuration). The hub counts its events
 // into the server's /metrics, as for any agent, so the agent keeps no
 // registry of its own.
-func runEmbeddedAgent(ctx context.Context, cat model.Catalog, url, token string, s scenario.Scenario, logf func(string, ...any)) {
+func runEmbeddedAgent(ctx context.Context, cat model.Catalog, url, token string, s scenario.Scenario, memory int64, logf func(string, ...any)) {
 	cred, err := event.IssueCredential(token, "embedded")
 	if err != nil {
 		logf("embedded agent: %v", err)
 		return
 	}
 	err = runner.Start(ctx, runner.Config{Name: "embedded", Scenario: s, Catalog: cat, ServerURL: url, Token: cred,
-		HostLimit: embeddedHostLimit, Logf: logf})
+		HostLimit: memory, Logf: logf})
 	if err != nil && ctx.Err() == nil {
 		logf("embedded agent stopped: %v", err)
 	}
@@ -314,7 +321,10 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	a.Register(mux)
 	var emb *embeddedAgent
 	if o.Agent == "embedded" {
-		emb = &embeddedAgent{}
+		emb = &embeddedAgent{memory: o.AgentMemory}
+		if emb.memory == 0 {
+			emb.memory = embeddedHostLimit
+		}
 	}
 	mux.Handle("/api/live/run", liveRunHandler(emb, cat, a))
 	mux.Handle("/ws/agent", h.AgentHandler(o.Token))

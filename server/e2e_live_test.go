@@ -82,7 +82,7 @@ func TestLiveView(t *testing.T) {
 	agentDone := make(chan struct{})
 	go func() {
 		defer close(agentDone)
-		runEmbeddedAgent(agentCtx, catalog(), "ws"+strings.TrimPrefix(ts.URL, "http")+"/ws/agent", tok, embeddedScenario(), t.Logf)
+		runEmbeddedAgent(agentCtx, catalog(), "ws"+strings.TrimPrefix(ts.URL, "http")+"/ws/agent", tok, embeddedScenario(), embeddedHostLimit, t.Logf)
 	}()
 	defer func() { stopAgent(); <-agentDone }()
 

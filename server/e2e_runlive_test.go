@@ -28,7 +28,7 @@ func TestRunLive(t *testing.T) {
 	defer stopAgent()
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws/agent"
 	srv.embedded.begin(agentCtx, func(ctx context.Context, s scenario.Scenario) {
-		runEmbeddedAgent(ctx, catalog(), url, tok, s, t.Logf)
+		runEmbeddedAgent(ctx, catalog(), url, tok, s, srv.embedded.memory, t.Logf)
 	}, embeddedScenario())
 
 	q := "/?model=Qwen%2FQwen3-0.6B&view=flow&p-tensor-parallel-size=1&d-tensor-parallel-size=2&prompt-tokens=512&prefix-hit-tokens=128"

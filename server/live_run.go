@@ -19,9 +19,14 @@ import (
 	"github.com/kvscope/kvscope/server/api"
 )
 
-// embeddedHostLimit is the host memory the embedded agent's KV pools may
-// take in all (P's ranks and D's).
-const embeddedHostLimit = 512 << 20
+// DefaultAgentMemoryMiB is the host memory the embedded agent's KV pools
+// may take in all (P's ranks and D's) unless kvscope serve
+// --agent-memory-mib says: enough for one request of the default view's
+// deployment with its plans as shown (about 1.9 GiB at 1,024 tokens).
+const DefaultAgentMemoryMiB = 2048
+
+// embeddedHostLimit is DefaultAgentMemoryMiB in bytes.
+const embeddedHostLimit = DefaultAgentMemoryMiB << 20
 
 // embeddedAgent is the agent kvscope serve runs in its own process: the
 // scenario it streams and how to start it again on another one ("Run
@@ -29,6 +34,7 @@ const embeddedHostLimit = 512 << 20
 // and waits for it before the next starts, so the live view never holds
 // two scenarios under one agent name.
 type embeddedAgent struct {
+	memory  int64 // bytes its KV pools may take (--agent-memory-mib)
 	mu      sync.Mutex
 	run     func(ctx context.Context, s scenario.Scenario) // set once the server listens
 	base    context.Context
@@ -115,7 +121,7 @@ func liveRunHandler(e *embeddedAgent, cat model.Catalog, a *api.Server) http.Han
 		if !api.ReadBody(w, r, &req, `{"query": "..."}`) {
 			return
 		}
-		s, adjusted, err := liveScenario(r.Context(), req.Query, cat, embeddedHostLimit, a)
+		s, adjusted, err := liveScenario(r.Context(), req.Query, cat, e.memory, a)
 		var big *api.TooBigError
 		switch {
 		case err == nil:
@@ -188,7 +194,7 @@ func liveScenario(ctx context.Context, query string, cat model.Catalog, limit in
 	var adjusted []string
 	setup, release, err := a.AdmitPD(ctx, func() (xfer.Setup, error) {
 		var err error
-		if adjusted, err = s.FitHost(m, limit); err != nil {
+		if adjusted, err = s.FitHost(m, limit, "kvscope serve --agent-memory-mib"); err != nil {
 			return xfer.Setup{}, err
 		}
 		setup, err := s.Setup(m)

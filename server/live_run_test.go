@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	kvapp "github.com/kvscope/kvscope/app"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -52,6 +53,37 @@ func TestLiveScenario(t *testing.T) {
 		if _, _, err := liveScenario(context.Background(), c.query, catalog(), embeddedHostLimit, api.New(catalog(), liveLimits(1000))); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.query, err, c.want)
 		}
+	}
+}
+
+// TestLiveScenarioSeed: the default view's deployment (Qwen3.6-35B-A3B +
+// DFlash, P TP 2 -> D TP 4, 262,144 tokens, the group-pair branch) runs
+// live at reduced scale. In the default memory the plans stay as shown:
+// at 1,024 tokens the padding-bytes selector would group differently (it
+// weighs bytes per request at max_model_len), so each side holds its g
+// (3 and 11, the view's) with --kv-cache-group-size. In 1.5 GiB that does
+// not fit, and both sides run at the largest length that does, with the
+// plans' change said; in 512 MiB nothing fits and the refusal names the
+// flag that gives the agent more.
+func TestLiveScenarioSeed(t *testing.T) {
+	q := kvapp.DefaultSettings().Query().Encode()
+	a := api.New(catalog(), liveLimits(1<<26))
+	s, adjusted, err := liveScenario(context.Background(), q, catalog(), embeddedHostLimit, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.P.GroupSize != 3 || s.D.GroupSize != 11 || s.P.MaxModelLen != 1024 || len(adjusted) != 2 || !strings.Contains(adjusted[0], "--kv-cache-group-size 3 (the plan's g") || strings.Contains(strings.Join(adjusted, " "), "the plan changes") {
+		t.Errorf("in %d MiB: P %+v, adjusted %q", embeddedHostLimit>>20, s.P, adjusted)
+	}
+	s, adjusted, err = liveScenario(context.Background(), q, catalog(), 1536<<20, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.P.MaxModelLen <= 1024 || s.P.MaxModelLen >= 262144 || !strings.Contains(adjusted[0], "the plan changes there") {
+		t.Errorf("in 1536 MiB: max-model-len %d, adjusted %q", s.P.MaxModelLen, adjusted)
+	}
+	if _, _, err = liveScenario(context.Background(), q, catalog(), 512<<20, a); err == nil || !strings.Contains(err.Error(), "kvscope serve --agent-memory-mib") {
+		t.Errorf("in 512 MiB: %v", err)
 	}
 }
 

@@ -266,56 +266,185 @@ func (s *Scenario) UseGPUMemory(gpus []event.GPU, fraction float64) error {
 // FitHost makes both engines' KV pools fit in limit bytes of host memory
 // in all (every P and D rank: the host backend allocates them in one
 // process), as the embedded agent needs. When they do not fit as given,
-// each side keeps its plan (the same groups, slots and block sizes) and
-// takes the blocks one request of the longest prompt needs, as
+// each side first keeps its plan (the same groups, slots and block sizes)
+// and takes the blocks one request of the longest prompt needs, as
 // --num-gpu-blocks-override sets them (the agent moves one request at a
-// time), with max_model_len brought down to that prompt. It says what it
-// changed, and refuses when that would change a plan or still not fit.
-func (s *Scenario) FitHost(m *model.Model, limit int64) ([]string, error) {
-	type side struct {
-		name string
-		e    *plan.Engine
-		p    *plan.Plan
-		tp   int64
-	}
-	sides := []*side{{name: "P", e: &s.P}, {name: "D", e: &s.D}}
+// time), with max_model_len brought down to the shortest that keeps the
+// plan. When no plan-preserving length fits, both sides run at the
+// largest max_model_len (from the prompt up, doubling) whose pools fit,
+// and the notes say how each side's plan changes there (a selector that
+// weighs bytes per request at max_model_len may group differently). flag
+// names the setting that raises limit, for the refusal.
+func (s *Scenario) FitHost(m *model.Model, limit int64, flag string) ([]string, error) {
+	var orig [2]*plan.Plan
 	var total int64
-	for _, sd := range sides {
-		p, err := plan.New(m, *sd.e)
+	for i, e := range []plan.Engine{s.P, s.D} {
+		p, err := plan.New(m, e)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", sd.name, err)
+			return nil, fmt.Errorf("%s: %w", sideNames[i], err)
 		}
-		sd.p, sd.tp = p, int64(max(1, sd.e.TensorParallelSize))
-		total += sd.tp * p.NumBlocks * p.BytesPerBlock
+		orig[i] = p
+		total += poolBytes(p)
 	}
 	if total <= limit {
 		return nil, nil
 	}
-	var changed []string
-	var need int64
-	fitted := make([]plan.Engine, len(sides))
-	for i, sd := range sides {
-		e, p, err := fitSide(m, *sd.e, sd.p, s.PromptMax)
+	// The plans as shown, with the blocks of one request.
+	var fitted [2]plan.Engine
+	for i, p := range orig {
+		e, _, err := fitSide(m, []plan.Engine{s.P, s.D}[i], p, s.PromptMax)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", sd.name, err)
+			return nil, fmt.Errorf("%s: %w", sideNames[i], err)
 		}
-		var notes []string
-		if from := sd.p.Engine.MaxModelLen; e.MaxModelLen != sd.e.MaxModelLen {
-			notes = append(notes, fmt.Sprintf("--max-model-len %d (was %d)", e.MaxModelLen, from))
-		}
-		notes = append(notes, fmt.Sprintf("--num-gpu-blocks-override %d (was %d blocks of %d bytes per rank)", p.NumBlocks, sd.p.NumBlocks, sd.p.BytesPerBlock))
-		need += sd.tp * p.NumBlocks * p.BytesPerBlock
 		fitted[i] = e
-		changed = append(changed, sd.name+": "+strings.Join(notes, ", "))
+	}
+	kept, need, err := fittedPlans(m, &fitted)
+	if err != nil {
+		return nil, err
 	}
 	if need > limit {
-		return nil, fmt.Errorf("one %d-token request needs %d MiB of KV pools on %d ranks, over the %d MiB of host memory the agent may take: shorten the prompt, or run kvscope-agent with a larger --host-memory-mib",
-			s.PromptMax, need>>20, sides[0].tp+sides[1].tp, limit>>20)
+		scaled, err := fitScaled(m, orig, s.PromptMax, limit)
+		if err != nil {
+			return nil, fmt.Errorf("one %d-token request needs %d MiB of KV pools on %d ranks with the plans as shown, over the %d MiB of host memory the agent may take, and %v: shorten the prompt, or give the agent more with %s",
+				s.PromptMax, need>>20, orig[0].Engine.TensorParallelSize+orig[1].Engine.TensorParallelSize, limit>>20, err, flag)
+		}
+		fitted = scaled
+		if kept, _, err = fittedPlans(m, &fitted); err != nil {
+			return nil, err
+		}
 	}
-	for i, sd := range sides {
-		*sd.e = fitted[i]
+	var changed []string
+	for i, e := range fitted {
+		was := orig[i]
+		notes := []string{}
+		if e.MaxModelLen != was.Engine.MaxModelLen {
+			notes = append(notes, fmt.Sprintf("--max-model-len %d (was %d)", e.MaxModelLen, was.Engine.MaxModelLen))
+		}
+		if e.GroupSize != was.Engine.GroupSize && e.GroupSize == was.GroupSize {
+			notes = append(notes, fmt.Sprintf("--kv-cache-group-size %d (the plan's g, held so that the groups stay as shown)", e.GroupSize))
+		}
+		notes = append(notes, fmt.Sprintf("--num-gpu-blocks-override %d (was %d blocks of %d bytes per rank)", e.NumGPUBlocksOverride, was.NumBlocks, was.BytesPerBlock))
+		note := sideNames[i] + ": " + strings.Join(notes, ", ")
+		if p := kept[i]; !samePlan(was, p) {
+			note += fmt.Sprintf("; the plan changes there: %d groups of %d slots, block %d (was %d groups of %d, block %d): no max_model_len that keeps the plan fits",
+				p.NumGroups, p.Slots, p.BlockSize, was.NumGroups, was.Slots, was.BlockSize)
+		}
+		changed = append(changed, note)
 	}
+	s.P, s.D = fitted[0], fitted[1]
 	return changed, nil
+}
+
+var sideNames = [2]string{"P", "D"}
+
+// poolBytes is what one engine's KV pools take on all its ranks.
+func poolBytes(p *plan.Plan) int64 {
+	return int64(max(1, p.Engine.TensorParallelSize)) * p.NumBlocks * p.BytesPerBlock
+}
+
+// fittedPlans gives the fitted engines the blocks the pair's TP-invariant
+// plan needs too (holdInvariant), and plans them: the plans and the host
+// memory their pools take in all.
+func fittedPlans(m *model.Model, fitted *[2]plan.Engine) ([2]*plan.Plan, int64, error) {
+	var ps [2]*plan.Plan
+	holdInvariant(m, &fitted[0], &fitted[1])
+	var need int64
+	for i, e := range fitted {
+		p, err := plan.New(m, e)
+		if err != nil {
+			return ps, 0, fmt.Errorf("%s: %w", sideNames[i], err)
+		}
+		ps[i] = p
+		need += poolBytes(p)
+	}
+	return ps, need, nil
+}
+
+// fitScaled runs both sides at the largest max_model_len, from the prompt
+// up by doubling to the engines' own, whose pools of one request's blocks
+// fit limit, whatever that does to the plans.
+func fitScaled(m *model.Model, orig [2]*plan.Plan, prompt int, limit int64) ([2]plan.Engine, error) {
+	full := min(orig[0].Engine.MaxModelLen, orig[1].Engine.MaxModelLen)
+	var best [2]plan.Engine
+	found := false
+	var last error
+	lengths := []int{}
+	for n := prompt; n < full; n *= 2 {
+		lengths = append(lengths, n)
+	}
+	oneRequest := func(o *plan.Plan, n int) (plan.Engine, error) {
+		e := o.Engine
+		e.MaxModelLen, e.NumGPUBlocksOverride = n, 0
+		p, err := plan.New(m, e)
+		if err != nil {
+			return e, err
+		}
+		e.NumGPUBlocksOverride = int(min(p.BlocksPerRequest+2, 1<<31-1)) // and the null block, with one to spare
+		return e, nil
+	}
+	for _, n := range append(lengths, full) {
+		var es [2]plan.Engine
+		var err error
+		if es[0], err = oneRequest(orig[0], n); err == nil {
+			es[1], err = oneRequest(orig[1], n)
+		}
+		if err != nil {
+			last = fmt.Errorf("at --max-model-len %d: %w", n, err)
+			continue
+		}
+		_, need, err := fittedPlans(m, &es)
+		if err != nil {
+			last = fmt.Errorf("at --max-model-len %d: %w", n, err)
+			continue
+		}
+		if need > limit {
+			last = fmt.Errorf("at --max-model-len %d they need %d MiB", n, need>>20)
+			break
+		}
+		best, found = es, true
+	}
+	if !found {
+		return best, fmt.Errorf("no max_model_len from %d to %d fits (%v)", prompt, full, last)
+	}
+	return best, nil
+}
+
+// holdInvariant gives both fitted engines the blocks the TP-invariant
+// plan of the pair needs for one request too, when it needs more than
+// their own plans (every deployment plans it, whichever plans the
+// transfer uses).
+func holdInvariant(m *model.Model, p, d *plan.Engine) {
+	pe, de := *p, *d
+	pe.NumGPUBlocksOverride, de.NumGPUBlocksOverride = 0, 0
+	inv, err := plan.NewInvariant(m, pe, de)
+	if err != nil {
+		return // planned as given (the refusal, if any, says why)
+	}
+	for _, side := range []struct {
+		e *plan.Engine
+		p *plan.Plan
+	}{{p, inv.P}, {d, inv.D}} {
+		if need := side.p.BlocksPerRequest + 2; side.e.NumGPUBlocksOverride > 0 && need > int64(side.e.NumGPUBlocksOverride) {
+			side.e.NumGPUBlocksOverride = int(min(need, 1<<31-1))
+		}
+	}
+}
+
+// samePlan reports whether b places every layer as a does, in the same
+// group and slot, at the same block size but for state layers, whose
+// block is the whole request (max_model_len tokens) whatever it is.
+func samePlan(a, b *plan.Plan) bool {
+	d := plan.Compare(a, b)
+	if !d.SameLayout {
+		return false
+	}
+	for _, c := range d.Changes {
+		l, ok := a.LayerByName(c.Layer)
+		if !ok || !l.Kind.IsState() {
+			return false
+		}
+	}
+	return true
 }
 
 // fitSide is one engine with the fewest blocks that hold one request: at
@@ -340,8 +469,21 @@ func fitSide(m *model.Model, e plan.Engine, orig *plan.Plan, prompt int) (plan.E
 			last = err
 			continue
 		}
-		if d := plan.Compare(orig, p); !d.SameLayout || !d.SameBlockSizes {
-			last = fmt.Errorf("at --max-model-len %d the plan differs (%d layers change group, slot or block size)", n, len(d.Changes))
+		if !samePlan(orig, p) && orig.GroupSize > 0 && f.GroupSize == 0 {
+			// A selector that weighs bytes per request at max_model_len
+			// groups a shorter engine differently: hold its g where the
+			// profile takes --kv-cache-group-size, and the buckets, pages
+			// and blocks stay the plan's.
+			g := f
+			g.GroupSize = orig.GroupSize
+			if g.CheckFlags() == nil {
+				if pg, err := plan.New(m, g); err == nil {
+					f, p = g, pg
+				}
+			}
+		}
+		if !samePlan(orig, p) {
+			last = fmt.Errorf("at --max-model-len %d the plan differs (%d layers change group, slot or block size)", n, len(plan.Compare(orig, p).Changes))
 			continue
 		}
 		blocks := p.BlocksPerRequest + 2 // and the null block, with one to spare
@@ -352,8 +494,8 @@ func fitSide(m *model.Model, e plan.Engine, orig *plan.Plan, prompt int) (plan.E
 		if p, err = plan.New(m, f); err != nil {
 			return e, nil, fmt.Errorf("%d blocks per rank for one %d-token request: %w", blocks, n, err)
 		}
-		if d := plan.Compare(orig, p); !d.SameLayout || !d.SameBlockSizes {
-			return e, nil, fmt.Errorf("with %d blocks the plan differs (%d layers change group, slot or block size)", blocks, len(d.Changes))
+		if !samePlan(orig, p) {
+			return e, nil, fmt.Errorf("with %d blocks the plan differs (%d layers change group, slot or block size)", blocks, len(plan.Compare(orig, p).Changes))
 		}
 		return f, p, nil
 	}

@@ -144,7 +144,7 @@ func TestFitHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := s
-		notes, err := s.FitHost(m, c.limit)
+		notes, err := s.FitHost(m, c.limit, "--host-memory-mib")
 		name := fmt.Sprintf("%s P TP%d D TP%d in %d KiB", c.model, c.pTP, c.dTP, c.limit>>10)
 		if c.want != "" {
 			if err == nil || !strings.Contains(err.Error(), c.want) || s.P != before.P || s.D != before.D {
