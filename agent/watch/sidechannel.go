@@ -40,6 +40,10 @@ type RankMetadata struct {
 	Regions    int // kv_caches_base_addr entries
 	Layout     string
 	Backend    string // attn_backend_name (newer vLLM)
+	// SSMSizes are ssm_sizes: one state layer's conv and SSM bytes on
+	// this rank (version 4 on; 0, 0 without state layers); nil when the
+	// engine does not send them.
+	SSMSizes []int64
 	// Members are the layers using each region (region_members: vLLM's
 	// version 12 sends layer names, kvscope's group-pair version 15 maps
 	// with a "layer" key); nil when the engine does not send them.
@@ -210,6 +214,19 @@ func DecodeHandshake(b []byte) (*RankMetadata, error) {
 	}
 	if addrs, ok := meta["kv_caches_base_addr"].([]any); ok {
 		md.Regions = len(addrs)
+	}
+	if raw, ok := meta["ssm_sizes"]; ok {
+		sizes, _ := raw.([]any)
+		if len(sizes) != 2 {
+			return nil, fmt.Errorf("ssm_sizes = %v is not (conv bytes, SSM bytes)", raw)
+		}
+		for i, v := range sizes {
+			n, ok := asInt(v)
+			if !ok || n < 0 {
+				return nil, fmt.Errorf("ssm_sizes[%d] = %v is not a byte count", i, v)
+			}
+			md.SSMSizes = append(md.SSMSizes, n)
+		}
 	}
 	if ids, ok := meta["region_group_ids"].([]any); ok {
 		for i, g := range ids {
