@@ -80,10 +80,26 @@ func AgentName(blob []byte) (string, error) {
 	return string(rest[:n]), nil
 }
 
+// QueryError is a side channel query that failed: the engine's address,
+// the rank asked for, and why (no answer in time, an answer that is not a
+// handshake, a refused connection).
+type QueryError struct {
+	Addr string
+	Rank int
+	Err  error
+}
+
+func (e *QueryError) Error() string {
+	return fmt.Sprintf("watch: --side-channel %s rank %d: %v", e.Addr, e.Rank, e.Err)
+}
+
+func (e *QueryError) Unwrap() error { return e.Err }
+
 // QueryRank asks an engine's side channel at addr (host:port) for one
 // rank's handshake metadata, waiting at most timeout. maxAnswerBytes
 // bounds the answer, all its frames together (0: DefaultMaxAnswerBytes);
-// a frame over it is refused from its header, before it is read.
+// a frame over it is refused from its header, before it is read. Its
+// errors are *QueryError.
 func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration, maxAnswerBytes int64) (*RankMetadata, error) {
 	if maxAnswerBytes <= 0 {
 		maxAnswerBytes = DefaultMaxAnswerBytes
@@ -99,7 +115,7 @@ func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration
 		case closed:
 			err = fmt.Errorf("stopped waiting (%v): %w", ctx.Err(), err)
 		}
-		return nil, fmt.Errorf("watch: --side-channel %s rank %d: %w", addr, rank, err)
+		return nil, &QueryError{Addr: addr, Rank: rank, Err: err}
 	}
 	z, conn, err := dialZMTP(ctx, addr, maxAnswerBytes)
 	if err != nil {
