@@ -418,7 +418,7 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 		if err != nil {
 			return err
 		}
-		c.Model, c.P, c.D, c.Agents = m, s.P, s.D, s.Agents
+		c.Model, c.P, c.D, c.Agents, c.Connector = m, s.P, s.D, s.Agents, s.Connector
 	}
 	if c.SideChannelEvery < time.Second || c.SideChannelEvery > time.Hour {
 		return fmt.Errorf("--side-channel-every %s: must be between 1s and 1h", c.SideChannelEvery)

@@ -130,7 +130,7 @@ func (c sideChannelFlags) readEngine(ctx context.Context, s sideFlags) (xfer.Obs
 			}
 			return o, fmt.Errorf("--%s-side-channel %s (%s) rank %d of TP %d: %w%s", s.flag, s.addr, s.side, rank, s.tp, err, more)
 		}
-		o.Ranks = append(o.Ranks, advertised(md))
+		o.Ranks = append(o.Ranks, md.Advertised())
 	}
 	if s.metrics == "" {
 		return o, nil
@@ -156,13 +156,6 @@ func (c sideChannelFlags) readEngine(ctx context.Context, s sideFlags) (xfer.Obs
 		o.CacheSource += " engine " + idx[0]
 	}
 	return o, nil
-}
-
-// advertised is what the preflight reads of a rank's decoded answer.
-func advertised(md *watch.RankMetadata) xfer.Advertised {
-	return xfer.Advertised{Rank: md.Rank, EngineID: md.EngineID, CompatHash: md.CompatHash, Handshake: md.Version, HandshakeFrom: md.VersionFrom,
-		Releases: md.Releases, BlockSize: md.BlockSize, NumBlocks: md.NumBlocks, Regions: md.Regions, BlockLens: md.BlockLens,
-		Layout: md.Layout, Backend: md.Backend, SSMSizes: md.SSMSizes, Members: md.Members}
 }
 
 // oneEngine refuses two flags that reach one engine: P and D with one

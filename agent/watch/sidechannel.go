@@ -13,6 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvscope/kvscope/core/vllm"
+	"github.com/kvscope/kvscope/core/xfer"
 )
 
 // vLLM's NIXL handshake side channel, read-only: each engine's scheduler
@@ -62,6 +63,14 @@ type RankMetadata struct {
 	VersionFrom string
 	Releases    []string
 	Unknown     []string
+}
+
+// Advertised is what the P/D preflight reads of the rank's answer
+// (xfer.PreflightObserved).
+func (md *RankMetadata) Advertised() xfer.Advertised {
+	return xfer.Advertised{Rank: md.Rank, EngineID: md.EngineID, CompatHash: md.CompatHash, Handshake: md.Version, HandshakeFrom: md.VersionFrom,
+		Releases: md.Releases, BlockSize: md.BlockSize, NumBlocks: md.NumBlocks, Regions: md.Regions, BlockLens: md.BlockLens,
+		Layout: md.Layout, Backend: md.Backend, SSMSizes: md.SSMSizes, Members: md.Members}
 }
 
 // AgentName reads the agent's name from NIXL's getLocalMD blob: it starts
