@@ -365,7 +365,7 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	urls := fs.String("vllm-metrics", "", "comma-separated vLLM /metrics URLs, each optionally p= or d= (each engine's NIXL histograms and cache_config_info)")
 	scenarioFile := fs.String("scenario", "", "the deployment's model and P and D engine flags (a scenario file): each p=/d= engine's observed plan is held against kvscope's")
 	fs.DurationVar(&c.ScrapeEvery, "scrape-every", 5*time.Second, "how often --vllm-metrics are scraped (and the scrape's timeout)")
-	sides := fs.String("side-channel", "", "opt-in: comma-separated engines' NIXL side channels, [p=|d=]HOST:PORT[/TP] (VLLM_NIXL_SIDE_CHANNEL_PORT + DP index), asked for each rank's handshake metadata, one well-formed request at a time")
+	sides := fs.String("side-channel", "", "opt-in: comma-separated engines' NIXL side channels, [p=|d=]HOST:PORT[/TP] (VLLM_NIXL_SIDE_CHANNEL_PORT + DP index), asked for each rank's handshake metadata, one well-formed request at a time; with --scenario and one p= and one d= channel, the pair's preflight (as kvscope pd --p-side-channel judges it) heads the Deployment panel")
 	fs.DurationVar(&c.SideChannelEvery, "side-channel-every", time.Minute, "how often --side-channel engines are asked again")
 	fs.Int64Var(&c.SideChannelMaxBytes, "side-channel-max-bytes", watch.DefaultMaxAnswerBytes, "the most bytes a --side-channel answer may hold, all its ZMTP frames together (a frame claiming more is refused from its header)")
 	fs.IntVar(&c.MaxAgents, "max-agents", runner.DefaultMaxAgents, "the most agents this watcher streams (rings, scraped engines, side channel agents), one server connection each; the rest are counted and logged")
@@ -418,7 +418,7 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 		if err != nil {
 			return err
 		}
-		c.Model, c.P, c.D, c.Agents = m, s.P, s.D, s.Agents
+		c.Model, c.P, c.D, c.Agents, c.Connector = m, s.P, s.D, s.Agents, s.Connector
 	}
 	if c.SideChannelEvery < time.Second || c.SideChannelEvery > time.Hour {
 		return fmt.Errorf("--side-channel-every %s: must be between 1s and 1h", c.SideChannelEvery)

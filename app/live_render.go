@@ -261,10 +261,13 @@ func liveGPUsHTML(l *Live) string {
 	return sb.String()
 }
 
-// liveDeploymentHTML is the Deployment panel: every watched engine or NIXL
-// agent (kvscope-agent watch), its observed plan, its latest rate and
-// p50/p99 transfer time from NIXL's or vLLM's own numbers, its failures,
-// and every plan field that differs from kvscope's prediction, in red.
+// liveDeploymentHTML is the Deployment panel: the preflight of the
+// watched engine pair where a watcher judged it from their side channels
+// (the verdict kvscope pd --p-side-channel --d-side-channel gives), then
+// every watched engine or NIXL agent (kvscope-agent watch), its observed
+// plan, its latest rate and p50/p99 transfer time from NIXL's or vLLM's
+// own numbers, its failures, and every plan field that differs from
+// kvscope's prediction, in red.
 func liveDeploymentHTML(l *Live) string {
 	var names []string
 	for name, a := range l.agents {
@@ -290,7 +293,23 @@ func liveDeploymentHTML(l *Live) string {
 		return names[i] < names[j]
 	})
 	var sb strings.Builder
-	sb.WriteString(`<h3>Deployment</h3><div class="scroll"><table class="descs deployment"><thead><tr><th>engine rank</th><th>NIXL agent or endpoint</th><th>watched through</th>` +
+	sb.WriteString(`<h3>Deployment</h3>`)
+	for _, name := range names {
+		h := l.agents[name].Handshake
+		if h == nil || h.Verdict == "" {
+			continue
+		}
+		class := "bad"
+		switch h.Verdict {
+		case "ok":
+			class = "ok"
+		case "unverified":
+			class = "muted"
+		}
+		fmt.Fprintf(&sb, `<p class="preflight %s" data-testid="deployment-verdict" data-agent="%s" data-verdict="%s"><b>preflight %s</b> · %s</p>`,
+			class, html.EscapeString(name), html.EscapeString(h.Verdict), html.EscapeString(h.Verdict), html.EscapeString(h.Sentence))
+	}
+	sb.WriteString(`<div class="scroll"><table class="descs deployment"><thead><tr><th>engine rank</th><th>NIXL agent or endpoint</th><th>watched through</th>` +
 		`<th>observed</th><th>GB/s</th><th>p50 µs</th><th>p99 µs</th><th>transfers</th><th>failures</th><th>plan</th></tr></thead><tbody>`)
 	for _, name := range names {
 		a := l.agents[name]

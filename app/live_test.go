@@ -420,3 +420,31 @@ func TestLiveShowsTheGapItIsTold(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveDeploymentVerdict: a watcher's preflight of the engine pair (a
+// handshake event with a verdict) heads the Deployment panel, escaped,
+// and the newest one replaces the last.
+func TestLiveDeploymentVerdict(t *testing.T) {
+	l := NewLive()
+	var f feed
+	hello := &event.HelloData{Host: "h", Backend: "nixl (watched)", Memory: "VRAM", Role: "watch", GPUs: []event.GPU{}, Engine: "P TP 1 → D TP 2 · every linked rank"}
+	l.Add(f.ev("gpu7/deployment", event.Event{Kind: event.Hello, Hello: hello}), t0)
+	l.Add(f.ev("gpu7/deployment", event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{PTP: 1, DTP: 2, Summary: "watched vLLM engines"}}), t0)
+	if html := liveDeploymentHTML(l); strings.Contains(html, "deployment-verdict") {
+		t.Errorf("a verdict before any preflight:\n%s", html)
+	}
+	l.Add(f.ev("gpu7/deployment", event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{PTP: 1, DTP: 2, Summary: "watched vLLM engines",
+		Verdict: "ok", Sentence: "P and D advertise what kvscope plans for them"}}), t0)
+	l.Add(f.ev("gpu7/deployment", event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{PTP: 1, DTP: 2, Summary: "watched vLLM engines",
+		Verdict: "rejected", Rejection: "compatibility-hash", Sentence: "P's compatibility hash <9f2e> differs from D's"}}), t0)
+	html := liveDeploymentHTML(l)
+	for _, want := range []string{`class="preflight bad" data-testid="deployment-verdict" data-agent="gpu7/deployment" data-verdict="rejected"`,
+		"P&#39;s compatibility hash &lt;9f2e&gt; differs", `data-testid="deployment-engine"`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the Deployment panel lacks %q:\n%s", want, html)
+		}
+	}
+	if strings.Count(html, "deployment-verdict") != 1 {
+		t.Errorf("want the newest verdict only:\n%s", html)
+	}
+}

@@ -30,6 +30,9 @@ type pdFlags struct {
 	pLog, dLog *string
 	logs       bool
 	explain    bool // pd --explain
+	// sc reads two running engines (pd only: sideChannels).
+	sc           sideChannelFlags
+	sideChannels bool
 }
 
 func newPDFlags(fs *flag.FlagSet) *pdFlags {
@@ -46,6 +49,7 @@ func newPDFlags(fs *flag.FlagSet) *pdFlags {
 		maxMemory: fs.String("max-memory", fmt.Sprintf("%dMiB", cliMemory()>>20), "refuse work estimated to hold more memory (default: a quarter of this machine's)"),
 		pLog:      fs.String("p-log", "", "plan P from its engine's startup log (with --d-log; --p- flags override what it says)"),
 		dLog:      fs.String("d-log", "", "plan D from its engine's startup log (with --p-log; --d- flags override what it says)"),
+		sc:        newSideChannelFlags(fs),
 	}
 }
 
@@ -107,6 +111,8 @@ func (f *pdFlags) setup(keepPairs bool) (xfer.Setup, error) {
 	}
 	var m *model.Model // from the logs with --p-log and --d-log (fromLogs)
 	switch {
+	case f.sc.given() && !f.sideChannels:
+		return xfer.Setup{}, &usageError{fmt.Errorf("--p-side-channel and --d-side-channel: only kvscope pd reads running engines so far")}
 	case (*f.pLog != "" || *f.dLog != "") && !f.logs:
 		return xfer.Setup{}, &usageError{fmt.Errorf("--p-log and --d-log: only kvscope pd plans from logs so far")}
 	case *f.pLog == "" && *f.dLog == "":
@@ -130,8 +136,12 @@ func runPD(args []string, stdout io.Writer) error {
 		return err
 	}
 	f.explain = *explain
-	if *f.pLog != "" || *f.dLog != "" {
-		f.logs = true
+	f.logs = *f.pLog != "" || *f.dLog != ""
+	if f.sc.given() {
+		f.sideChannels = true
+		return runPDSideChannels(f, *asJSON, *pairs, stdout)
+	}
+	if f.logs {
 		return runPDLogs(f, *asJSON, *pairs, stdout)
 	}
 	s, err := f.setup(*pairs > 0)

@@ -18,6 +18,7 @@ import (
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
 )
 
 // WatchConfig is kvscope-agent watch: the NIXL telemetry directory of the
@@ -50,6 +51,12 @@ type WatchConfig struct {
 	// SideChannelMaxBytes bounds each answer, all its frames together
 	// (default watch.DefaultMaxAnswerBytes, 16 MiB).
 	SideChannelMaxBytes int64
+	// Connector is the deployment's KV connector (the scenario's: nixl or
+	// nixl-push; "" is nixl): with one P and one D side channel, each
+	// complete read of both is judged as kvscope pd --p-side-channel
+	// --d-side-channel judges it, and the verdict goes to the Deployment
+	// panel.
+	Connector string
 	// MaxAgents bounds the agents this watcher streams, each a stream of
 	// its own to the server: rings, engines of the scrapes, side channel
 	// agents (default DefaultMaxAgents). Past it, a new agent's events
@@ -98,7 +105,7 @@ func Watch(ctx context.Context, c WatchConfig) error {
 	if c.MaxAgents <= 0 {
 		c.MaxAgents = DefaultMaxAgents
 	}
-	w := &watcher{cfg: c, logf: logf, agents: map[string]*watched{}, links: map[string]link{}, overNames: map[string]bool{}}
+	w := &watcher{cfg: c, logf: logf, agents: map[string]*watched{}, links: map[string]link{}, overNames: map[string]bool{}, observed: map[xfer.Side]xfer.Observed{}}
 	for name, v := range c.Agents {
 		side, rank, err := scenario.AgentRank(v)
 		if err != nil {
@@ -166,6 +173,10 @@ type watcher struct {
 	// overNames holds fewer than maxOverNames, every refusal after).
 	over      int
 	overNames map[string]bool
+	// observed is each side's latest complete side channel read, and
+	// judged what the preflight of the pair last judged (preflight).
+	observed map[xfer.Side]xfer.Observed
+	judged   string
 }
 
 // maxOverNames bounds the refused names remembered to count them once.

@@ -123,6 +123,7 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 	agents := map[int]string{} // rank -> the NIXL agent it last named
 	failing := false
 	for {
+		round := xfer.Observed{Side: xfer.Side(side), Addr: sc.Addr}
 		for r := 0; r < ranks; r++ {
 			md, err := watch.QueryRank(ctx, sc.Addr, r, timeout, w.cfg.SideChannelMaxBytes)
 			if ctx.Err() != nil {
@@ -140,6 +141,7 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 			if side != "P" && side != "D" {
 				side = "?"
 			}
+			round.Ranks = append(round.Ranks, md.Advertised())
 			l := link{Side: side, Rank: r, Engine: sc.Addr, Handshake: handshakeLine(md)}
 			w.mu.Lock()
 			if prev, ok := agents[r]; ok && prev != md.Agent && w.links[prev] == l {
@@ -161,6 +163,9 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 			for _, m := range w.compareRank(md.Agent, l, md) {
 				w.emit(a, event.Event{Kind: event.PlanMismatch, Mismatch: &m})
 			}
+		}
+		if len(round.Ranks) == ranks {
+			w.preflight(round)
 		}
 		select {
 		case <-ctx.Done():
@@ -330,6 +335,11 @@ func (w *watcher) band(l link, request string, t *watch.Transfer) {
 	}
 }
 
+// deploymentSummary is the deployment agent's handshake summary.
+func deploymentSummary(pTP, dTP int) string {
+	return fmt.Sprintf("watched vLLM engines: P TP %d, D TP %d; NIXL-measured requests per rank pair, as vLLM's TP mapping pairs the ranks (inferred: NIXL's telemetry does not name the remote agent)", pTP, dTP)
+}
+
 // deployment is the engine pair's agent: its bands are the linked rings'
 // NIXL requests per rank pair, its samples their rate and p50/p99 (a row
 // of the Deployment panel), announced with both sides' TP sizes.
@@ -344,8 +354,77 @@ func (w *watcher) deployment(pTP, dTP int) *watched {
 		w.emit(a, event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: host, Backend: "nixl (watched)", Memory: "VRAM", Role: "watch",
 			GPUs: []event.GPU{}, NoGPU: "drawing the watched engines' NIXL requests", Engine: fmt.Sprintf("P TP %d → D TP %d · every linked rank", pTP, dTP),
 			Scenario: "the engine pair: the NIXL requests of every ring linked to a rank, drawn per rank pair"}})
-		w.emit(a, event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{PTP: pTP, DTP: dTP,
-			Summary: fmt.Sprintf("watched vLLM engines: P TP %d, D TP %d; NIXL-measured requests per rank pair, as vLLM's TP mapping pairs the ranks (inferred: NIXL's telemetry does not name the remote agent)", pTP, dTP)}})
+		w.emit(a, event.Event{Kind: event.Handshake, Handshake: &event.HandshakeData{PTP: pTP, DTP: dTP, Summary: deploymentSummary(pTP, dTP)}})
 	}
 	return a
+}
+
+// preflight judges the engine pair from their side channels once both
+// sides have been read in full, as kvscope pd --p-side-channel
+// --d-side-channel does (xfer.PreflightObserved against the scenario's
+// plans), and sends the verdict to the Deployment panel: a handshake event
+// of the deployment agent, again whenever what the engines advertise
+// changes. It needs the scenario (the model and both engines' flags) and
+// exactly one side channel per side.
+func (w *watcher) preflight(o xfer.Observed) {
+	if w.cfg.Model == nil || (o.Side != xfer.P && o.Side != xfer.D) {
+		return
+	}
+	n := map[string]int{}
+	for _, sc := range w.cfg.SideChannels {
+		n[strings.ToUpper(sc.Side)]++
+	}
+	if n["P"] != 1 || n["D"] != 1 {
+		return
+	}
+	w.mu.Lock()
+	w.observed[o.Side] = o
+	p, okP := w.observed[xfer.P]
+	d, okD := w.observed[xfer.D]
+	key := fmt.Sprint(p, d)
+	fresh := okP && okD && key != w.judged
+	if fresh {
+		w.judged = key
+	}
+	w.mu.Unlock()
+	if !fresh {
+		return
+	}
+	pTP, dTP := w.tp("P"), w.tp("D")
+	h := &event.HandshakeData{PTP: pTP, DTP: dTP, Summary: deploymentSummary(pTP, dTP) + fmt.Sprintf("; preflight from the side channels P %s, D %s", p.Addr, d.Addr)}
+	if op, err := w.judge(p, d); err != nil {
+		h.Verdict, h.Sentence = "unverified", event.Clip("kvscope could not plan the scenario's engines: "+err.Error(), maxSentence)
+	} else {
+		h.Verdict, h.Sentence = op.Verdict, event.Clip(op.Sentence, maxSentence)
+		if op.Rejection != nil {
+			h.Rejection = op.Rejection.Rule
+		}
+	}
+	w.emit(w.deployment(pTP, dTP), event.Event{Kind: event.Handshake, Handshake: h})
+}
+
+// maxSentence bounds the preflight's sentence in an event (bytes).
+const maxSentence = 2048
+
+// preflightPrompt is the request the preflight's sentence sizes (tokens).
+const preflightPrompt = 1024
+
+// judge plans the scenario's engines and judges what they advertise.
+func (w *watcher) judge(p, d xfer.Observed) (*xfer.ObservedPreflight, error) {
+	conn, err := xfer.ParseConnector(cmp.Or(w.cfg.Connector, "nixl"))
+	if err != nil {
+		return nil, err
+	}
+	r, err := xfer.Prepare(xfer.Setup{Model: w.cfg.Model, P: w.cfg.P, D: w.cfg.D, Connector: conn, Layout: xfer.SplitKV})
+	if err != nil {
+		return nil, err
+	}
+	var t *xfer.Transfer
+	if _, ok := conn.Transport(); ok {
+		if t, err = r.Compute(xfer.Request{PromptTokens: preflightPrompt}, false); err != nil {
+			return nil, err
+		}
+	}
+	r.Preflight = r.PreflightOf(t)
+	return r.PreflightObserved(p, d), nil
 }

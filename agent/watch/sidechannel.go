@@ -13,6 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvscope/kvscope/core/vllm"
+	"github.com/kvscope/kvscope/core/xfer"
 )
 
 // vLLM's NIXL handshake side channel, read-only: each engine's scheduler
@@ -40,6 +41,10 @@ type RankMetadata struct {
 	Regions    int // kv_caches_base_addr entries
 	Layout     string
 	Backend    string // attn_backend_name (newer vLLM)
+	// SSMSizes are ssm_sizes: one state layer's conv and SSM bytes on
+	// this rank (version 4 on; 0, 0 without state layers); nil when the
+	// engine does not send them.
+	SSMSizes []int64
 	// Members are the layers using each region (region_members: vLLM's
 	// version 12 sends layer names, kvscope's group-pair version 15 maps
 	// with a "layer" key); nil when the engine does not send them.
@@ -60,6 +65,14 @@ type RankMetadata struct {
 	Unknown     []string
 }
 
+// Advertised is what the P/D preflight reads of the rank's answer
+// (xfer.PreflightObserved).
+func (md *RankMetadata) Advertised() xfer.Advertised {
+	return xfer.Advertised{Rank: md.Rank, EngineID: md.EngineID, CompatHash: md.CompatHash, Handshake: md.Version, HandshakeFrom: md.VersionFrom,
+		Releases: md.Releases, BlockSize: md.BlockSize, NumBlocks: md.NumBlocks, Regions: md.Regions, BlockLens: md.BlockLens,
+		Layout: md.Layout, Backend: md.Backend, SSMSizes: md.SSMSizes, Members: md.Members}
+}
+
 // AgentName reads the agent's name from NIXL's getLocalMD blob: it starts
 // "nixlSerDes|", then the tag "Agent", a native size_t length and the
 // name, then "|" (NIXL's serdes).
@@ -76,10 +89,26 @@ func AgentName(blob []byte) (string, error) {
 	return string(rest[:n]), nil
 }
 
+// QueryError is a side channel query that failed: the engine's address,
+// the rank asked for, and why (no answer in time, an answer that is not a
+// handshake, a refused connection).
+type QueryError struct {
+	Addr string
+	Rank int
+	Err  error
+}
+
+func (e *QueryError) Error() string {
+	return fmt.Sprintf("watch: --side-channel %s rank %d: %v", e.Addr, e.Rank, e.Err)
+}
+
+func (e *QueryError) Unwrap() error { return e.Err }
+
 // QueryRank asks an engine's side channel at addr (host:port) for one
 // rank's handshake metadata, waiting at most timeout. maxAnswerBytes
 // bounds the answer, all its frames together (0: DefaultMaxAnswerBytes);
-// a frame over it is refused from its header, before it is read.
+// a frame over it is refused from its header, before it is read. Its
+// errors are *QueryError.
 func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration, maxAnswerBytes int64) (*RankMetadata, error) {
 	if maxAnswerBytes <= 0 {
 		maxAnswerBytes = DefaultMaxAnswerBytes
@@ -95,7 +124,7 @@ func QueryRank(ctx context.Context, addr string, rank int, timeout time.Duration
 		case closed:
 			err = fmt.Errorf("stopped waiting (%v): %w", ctx.Err(), err)
 		}
-		return nil, fmt.Errorf("watch: --side-channel %s rank %d: %w", addr, rank, err)
+		return nil, &QueryError{Addr: addr, Rank: rank, Err: err}
 	}
 	z, conn, err := dialZMTP(ctx, addr, maxAnswerBytes)
 	if err != nil {
@@ -210,6 +239,19 @@ func DecodeHandshake(b []byte) (*RankMetadata, error) {
 	}
 	if addrs, ok := meta["kv_caches_base_addr"].([]any); ok {
 		md.Regions = len(addrs)
+	}
+	if raw, ok := meta["ssm_sizes"]; ok {
+		sizes, _ := raw.([]any)
+		if len(sizes) != 2 {
+			return nil, fmt.Errorf("ssm_sizes = %v is not (conv bytes, SSM bytes)", raw)
+		}
+		for i, v := range sizes {
+			n, ok := asInt(v)
+			if !ok || n < 0 {
+				return nil, fmt.Errorf("ssm_sizes[%d] = %v is not a byte count", i, v)
+			}
+			md.SSMSizes = append(md.SSMSizes, n)
+		}
 	}
 	if ids, ok := meta["region_group_ids"].([]any); ok {
 		for i, g := range ids {

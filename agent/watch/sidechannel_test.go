@@ -121,6 +121,8 @@ func TestDecodeHandshake(t *testing.T) {
 		{"metadata not bytes", mustPack(t, map[string]any{"agent_metadata_bytes": "text"}), "agent_metadata_bytes is a string"},
 		{"inner garbage", mustPack(t, map[string]any{"agent_metadata_bytes": []byte{0x91}}), "agent_metadata_bytes is not a msgpack map"},
 		{"no blob", mustPack(t, map[string]any{"agent_metadata_bytes": mustPack(t, map[string]any{"engine_id": "e"})}), "no agent_metadata blob"},
+		{"ssm_sizes not a pair", answerOf(t, watchtest.Metadata("a", 0, map[string]any{"ssm_sizes": []int{1}})), "ssm_sizes"},
+		{"ssm_sizes negative", answerOf(t, watchtest.Metadata("a", 0, map[string]any{"ssm_sizes": []int{-1, 2}})), "ssm_sizes[0]"},
 		{"not NIXL", mustPack(t, map[string]any{"agent_metadata_bytes": mustPack(t, map[string]any{"agent_metadata": []byte("json{}")})}), "not a NIXL blob"},
 	} {
 		if _, err := watch.DecodeHandshake(c.in); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -143,6 +145,9 @@ func TestDecodeEachRelease(t *testing.T) {
 	v12 := watchtest.Metadata("a12", 0, map[string]any{"block_strides": []int{32768, 32768}, "dcp_size": 1, "pcp_size": 1,
 		"region_group_ids": []int{0, 1}, "region_num_blocks": []int{8192, 8192}, "region_members": []any{[]any{"l0"}, []any{"l1"}}})
 	future := watchtest.Metadata("a13", 0, map[string]any{"model_revision": "abc"})
+	// A hybrid's state layer on one rank: conv and SSM bytes as msgspec
+	// sends the tuple (an array), the SSM bytes past 2^16.
+	mamba := watchtest.Metadata("a4", 0, map[string]any{"ssm_sizes": []any{uint16(24576), uint32(262144)}})
 	tests := []struct {
 		name    string
 		answer  []byte
@@ -152,11 +157,13 @@ func TestDecodeEachRelease(t *testing.T) {
 		hash    string
 		lens    []int64
 		unknown []string
+		ssm     []int64
 	}{
-		{"0.10", mustPack(t, v010), 0, "", "0.10.0", "", []int64{4096, 4096, 4096}, nil},
-		{"version 3", answerOf(t, v3), 3, "physical_blocks_per_logical_kv_block", "0.20.0", "9f2e", []int64{32768, 32768}, nil},
-		{"version 12", answerOf(t, v12), 12, "region_members", "0.31.0", "9f2e", []int64{32768, 32768}, nil},
-		{"a member no release has", answerOf(t, future), 4, "ssm_sizes", "0.22.0", "9f2e", []int64{32768, 32768}, []string{"model_revision"}},
+		{"0.10", mustPack(t, v010), 0, "", "0.10.0", "", []int64{4096, 4096, 4096}, nil, nil},
+		{"version 3", answerOf(t, v3), 3, "physical_blocks_per_logical_kv_block", "0.20.0", "9f2e", []int64{32768, 32768}, nil, nil},
+		{"version 12", answerOf(t, v12), 12, "region_members", "0.31.0", "9f2e", []int64{32768, 32768}, nil, []int64{0, 0}},
+		{"a member no release has", answerOf(t, future), 4, "ssm_sizes", "0.22.0", "9f2e", []int64{32768, 32768}, []string{"model_revision"}, []int64{0, 0}},
+		{"a state layer's sizes", answerOf(t, mamba), 4, "ssm_sizes", "0.22.0", "9f2e", []int64{32768, 32768}, nil, []int64{24576, 262144}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,8 +174,8 @@ func TestDecodeEachRelease(t *testing.T) {
 			if md.Version != tt.version || md.VersionFrom != tt.from || md.CompatHash != tt.hash || !slices.Contains(md.Releases, tt.release) {
 				t.Errorf("version %d from %q, hash %q, releases %q; want %d from %q, %q, with %s", md.Version, md.VersionFrom, md.CompatHash, md.Releases, tt.version, tt.from, tt.hash, tt.release)
 			}
-			if !slices.Equal(md.BlockLens, tt.lens) || !slices.Equal(md.Unknown, tt.unknown) {
-				t.Errorf("block lens %v, unknown %q; want %v, %q", md.BlockLens, md.Unknown, tt.lens, tt.unknown)
+			if !slices.Equal(md.BlockLens, tt.lens) || !slices.Equal(md.Unknown, tt.unknown) || !slices.Equal(md.SSMSizes, tt.ssm) || (md.SSMSizes == nil) != (tt.ssm == nil) {
+				t.Errorf("block lens %v, unknown %q, ssm_sizes %v; want %v, %q, %v", md.BlockLens, md.Unknown, md.SSMSizes, tt.lens, tt.unknown, tt.ssm)
 			}
 		})
 	}

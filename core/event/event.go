@@ -150,6 +150,12 @@ type HandshakeData struct {
 	PTP       int    `json:"p_tp"`
 	DTP       int    `json:"d_tp"`
 	Rejection string `json:"rejection,omitempty"`
+	// Verdict and Sentence are a watcher's preflight of the engines it
+	// watches, from what their side channels advertise
+	// (xfer.PreflightObserved): "ok", "rejected" or "unverified", and the
+	// answer in one sentence. Agents that transfer leave them empty.
+	Verdict  string `json:"verdict,omitempty"`
+	Sentence string `json:"sentence,omitempty"`
 }
 
 // StartData is a posted transfer.

@@ -52,6 +52,12 @@ type Facts struct {
 	StateLayout  string `json:"state_layout,omitempty"`
 	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
 	Backend      string `json:"attn_backend,omitempty"`
+	// Observed: the facts are a running engine's (Observed.Facts), not
+	// kvscope's plan. Its Handshake is then a lower bound, implied by the
+	// members it sent, and Releases the profiled vLLM releases that send
+	// that version; its compatibility hash is vLLM's own.
+	Observed bool     `json:"observed,omitempty"`
+	Releases []string `json:"releases,omitempty"`
 }
 
 // How vLLM's NixlConnector treats a value that differs between P and D.
@@ -232,8 +238,12 @@ func CompareFacts(p, d Facts) []Facet {
 		return plan.Commas(n)
 	}
 	add("vLLM version", p.VLLMVersion, d.VLLMVersion, Hashed, "the compatibility hash takes the version")
-	add("NIXL_CONNECTOR_VERSION", num(int64(p.Handshake)), num(int64(d.Handshake)), Hashed, "")
-	add("compatibility hash", p.CompatHash, d.CompatHash, Hashed, "kvscope's stand-in digest of the inputs the version hashes")
+	hashNote := "kvscope's stand-in digest of the inputs the version hashes"
+	if p.Observed || d.Observed {
+		hashNote = "the engines' own"
+	}
+	add("NIXL_CONNECTOR_VERSION", handshakeText(p), handshakeText(d), Hashed, "")
+	add("compatibility hash", p.CompatHash, d.CompatHash, Hashed, hashNote)
 	tpNote := ""
 	if p.TP > 0 && d.TP > 0 {
 		if ratio := TPRatio(p.TP, d.TP); ratio != 0 {
@@ -259,8 +269,8 @@ func CompareFacts(p, d Facts) []Facet {
 	add("num_blocks", num(p.NumBlocks), num(d.NumBlocks), Free, "")
 	add("regions per rank", num(int64(p.Regions)), num(int64(d.Regions)), Free, "")
 	layout := func(f Facts) string {
-		if f.KVCacheLayout == "" {
-			return ""
+		if f.KVCacheLayout == "" || f.Observed {
+			return f.KVCacheLayout // the side channel does not say blocks-first
 		}
 		if f.BlocksFirst {
 			return f.KVCacheLayout + ", blocks first"

@@ -48,12 +48,15 @@ func Metadata(agent string, rank int, extra map[string]any) map[string]any {
 // of NixlHandshakePayload{compatibility_hash, agent_metadata_bytes}, whose
 // bytes are msgpack of the metadata (maps keyed by field name, as msgspec
 // encodes vLLM's dataclasses).
-func Answer(meta map[string]any) ([]byte, error) {
+func Answer(meta map[string]any) ([]byte, error) { return AnswerHash("9f2e", meta) }
+
+// AnswerHash is Answer with the given compatibility hash.
+func AnswerHash(hash string, meta map[string]any) ([]byte, error) {
 	inner, err := msgpack.Marshal(meta)
 	if err != nil {
 		return nil, err
 	}
-	return msgpack.Marshal(map[string]any{"compatibility_hash": "9f2e", "agent_metadata_bytes": inner})
+	return msgpack.Marshal(map[string]any{"compatibility_hash": hash, "agent_metadata_bytes": inner})
 }
 
 // SideChannel is a ZMQ ROUTER that reads requests as a vLLM engine's
