@@ -250,7 +250,7 @@ func (w *watcher) compareRank(agent string, l link, md *watch.RankMetadata) []ev
 			for _, m := range pred.Members[i] {
 				names = append(names, m.Layer)
 			}
-			if !slices.Equal(md.Members[i], names) {
+			if !xfer.SameLayers(md.Members[i], names) { // vLLM names module paths, kvscope L<n>: by layer number
 				out = append(out, mismatch(fmt.Sprintf("region_members[%d]", i), lensLine(md.Members[i]), lensLine(names)))
 				break // one region says enough; the rest usually follow
 			}

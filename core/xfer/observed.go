@@ -278,7 +278,7 @@ func (r *PD) DiffObserved(o Observed) []Difference {
 					if i < len(planned) {
 						want = planned[i]
 					}
-					if !sameLayers(got, want) {
+					if !SameLayers(got, want) {
 						add(a.Rank, fmt.Sprintf("region_members[%d]", i), listText(got), listText(want), Validated, "compared by layer number")
 						break // one region says enough; the rest usually follow
 					}
@@ -497,9 +497,9 @@ func firstDiff(a, b []int64) int {
 	return -1
 }
 
-// sameLayers reports whether two regions' members are the same layers,
+// SameLayers reports whether two regions' members are the same layers,
 // by layer number where both names carry one, else by name.
-func sameLayers(a, b []string) bool {
+func SameLayers(a, b []string) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -109,3 +109,23 @@ func TestPreflight(t *testing.T) {
 		t.Errorf("Qwen3-0.6B 0.23.0 -> 0.24.0: %+v", bad)
 	}
 }
+
+// TestSameLayers: region members compare by layer number where both
+// names carry one (kvscope's L<n>, vLLM's module paths, as version 12's
+// region_members sends them), else by name.
+func TestSameLayers(t *testing.T) {
+	for _, tt := range []struct {
+		a, b []string
+		same bool
+	}{
+		{[]string{"model.layers.0.self_attn.attn", "model.layers.4.self_attn.attn"}, []string{"L0", "L4"}, true},
+		{[]string{"model.layers.0.self_attn.attn", "model.layers.5.self_attn.attn"}, []string{"L0", "L4"}, false},
+		{[]string{"model.layers.0.self_attn.attn"}, []string{"L0", "L4"}, false},
+		{[]string{"drafter.fc"}, []string{"drafter.fc"}, true},
+		{[]string{"drafter.fc"}, []string{"L3"}, false},
+	} {
+		if got := SameLayers(tt.a, tt.b); got != tt.same {
+			t.Errorf("SameLayers(%q, %q) = %v", tt.a, tt.b, got)
+		}
+	}
+}
