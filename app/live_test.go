@@ -242,9 +242,7 @@ func TestLiveTimelineFromSamples(t *testing.T) {
 		Series []struct {
 			Name       string `json:"name"`
 			YAxisIndex int    `json:"yAxisIndex"`
-			Data       []struct {
-				Value []*float64 `json:"value"`
-			} `json:"data"`
+			Data       [][]*float64 `json:"data"`
 		} `json:"series"`
 	}
 	if err := json.Unmarshal([]byte(liveTimelineOption(l)), &opt); err != nil {
@@ -257,11 +255,11 @@ func TestLiveTimelineFromSamples(t *testing.T) {
 	for _, s := range opt.Series {
 		names = append(names, s.Name+"@"+strconv.Itoa(s.YAxisIndex))
 	}
-	if strings.Join(names, ",") != "GB/s@0,requests/s@1,p50 µs@2,p99 µs@2" {
+	if strings.Join(names, ",") != "GB/s@0,requests/s@1,p50 ms@2,p99 ms@2" {
 		t.Errorf("series %v", names)
 	}
-	last := opt.Series[0].Data[len(opt.Series[0].Data)-1].Value
-	if len(opt.Series[0].Data) != 121 || *last[1] != 199 || opt.Series[1].Data[0].Value[1] != nil || *opt.Series[1].Data[1].Value[1] != 4 {
+	last := opt.Series[0].Data[len(opt.Series[0].Data)-1]
+	if len(opt.Series[0].Data) != 121 || *last[1] != 199 || opt.Series[1].Data[0][1] != nil || *opt.Series[1].Data[1][1] != 4 {
 		t.Errorf("series data: %d points, last GB/s %v; want 121, 199, no rate for the first kept sample, then 4/s", len(opt.Series[0].Data), *last[1])
 	}
 	if opt.Animation {

@@ -1,11 +1,9 @@
 package app
 
 import (
-	"encoding/json"
+	"slices"
 	"strconv"
 
-	"github.com/go-echarts/go-echarts/v2/charts"
-	"github.com/go-echarts/go-echarts/v2/opts"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
@@ -13,115 +11,136 @@ import (
 )
 
 // chartSet is the three charts of the charts view, as ECharts option JSON
-// built with go-echarts from core's numbers.
+// built from core's numbers (echart.go).
 type chartSet struct {
 	Tokens, Groups, Descs string
 }
 
 // blockSizes are the block sizes the charts sweep (hybrid models raise the
-// small ones to their aligned size, which the chart shows as a plateau).
+// small ones to their aligned size, which the chart shows as a plateau),
+// on a log2 axis: they span six doublings.
 var blockSizes = []int{16, 32, 48, 64, 96, 128, 256, 512, 1024}
+
+// sweep is blockSizes with the current setting in its place.
+func sweep(current int) []int {
+	out := append([]int(nil), blockSizes...)
+	if current > 0 && !slices.Contains(out, current) {
+		out = append(out, current)
+		slices.Sort(out)
+	}
+	return out
+}
+
+// logAxis is a log2 axis over the block sizes.
+func logAxis(name string) echartAxis {
+	return echartAxis{Name: name, NameLocation: "middle", NameGap: 28, Type: "log", LogBase: 2, Min: 16, Max: 1024}
+}
 
 func computeCharts(r *Result, _ model.Catalog) chartSet {
 	s := r.Settings
 	pe, de := s.Engines()
-	labels := make([]string, len(blockSizes))
-	for i, bs := range blockSizes {
-		labels[i] = strconv.Itoa(bs)
-	}
+	inv := r.PD.Invariant
+	pNow, dNow := inv.PIndependent, inv.DIndependent
+	legend := echartLegend{Show: true, Top: "30"}
+	tooltip := echartTooltip{Show: true, Trigger: "axis"}
 
-	// 1. KV cache tokens against --block-size, both sides.
-	tokens := func(e plan.Engine) []opts.LineData {
-		var out []opts.LineData
-		for _, bs := range blockSizes {
+	// 1. KV cache tokens against --block-size, both sides, the current
+	// block sizes marked.
+	tokens := func(name string, e plan.Engine, now *plan.Plan) echartSeries {
+		var data [][2]any
+		for _, bs := range sweep(now.BlockSize) {
 			e.BlockSize = bs
+			var y any
 			if p, err := plan.New(r.Model, e); err == nil {
-				out = append(out, opts.LineData{Value: p.KVCacheTokens})
-			} else {
-				out = append(out, opts.LineData{Value: nil})
+				y = p.KVCacheTokens
 			}
+			data = append(data, [2]any{bs, y})
 		}
-		return out
+		ser := lineSeries(name, data, 0, 0)
+		ser.MarkLine = markAt(now.BlockSize, name+" now: "+strconv.Itoa(now.BlockSize))
+		return ser
 	}
-	l1 := charts.NewLine()
-	l1.SetGlobalOptions(
-		charts.WithTitleOpts(opts.Title{Title: "KV cache tokens against --block-size"}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "block size", Type: "category", Data: labels}),
-		charts.WithYAxisOpts(opts.YAxis{Name: "tokens"}),
-	)
-	l1.SetXAxis(labels).AddSeries("P", tokens(pe)).AddSeries("D", tokens(de))
+	c1 := echartOption{Title: echartTitle{Text: "KV cache tokens against --block-size", Subtext: "each engine on its own; the current block size marked"}, Tooltip: tooltip, Legend: legend,
+		XAxis:  []echartAxis{logAxis("block size (tokens, log scale)")},
+		YAxis:  []echartAxis{{Name: "KV cache tokens", Type: "value"}},
+		Series: []echartSeries{tokens("P", pe, pNow), tokens("D", de, dNow)}}
 
-	// 2. Groups and padding against --min-kv-cache-group-layers (P).
-	var mins []string
-	var groups, padding []opts.LineData
-	for k := 1; k <= 12; k++ {
-		e := pe
-		e.MinGroupLayers = k
-		e.Selector = plan.PaddingBytes
-		mins = append(mins, strconv.Itoa(k))
-		if p, err := plan.New(r.Model, e); err == nil {
-			groups = append(groups, opts.LineData{Value: p.NumGroups})
-			padding = append(padding, opts.LineData{Value: p.PaddingSlots})
-		} else {
-			groups = append(groups, opts.LineData{Value: nil})
-			padding = append(padding, opts.LineData{Value: nil})
+	// 2. Groups and padding slots against --min-kv-cache-group-layers,
+	// both sides (the padding-bytes selector).
+	var series2 []echartSeries
+	for _, side := range []struct {
+		name string
+		e    plan.Engine
+	}{{"P", pe}, {"D", de}} {
+		var groups, padding [][2]any
+		for k := 1; k <= 12; k++ {
+			e := side.e
+			e.MinGroupLayers, e.Selector = k, plan.PaddingBytes
+			var g, pad any
+			if p, err := plan.New(r.Model, e); err == nil {
+				g, pad = p.NumGroups, p.PaddingSlots
+			}
+			groups, padding = append(groups, [2]any{k, g}), append(padding, [2]any{k, pad})
 		}
+		gs, ps := lineSeries(side.name+" groups", groups, 0, 0), lineSeries(side.name+" padding slots", padding, 0, 0)
+		ps.LineStyle = &echartLineStyle{Type: "dashed"}
+		if side.name == "D" {
+			gs.Symbol, ps.Symbol = "triangle", "triangle"
+		}
+		series2 = append(series2, gs, ps)
 	}
-	l2 := charts.NewLine()
-	l2.SetGlobalOptions(
-		charts.WithTitleOpts(opts.Title{Title: "P: groups and padding slots against --min-kv-cache-group-layers (padding-bytes)"}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "min layers", Type: "category", Data: mins}),
-	)
-	l2.SetXAxis(mins).AddSeries("groups", groups).AddSeries("padding slots", padding)
+	if pNow.Engine.MinGroupLayers > 0 {
+		series2[0].MarkLine = markAt(pNow.Engine.MinGroupLayers, "now: "+strconv.Itoa(pNow.Engine.MinGroupLayers))
+	}
+	c2 := echartOption{Title: echartTitle{Text: "Groups and padding slots against --min-kv-cache-group-layers", Subtext: "the padding-bytes selector; P circles, D triangles, padding dashed"}, Tooltip: tooltip, Legend: legend,
+		XAxis:  []echartAxis{{Name: "--min-kv-cache-group-layers", NameLocation: "middle", NameGap: 28, Type: "value", Min: 1, Max: 12, Interval: 1}},
+		YAxis:  []echartAxis{{Name: "count", Type: "value", MinInterval: 1}},
+		Series: series2}
 
-	// 3. Descriptors per request against D's --block-size (P fixed).
-	var descs, merged []opts.LineData
-	for _, bs := range blockSizes {
+	// 3. Descriptors per request against D's --block-size (P fixed): as
+	// submitted and after NIXL merges contiguous runs; one line when
+	// merging changes nothing.
+	var descs, merged [][2]any
+	same := true
+	for _, bs := range sweep(dNow.BlockSize) {
 		e := de
 		e.BlockSize = bs
 		n, m := descriptorCount(r, pe, e)
-		descs = append(descs, n)
-		merged = append(merged, m)
+		descs, merged = append(descs, [2]any{bs, n}), append(merged, [2]any{bs, m})
+		same = same && n == m
 	}
-	l3 := charts.NewLine()
-	l3.SetGlobalOptions(
-		charts.WithTitleOpts(opts.Title{Title: "Descriptors per request against D's --block-size"}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "D block size", Type: "category", Data: labels}),
-		charts.WithYAxisOpts(opts.YAxis{Name: "descriptors", Type: "log"}),
-	)
-	l3.SetXAxis(labels).AddSeries("submitted", descs).AddSeries("after merging", merged)
-	return chartSet{Tokens: optionJSON(l1), Groups: optionJSON(l2), Descs: optionJSON(l3)}
+	sub := lineSeries("submitted", descs, 0, 0)
+	sub.MarkLine = markAt(dNow.BlockSize, "D now: "+strconv.Itoa(dNow.BlockSize))
+	series3 := []echartSeries{sub}
+	subtext := "after merging: dashed"
+	if same {
+		series3[0].Name, subtext = "submitted = after merging", "NIXL's merging of contiguous runs changes no count here"
+	} else {
+		ms := lineSeries("after merging", merged, 0, 0)
+		ms.LineStyle, ms.Symbol = &echartLineStyle{Type: "dashed"}, "diamond"
+		series3 = append(series3, ms)
+	}
+	c3 := echartOption{Title: echartTitle{Text: "Descriptors per request against D's --block-size", Subtext: subtext}, Tooltip: tooltip, Legend: legend,
+		XAxis:  []echartAxis{logAxis("D block size (tokens, log scale)")},
+		YAxis:  []echartAxis{{Name: "descriptors (log scale)", Type: "log"}},
+		Series: series3}
+	return chartSet{Tokens: c1.JSON(), Groups: c2.JSON(), Descs: c3.JSON()}
 }
 
 // descriptorCount is the descriptors of the current request between two
 // engines, before and after merging (nil where it cannot be computed).
-func descriptorCount(r *Result, pe, de plan.Engine) (opts.LineData, opts.LineData) {
+func descriptorCount(r *Result, pe, de plan.Engine) (any, any) {
 	s := r.Settings
 	conn, err := xfer.ParseConnector(s.Connector)
 	if err != nil {
-		return opts.LineData{}, opts.LineData{}
+		return nil, nil
 	}
 	x, err := xfer.Run(xfer.Setup{Model: r.Model, P: pe, D: de, Connector: conn, Plans: xfer.PlanChoice(s.Plans),
 		Request: xfer.Request{PromptTokens: s.Prompt, PrefixHitTokens: s.Hit}})
 	if err != nil || x.Transfer == nil || x.Transfer.Rejection != nil {
-		return opts.LineData{Value: nil}, opts.LineData{Value: nil}
+		return nil, nil
 	}
-	return opts.LineData{Value: x.Transfer.Descs}, opts.LineData{Value: x.Transfer.Merged}
-}
-
-// optionJSON marshals a chart's options for ECharts' setOption.
-func optionJSON(c interface{ JSON() map[string]any }) string {
-	b, err := json.Marshal(c.JSON())
-	if err != nil {
-		return "{}"
-	}
-	return string(b)
+	return x.Transfer.Descs, x.Transfer.Merged
 }
 
 func (c *Root) renderCharts() app.UI {
@@ -138,7 +157,7 @@ func (c *Root) renderCharts() app.UI {
 		&Chart{ID: "chart-tokens", Option: c.charts.Tokens, Dark: dark, Offscreen: true},
 		&Chart{ID: "chart-groups", Option: c.charts.Groups, Dark: dark, Offscreen: true},
 		&Chart{ID: "chart-descs", Option: c.charts.Descs, Dark: dark, Offscreen: true},
-		app.P().Class("muted").Text("Options built with go-echarts in Go from core's numbers; drawn by ECharts served from this server, in a worker of the page."),
+		app.P().Class("muted").Text("Options built in Go from core's numbers; drawn by ECharts served from this server, in a worker of the page."),
 	)
 }
 

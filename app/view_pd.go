@@ -24,6 +24,7 @@ func (c *Root) renderPD() app.UI {
 	tokens := func(p *plan.Plan) string { return commas(p.KVCacheTokens) }
 	pct := func(v float64) string { return fmt.Sprintf("%+.2f%%", v) }
 	return app.Div().Class("pd-view").Body(
+		c.renderWhy(),
 		app.Section().Class("card").Body(
 			app.H2().Text("Independent and TP-invariant plans"),
 			app.Table().Class("compare").Body(
@@ -34,7 +35,7 @@ func (c *Root) renderPD() app.UI {
 					row("  KV cache tokens", tokens, inv.PIndependent, inv.DIndependent),
 					row("TP-invariant plan (inferred)", groups, inv.P, inv.D),
 					row("  KV cache tokens", tokens, inv.P, inv.D),
-					app.Tr().Body(app.Th().Text("  difference"),
+					app.Tr().Body(app.Th().Text("  TP-invariant vs independent"),
 						app.Td().DataSet("testid", "diff-p").Text(pct(r.PD.PCost.DiffPercent)),
 						app.Td().DataSet("testid", "diff-d").Text(pct(r.PD.DCost.DiffPercent))),
 				),
@@ -65,6 +66,36 @@ func (c *Root) renderPD() app.UI {
 	)
 }
 
+// renderWhy says why P's and D's own plans differ, from the planner's own
+// account (xfer.PD.Explain, as kvscope pd --explain prints it): the
+// engine flags that differ, each side's chosen g and its rule, the
+// buckets and the alignment; then each side's full explanation.
+func (c *Root) renderWhy() app.UI {
+	r := c.result
+	x := r.PD.Explain()
+	notes := []string{}
+	if r.PD.Note != "" {
+		notes = append(notes, r.PD.Note)
+	}
+	side := func(name string, ex *plan.Explanation) app.UI {
+		return app.Details().DataSet("testid", "why-"+name).Body(
+			app.Summary().Text(name+": "+ex.Why),
+			app.Ul().Body(app.Range(ex.Lines).Slice(func(i int) app.UI { return app.Li().Text(ex.Lines[i]) })),
+		)
+	}
+	return app.Section().Class("card").ID("pd-why").Body(
+		app.H2().Text("Why P and D differ"),
+		app.If(len(x.Difference) == 0, func() app.UI {
+			return app.P().DataSet("testid", "why-same").Text("P and D plan alike: the same groups, slots and block size.")
+		}),
+		app.Ul().DataSet("testid", "why-difference").Body(app.Range(x.Difference).Slice(func(i int) app.UI { return app.Li().Text(x.Difference[i]) })),
+		side("P", x.P), side("D", x.D),
+		app.Range(notes).Slice(func(i int) app.UI {
+			return app.P().Class("note").DataSet("testid", "pd-note").Text("note: " + notes[i])
+		}),
+	)
+}
+
 func noteOr(note, fallback string) string {
 	if note != "" {
 		return note
@@ -78,8 +109,13 @@ func (c *Root) renderHandshake() app.UI {
 		return app.Section().Class("card").Body(app.H2().Text("Handshake"), app.P().Text(noteOr(c.result.PD.Note, "computing the transfer…")))
 	}
 	hs := t.Handshake
+	sentence := ""
+	if pf := c.result.PD.PreflightOf(t); pf != nil {
+		sentence = pf.Sentence
+	}
 	return app.Section().Class("card").Body(
-		app.H2().Text("Handshake (version 15)"),
+		app.H2().Text(fmt.Sprintf("Handshake (NIXL_CONNECTOR_VERSION %d)", hs.Protocol.Version)),
+		app.P().DataSet("testid", "preflight").Text(sentence),
 		app.P().Text(hs.Summary()),
 		app.Table().Class("checks").Body(app.Range(hs.Checks).Slice(func(i int) app.UI {
 			ch := hs.Checks[i]
