@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/json"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -304,7 +305,7 @@ func (c *Root) Render() app.UI {
 	}
 	return root.Body(
 		c.renderHeader(),
-		app.If(r != nil && r.Err != "", func() app.UI { return app.Div().Class("banner error").Text(r.Err) }),
+		app.If(r != nil && r.Err != "", func() app.UI { return app.Div().Class("banner error").Text(userWords(r.Err)) }),
 		app.If(len(s.Warnings) > 0, func() app.UI {
 			return app.Div().ID("legacy-keys").Class("banner warning").Text("This link is written in an older form, read as it meant: " + strings.Join(s.Warnings, "; ") + ".")
 		}),
@@ -320,11 +321,11 @@ func (c *Root) Render() app.UI {
 				}),
 				app.Ul().Body(app.Range(sortedKeys(r.Errors)).Slice(func(i int) app.UI {
 					k := sortedKeys(r.Errors)[i]
-					return app.Li().Body(app.Code().Text(k), app.Text(": "+r.Errors[k]))
+					return app.Li().Body(app.Code().Text(k), app.Text(": "+userWords(r.Errors[k])))
 				})),
 			)
 		}),
-		app.Main().ID("view").Body(body),
+		app.Main().ID("view").Body(app.P().Class("intro").DataSet("testid", "view-intro").Text(viewIntro(s.View)), body),
 		c.renderFooter(),
 		app.If(c.help, func() app.UI { return c.renderHelp() }),
 	)
@@ -342,7 +343,7 @@ func (c *Root) renderHeader() app.UI {
 	s := c.settings
 	return app.Header().Class("top").Body(
 		app.Div().Class("brand").Body(app.Img().Src("/web/icon.svg").Alt(""), app.Span().Text("kvscope")),
-		app.Span().ID("profile").Class("profile").Title(c.profileLabel()).Text("vLLM "+c.profileName()),
+		c.renderDeploymentName(),
 		app.Nav().Class("tabs").Body(app.Range(Views).Slice(func(i int) app.UI {
 			v := Views[i]
 			cls := "tab"
@@ -365,6 +366,77 @@ func (c *Root) renderHeader() app.UI {
 			app.Button().Title("keyboard shortcuts (?)").Text("?").OnClick(func(ctx app.Context, e app.Event) { c.help = !c.help }),
 		),
 	)
+}
+
+// renderDeploymentName names what the views show: the model (and
+// drafter) and the vLLM profile, with what the profile is.
+func (c *Root) renderDeploymentName() app.UI {
+	s := c.settings
+	m := s.Model
+	if m == "custom" {
+		m = "a pasted config.json"
+	}
+	if s.Draft != "" {
+		d := s.Draft
+		if d == "custom" {
+			d = "a pasted drafter"
+		}
+		m += " + " + d
+	}
+	return app.Div().Class("deployment-name").Body(
+		app.Span().ID("header-model").Class("model").Title(m).Text(m),
+		app.Span().ID("profile").Class("profile").Title(c.profileLabel()).Text(profileWords(c.profileName(), c.profileLabel())),
+	)
+}
+
+// profileWords says what a profile is: a release or the branch.
+func profileWords(name, label string) string {
+	switch {
+	case name == vllm.Branch:
+		return name + ": the group-pair branch (" + label + ")"
+	case label == "" || label == "vLLM "+name:
+		return "vLLM " + name + " release"
+	}
+	return label
+}
+
+// userWords is an error as the page shows it: without the Go package
+// names core prefixes its errors with ("xfer: ", "kvspec: "), which say
+// where in kvscope an error arose, not what to change.
+func userWords(msg string) string {
+	if side, rest, ok := strings.Cut(msg, ": "); ok && (side == "P" || side == "D") {
+		return side + ": " + userWords(rest)
+	}
+	for {
+		head, rest, ok := strings.Cut(msg, ": ")
+		if !ok || !slices.Contains(corePackages, head) {
+			return msg
+		}
+		msg = rest
+	}
+}
+
+// corePackages are the names core's errors may start with.
+var corePackages = []string{"xfer", "kvspec", "plan", "vlog", "check", "model", "catalog", "oracle", "tune", "vllm", "event", "planflag"}
+
+// viewIntro is the sentence each view opens with: what it shows and what
+// to look at.
+func viewIntro(view string) string {
+	switch view {
+	case "configure":
+		return "The deployment: a model (bundled, a Hugging Face id or a pasted config.json), the vLLM version and each engine's flags. Every other view follows from these settings."
+	case "pd":
+		return "P and D side by side: why their plans differ, what each plan costs against the TP-invariant plan, the layers that move between groups, and whether the handshake accepts the pair."
+	case "flow":
+		return "One request's KV moving from P's ranks to D's: each band is a rank pair and group pair, as wide as its bytes; click a layer for its descriptors."
+	case "charts":
+		return "How the numbers move with a flag: KV cache tokens and descriptors against the block size, groups and padding against --min-kv-cache-group-layers; the current setting is marked."
+	case "check":
+		return "A vLLM startup log (or a P and a D log) held against kvscope's plan: every figure vLLM printed, logged against predicted."
+	case "tune":
+		return "A search over engine flags for the plans that cost least: each candidate's capacity, descriptors and the vllm serve line that runs it."
+	}
+	return "Each engine's KV cache groups: a column per group, a row per slot tensor, coloured by layer kind; PAD cells are slots no layer uses."
 }
 
 // profileName is the vLLM profile the current plans follow.

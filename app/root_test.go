@@ -31,3 +31,19 @@ func TestRootComponent(t *testing.T) {
 		t.Errorf("root element: %v", err)
 	}
 }
+
+// TestUserWords: errors lose core's package prefixes, and keep the rest
+// (a flag and its value) as written.
+func TestUserWords(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"kvspec: --tensor-parallel-size 3: must divide num_attention_heads = 16", "--tensor-parallel-size 3: must divide num_attention_heads = 16"},
+		{"xfer: --connector nixl-push: vLLM 0.20.0 has no NixlPushConnector", "--connector nixl-push: vLLM 0.20.0 has no NixlPushConnector"},
+		{"D: plan: kvspec: x", "D: x"},
+		{"model: bad JSON", "bad JSON"},
+		{"max-model-len: 12: too small", "max-model-len: 12: too small"},
+	} {
+		if got := userWords(tt.in); got != tt.want {
+			t.Errorf("userWords(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

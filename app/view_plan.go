@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -75,14 +76,74 @@ func (c *Root) renderSide(side, title string, p *plan.Plan) app.UI {
 			stat("selector", "", 0, selectorText(p)),
 		),
 		renderMatrix(p),
+		renderLegend(p),
 		app.Details().Body(app.Summary().Text("vLLM's log lines"), app.Pre().Class("logs").Text(strings.Join(p.LogLines(), "\n"))),
 		app.Details().Class("why").Body(app.Summary().Text("Why these numbers"), renderWhy(p)),
-		app.If(p.Inferred, func() app.UI {
-			return app.Div().Class("inferred").Body(app.Strong().Text("inferred: "), app.Text(strings.Join(p.InferredReasons, "; ")))
-		}),
+		inferredBadge(p.InferredReasons),
 		app.If(len(p.Notes) > 0, func() app.UI {
-			return app.Details().Body(app.Summary().Text(fmt.Sprintf("%d notes", len(p.Notes))), app.Ul().Body(app.Range(p.Notes).Slice(func(i int) app.UI { return app.Li().Text(p.Notes[i]) })))
+			return app.Details().Body(app.Summary().Text(plural(len(p.Notes), "note")), app.Ul().Body(app.Range(p.Notes).Slice(func(i int) app.UI { return app.Li().Text(p.Notes[i]) })))
 		}),
+	)
+}
+
+// inferredBadge is a badge that opens the list of what rests on vLLM
+// behaviour kvscope inferred rather than read (nothing when none does).
+func inferredBadge(reasons []string) app.UI {
+	if len(reasons) == 0 {
+		return app.Text("")
+	}
+	return app.Details().Class("inferred").DataSet("testid", "inferred").Body(
+		app.Summary().Body(app.Span().Class("badge").Title("rests on vLLM behaviour kvscope inferred rather than read in vLLM's code").Text("inferred · "+strconv.Itoa(len(reasons)))),
+		app.Ul().Body(app.Range(reasons).Slice(func(i int) app.UI { return app.Li().Text(reasons[i]) })),
+	)
+}
+
+// plural is "1 note", "3 notes".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
+}
+
+// kindWords names a layer kind for the legend.
+func kindWords(k model.Kind) string {
+	switch k {
+	case model.Full:
+		return "full attention"
+	case model.Sliding:
+		return "sliding-window attention"
+	case model.ChunkedLocal:
+		return "chunked local attention"
+	case model.MLA:
+		return "multi-head latent attention (MLA)"
+	case model.GatedDeltaNet:
+		return "gated delta net (state)"
+	case model.KDA:
+		return "Kimi delta attention (state)"
+	case model.Mamba1:
+		return "Mamba (state)"
+	case model.Mamba2:
+		return "Mamba2 (state)"
+	}
+	return string(k)
+}
+
+// renderLegend says what the matrix's colours, cells and headers mean.
+func renderLegend(p *plan.Plan) app.UI {
+	var kinds []model.Kind
+	for _, g := range p.Groups {
+		if !slices.Contains(kinds, g.Kind) {
+			kinds = append(kinds, g.Kind)
+		}
+	}
+	return app.Div().Class("legend").DataSet("testid", "matrix-legend").Body(
+		app.Range(kinds).Slice(func(i int) app.UI {
+			k := kinds[i]
+			return app.Span().Class("key").Body(app.Span().Class("swatch").Style("background", kindColor(k)), app.Text(shortKind(k)+" = "+kindWords(k)))
+		}),
+		app.Span().Class("key").Body(app.Span().Class("swatch pad"), app.Text("PAD = a slot no layer uses, darker the more bytes it holds per request")),
+		app.Span().Class("key").Text("columns: gN = KV cache group N, kind · block size in tokens (req = a state layer's whole request); rows: slots, one tensor each"),
 	)
 }
 
@@ -110,7 +171,7 @@ func renderMatrix(p *plan.Plan) app.UI {
 			app.Range(p.Groups).Slice(func(i int) app.UI {
 				g := p.Groups[i]
 				return app.Th().Title(fmt.Sprintf("group %d: %s, block %d, %d blocks per request", g.Index, g.Kind, g.BlockSize, g.BlocksPerRequest)).
-					Body(app.Span().Style("color", kindColor(g.Kind)).Text(fmt.Sprintf("g%d", g.Index)), app.Br(), app.Small().Text(fmt.Sprintf("%s·%d", shortKind(g.Kind), g.BlockSize)))
+					Body(app.Span().Style("color", kindColor(g.Kind)).Text(fmt.Sprintf("g%d", g.Index)), app.Br(), app.Small().Text(shortKind(g.Kind)+"·"+blockWords(g.Kind, g.BlockSize)))
 			}),
 		)),
 		app.TBody().Body(app.Range(make([]struct{}, p.Slots)).Slice(func(slot int) app.UI {
@@ -132,6 +193,15 @@ func renderMatrix(p *plan.Plan) app.UI {
 			)
 		})),
 	))
+}
+
+// blockWords is a group's block size in the matrix: a state layer's block
+// is its whole request (vLLM gives it max_model_len tokens).
+func blockWords(k model.Kind, block int) string {
+	if k.IsState() {
+		return "req"
+	}
+	return strconv.Itoa(block)
 }
 
 func shortKind(k model.Kind) string {

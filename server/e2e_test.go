@@ -347,7 +347,7 @@ func TestCheckView(t *testing.T) {
 	if !strings.Contains(loc, "vllm-version=0.20.2") || !strings.Contains(loc, "model=Qwen%2FQwen3.6-35B-A3B") || !strings.Contains(loc, "draft=mtp") {
 		t.Errorf("loaded plan URL %s", loc)
 	}
-	if badge, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('profile').textContent`)); badge != "vLLM 0.20.2" {
+	if badge, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('profile').textContent`)); badge != "vLLM 0.20.2 release" {
 		t.Errorf("profile badge %q", badge)
 	}
 }
