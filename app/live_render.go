@@ -136,9 +136,9 @@ func bandTitle(b *liveBand) string {
 	if b.Timing() == event.Synthesized {
 		timing = fmt.Sprintf("timing synthesized in %s of %s batches (NIXL reports completion per request only)", commas(b.Synthesized), commas(b.Batches))
 	}
-	return fmt.Sprintf("P%d → D%d · P g%d → D g%d (%s): %d layers %v · %s descriptors · %s in %s batches · last batch %s µs · %s",
+	return fmt.Sprintf("P%d → D%d · P g%d → D g%d (%s): %d layers %v · %s descriptors · %s in %s batches · last batch %s ms · %s",
 		b.P, b.D, b.PG, b.DG, kind, len(b.layers), names, commas(b.Descs), humanBytes(b.Bytes), commas(b.Batches),
-		strconv.FormatFloat(float64(b.LastNS)/1e3, 'f', 1, 64), timing)
+		ms(float64(b.LastNS)/1e3), timing)
 }
 
 // liveStatus is the connection's state as the panel shows it.
@@ -149,6 +149,39 @@ type liveStatus struct {
 
 // liveStatsHTML is the status line and counters: what the ring holds, what
 // was missed, what was verified, and what arrived while paused.
+// ms writes a duration given in µs as milliseconds, to the µs.
+func ms(us float64) string { return strconv.FormatFloat(us/1000, 'f', 3, 64) }
+
+// liveStreamsHTML says what the live panel streams: each agent's
+// scenario as its hello describes it, which is not the views' deployment
+// until Run live restarts the embedded agent on it.
+func liveStreamsHTML(l *Live) string {
+	agents := l.Agents()
+	if len(agents) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	sb.WriteString(`<div class="live-streams" data-testid="live-streams">streaming: `)
+	for i, a := range agents {
+		if i == 3 {
+			fmt.Fprintf(&sb, " and %d more agents", len(agents)-3)
+			break
+		}
+		if i > 0 {
+			sb.WriteString("; ")
+		}
+		what := "(no hello yet)"
+		if h := a.Hello; h != nil && h.Scenario != "" {
+			what = h.Scenario
+		} else if h != nil && h.Model != "" {
+			what = h.Model
+		}
+		fmt.Fprintf(&sb, `<b>%s</b> %s`, html.EscapeString(a.Name), html.EscapeString(what))
+	}
+	sb.WriteString(` <span class="muted">· the views compute the settings' own transfer; Run live streams that one</span></div>`)
+	return sb.String()
+}
+
 func liveStatsHTML(l *Live, st liveStatus, paused bool, sincePause uint64) string {
 	var sb strings.Builder
 	label := map[string]string{"connecting": "connecting…", "open": "live", "closed": "disconnected", "none": "no live server"}[st.State]
@@ -161,6 +194,7 @@ func liveStatsHTML(l *Live, st liveStatus, paused bool, sincePause uint64) strin
 	if detail != "" {
 		fmt.Fprintf(&sb, ` <span class="muted">· %s</span>`, html.EscapeString(detail))
 	}
+	sb.WriteString(liveStreamsHTML(l))
 	if l.Ring.Total == 0 && l.Ignored == 0 && l.Malformed == 0 && l.Gone == 0 {
 		return sb.String()
 	}
@@ -357,10 +391,10 @@ func liveFleetHTML(l *Live, selected map[string]bool) string {
 	if selected != nil {
 		drawn = fmt.Sprintf("%d of %d agents (click a row to add or remove it)", len(selected), len(f.Fleet))
 	}
-	fmt.Fprintf(&sb, `<h3>Fleet: %d agents</h3><p class="muted">The bands, timeline and transfers show %s. <button type="button" data-pick="*" data-testid="fleet-all">Draw every agent</button></p>`,
-		len(f.Fleet), html.EscapeString(drawn))
+	fmt.Fprintf(&sb, `<h3>Fleet: %s</h3><p class="muted">The bands, timeline and transfers show %s. <button type="button" data-pick="*" data-testid="fleet-all">Draw every agent</button></p>`,
+		plural(len(f.Fleet), "agent"), html.EscapeString(drawn))
 	sb.WriteString(`<div class="scroll"><table class="descs fleet"><thead><tr><th>agent</th><th>host</th><th>role</th><th>backend</th><th>GPUs</th>` +
-		`<th>last seen</th><th>events/s</th><th>GB/s</th><th>p99 µs</th><th>errors</th></tr></thead><tbody>`)
+		`<th>last seen</th><th>events/s</th><th>GB/s</th><th>p99 ms</th><th>errors</th></tr></thead><tbody>`)
 	for _, a := range f.Fleet {
 		cls := ""
 		if selected == nil || selected[a.Agent] {
@@ -369,14 +403,14 @@ func liveFleetHTML(l *Live, selected map[string]bool) string {
 		fmt.Fprintf(&sb, `<tr data-testid="fleet-agent" data-agent="%s" data-pick="%s" class="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%.1f s ago</td><td>%s</td><td>%s</td><td>%s</td><td class="%s">%d</td></tr>`,
 			html.EscapeString(a.Agent), html.EscapeString(a.Agent), cls, html.EscapeString(a.Agent), html.EscapeString(a.Host), html.EscapeString(a.Role),
 			html.EscapeString(a.Backend), a.GPUs, a.LastSeenS, commas(int64(a.EventsPS)), strconv.FormatFloat(a.GBps, 'f', 2, 64),
-			strconv.FormatFloat(a.P99US, 'f', 0, 64), map[bool]string{true: "bad", false: ""}[a.Errors > 0], a.Errors)
+			ms(a.P99US), map[bool]string{true: "bad", false: ""}[a.Errors > 0], a.Errors)
 	}
 	sb.WriteString(`</tbody></table></div>`)
 	if len(f.Slowest) > 0 {
-		sb.WriteString(`<h3>Slowest transfers, last minute, fleet-wide</h3><div class="scroll"><table class="descs"><thead><tr><th>agent</th><th>request</th><th>bytes</th><th>µs</th><th>timing</th></tr></thead><tbody>`)
+		sb.WriteString(`<h3>Slowest transfers, last minute, fleet-wide</h3><div class="scroll"><table class="descs"><thead><tr><th>agent</th><th>request</th><th>bytes</th><th>ms</th><th>timing</th></tr></thead><tbody>`)
 		for _, t := range f.Slowest {
 			fmt.Fprintf(&sb, `<tr data-testid="fleet-slowest"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>`,
-				html.EscapeString(t.Agent), html.EscapeString(t.Request), humanBytes(t.Bytes), strconv.FormatFloat(t.TransferUS, 'f', 1, 64), html.EscapeString(string(t.Timing)))
+				html.EscapeString(t.Agent), html.EscapeString(t.Request), humanBytes(t.Bytes), ms(t.TransferUS), html.EscapeString(string(t.Timing)))
 		}
 		sb.WriteString(`</tbody></table></div>`)
 	}
@@ -392,7 +426,7 @@ func liveTransfersHTML(l *Live) string {
 		sb.WriteString(`<p class="muted">No transfer completed yet.</p>`)
 	} else {
 		sb.WriteString(`<div class="scroll"><table class="descs"><thead><tr><th>agent</th><th>request</th><th>bytes</th><th>descriptors</th><th>after merging</th>` +
-			`<th>µs</th><th>GB/s</th><th>timing</th><th>verified</th></tr></thead><tbody>`)
+			`<th>ms</th><th>GB/s</th><th>timing</th><th>verified</th></tr></thead><tbody>`)
 		for i := len(l.Transfers) - 1; i >= 0; i-- {
 			t := l.Transfers[i]
 			timing := string(t.Timing)
@@ -401,7 +435,7 @@ func liveTransfersHTML(l *Live) string {
 			}
 			fmt.Fprintf(&sb, `<tr data-testid="live-transfer" data-verified="%s" data-timing="%s" data-source="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="timing %s">%s</td><td class="verified %s">%s</td></tr>`,
 				html.EscapeString(t.Verified), t.Timing, html.EscapeString(t.Source), html.EscapeString(t.Agent), html.EscapeString(t.Request), humanBytes(t.Bytes),
-				commas(int64(t.Descs)), commas(int64(t.Merged)), strconv.FormatFloat(t.TransferUS, 'f', 1, 64), strconv.FormatFloat(t.GBps, 'f', 2, 64),
+				commas(int64(t.Descs)), commas(int64(t.Merged)), ms(t.TransferUS), strconv.FormatFloat(t.GBps, 'f', 2, 64),
 				t.Timing, html.EscapeString(timing), html.EscapeString(t.Verified), html.EscapeString(t.Verified))
 		}
 		sb.WriteString(`</tbody></table></div>`)

@@ -16,6 +16,7 @@ import (
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/vllm"
 	"github.com/kvscope/kvscope/core/xfer"
 )
 
@@ -239,8 +240,19 @@ func (s Scenario) Describe() string {
 	if s.HitTokens > 0 {
 		hits = fmt.Sprintf("%d-token prefix hits", s.HitTokens)
 	}
-	return fmt.Sprintf("%s: %s, P TP%d -> D TP%d, %s, %.3g req/s, %d-%d tokens, %s",
-		s.Name, s.Model, max(1, s.P.TensorParallelSize), max(1, s.D.TensorParallelSize), s.Connector, s.Rate, s.PromptMin, s.PromptMax, hits)
+	model := s.Model
+	if model == "" {
+		model = "an inline config.json"
+	}
+	if s.Draft != "" {
+		model += " + " + s.Draft
+	}
+	version := s.P.VLLMVersion
+	if version == "" {
+		version = vllm.Newest().Name()
+	}
+	return fmt.Sprintf("%s: %s, P TP%d -> D TP%d, vLLM %s, %s, %.3g req/s, %d-%d tokens, %s",
+		s.Name, model, max(1, s.P.TensorParallelSize), max(1, s.D.TensorParallelSize), version, s.Connector, s.Rate, s.PromptMin, s.PromptMax, hits)
 }
 
 // UseGPUMemory sets both engines' KV cache memory to fraction of the
