@@ -44,6 +44,7 @@ func liveBandsHTML(l *Live, now time.Time) string {
 		}
 		if len(a.bands) > 0 {
 			sb.WriteString(liveSVG(a, now))
+			sb.WriteString(`<p class="legend" data-testid="live-legend">each band: one P rank → D rank and P group → D group, coloured by layer kind, as wide as its bytes; it fades when no batch has come for a while; hover for descriptors, bytes and timing</p>`)
 		}
 		if a.Undrawn > 0 {
 			fmt.Fprintf(&sb, `<p class="muted">%s batches are not drawn (beyond %d ranks, %d groups or %d bands per agent).</p>`,

@@ -125,7 +125,10 @@ func renderFlowSVG(t *xfer.Transfer, bands []*band) app.UI {
 
 func flowSVG(t *xfer.Transfer, bands []*band) string {
 	const width, boxW, gap, top = 900.0, 130.0, 18.0, 30.0
-	regionH := func(n int) float64 { return max(80, float64(n)*7) }
+	// A rank's box grows with its regions up to a cap: a model of many
+	// layers (hundreds of regions) would otherwise stretch the drawing
+	// thousands of pixels tall.
+	regionH := func(n int) float64 { return min(max(80, float64(n)*7), 260) }
 	pH, dH := regionH(len(t.PRegs[0].Regions)), regionH(len(t.DRegs[0].Regions))
 	height := top + max(float64(len(t.PRegs))*(pH+gap), float64(len(t.DRegs))*(dH+gap)) + 10
 	var maxBytes int64
@@ -139,14 +142,17 @@ func flowSVG(t *xfer.Transfer, bands []*band) string {
 	fmt.Fprintf(&sb, `<svg id="flow-svg" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %.0f %.0f" class="flow">`, width, height)
 	box := func(x float64, rank int, h float64, label string, regs []xfer.Region) {
 		y0 := top + float64(rank)*(h+gap)
-		fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.0f" height="%.1f" rx="6" class="rank"/>`, x, y0, boxW, h)
+		// Presentation attributes give an exported SVG or PNG (which has no
+		// stylesheet) the page's light colours; the page's CSS overrides them.
+		fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.0f" height="%.1f" rx="6" class="rank" fill="#f8fafc" stroke="#64748b"/>`, x, y0, boxW, h)
 		for i, r := range regs {
 			ry := y0 + float64(i)*h/float64(len(regs))
-			fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.0f" height="%.1f" class="region"><title>%s</title></rect>`,
+			fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.0f" height="%.1f" class="region" fill="#e2e8f0"><title>%s</title></rect>`,
 				x+4, ry+1, boxW-8, max(1, h/float64(len(regs))-2),
 				html.EscapeString(fmt.Sprintf("%s region %d: base %#x, block_len %s B, %s blocks", label, i, r.Base, commas(r.BlockLen), commas(r.NumBlocks))))
 		}
-		fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f" class="rank-label">%s</text>`, x+boxW/2, y0-6, html.EscapeString(label))
+		fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f" class="rank-label" fill="#0f172a" text-anchor="middle" font-size="12">%s · %s</text>`,
+			x+boxW/2, y0-6, html.EscapeString(label), plural(len(regs), "region"))
 	}
 	for r, reg := range t.PRegs {
 		box(10, r, pH, "P rank "+strconv.Itoa(r), reg.Regions)
