@@ -14,7 +14,7 @@ import (
 )
 
 // liveLegend says how the live bands are drawn.
-const liveLegend = "solid = measured timing · dashed = synthesized timing (NIXL reports completion per request only) · " +
+const liveLegend = "each band = one P rank → D rank and P group → D group, coloured by layer kind · solid = measured timing · dashed = synthesized timing (NIXL reports completion per request only) · " +
 	"width = bytes moved since this page connected · brightness = how recently a batch moved"
 
 // liveBandsHTML draws every agent's live bands, then the legend.
@@ -44,7 +44,6 @@ func liveBandsHTML(l *Live, now time.Time) string {
 		}
 		if len(a.bands) > 0 {
 			sb.WriteString(liveSVG(a, now))
-			sb.WriteString(`<p class="legend" data-testid="live-legend">each band: one P rank → D rank and P group → D group, coloured by layer kind, as wide as its bytes; it fades when no batch has come for a while; hover for descriptors, bytes and timing</p>`)
 		}
 		if a.Undrawn > 0 {
 			fmt.Fprintf(&sb, `<p class="muted">%s batches are not drawn (beyond %d ranks, %d groups or %d bands per agent).</p>`,
@@ -55,7 +54,11 @@ func liveBandsHTML(l *Live, now time.Time) string {
 	if drawn == 0 {
 		sb.WriteString(`<p class="muted">No descriptor batches yet.</p>`)
 	}
-	fmt.Fprintf(&sb, `<p class="legend muted" data-testid="live-legend">%s</p>`, html.EscapeString(liveLegend))
+	fmt.Fprintf(&sb, `<p class="legend muted" data-testid="live-legend">%s`, html.EscapeString(liveLegend))
+	for _, k := range []model.Kind{model.Full, model.Sliding, model.ChunkedLocal, model.MLA, model.GatedDeltaNet, model.KDA, model.Mamba2} {
+		fmt.Fprintf(&sb, ` <span class="key"><span class="swatch" style="background:%s"></span>%s</span>`, kindColor(k), html.EscapeString(shortKind(k)))
+	}
+	sb.WriteString(`</p>`)
 	return sb.String()
 }
 
