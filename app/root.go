@@ -255,7 +255,33 @@ func (c *Root) exportJSON() {
 	if err != nil {
 		return
 	}
-	callJS("download", "kvscope-plan.json", "application/json", string(b))
+	callJS("download", c.exportName()+".json", "application/json", string(b))
+}
+
+// exportName is an export's file name without its extension:
+// kvscope-<model>-<view>-<P TP>to<D TP>, so that exports of different
+// views and deployments do not overwrite each other.
+func (c *Root) exportName() string {
+	s := c.settings
+	view := s.View
+	if view == "" {
+		view = "plan"
+	}
+	model := s.Model
+	if i := strings.LastIndexByte(model, '/'); i >= 0 {
+		model = model[i+1:]
+	}
+	slug := func(v string) string {
+		b := []byte(v)
+		for i, ch := range b {
+			if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '-' || ch == '_') {
+				b[i] = '-'
+			}
+		}
+		return string(b)
+	}
+	pe, de := s.Engines()
+	return "kvscope-" + slug(model) + "-" + slug(view) + "-" + strconv.Itoa(max(1, pe.TensorParallelSize)) + "to" + strconv.Itoa(max(1, de.TensorParallelSize))
 }
 
 func (c *Root) copyLink() {
@@ -358,8 +384,8 @@ func (c *Root) renderHeader() app.UI {
 		app.Div().Class("actions").Body(
 			app.Button().Title("copy a link to this view (l)").Text("Link").OnClick(func(ctx app.Context, e app.Event) { c.copyLink() }),
 			app.Button().Title("export the plans as JSON (e)").Text("JSON").OnClick(func(ctx app.Context, e app.Event) { c.exportJSON() }),
-			app.Button().Title("export the view as PNG").Text("PNG").OnClick(func(ctx app.Context, e app.Event) { callJS("exportView", "png", s.View) }),
-			app.Button().Title("export the view as SVG").Text("SVG").OnClick(func(ctx app.Context, e app.Event) { callJS("exportView", "svg", s.View) }),
+			app.Button().Title("export the view as PNG").Text("PNG").OnClick(func(ctx app.Context, e app.Event) { callJS("exportView", "png", c.exportName()) }),
+			app.Button().Title("export the view as SVG").Text("SVG").OnClick(func(ctx app.Context, e app.Event) { callJS("exportView", "svg", c.exportName()) }),
 			app.Button().Title("dark mode (d)").Text("◐").OnClick(func(ctx app.Context, e app.Event) {
 				c.change(ctx, func(s *Settings) { s.Dark = !s.Dark })
 			}),

@@ -47,3 +47,16 @@ func TestUserWords(t *testing.T) {
 		}
 	}
 }
+
+// TestExportName: exports name the model, the view and the TP pair.
+func TestExportName(t *testing.T) {
+	c := &Root{settings: DefaultSettings()}
+	if got := c.exportName(); got != "kvscope-Qwen3.6-35B-A3B-plan-2to4" {
+		t.Errorf("default: %q", got)
+	}
+	c.settings.View = "flow"
+	c.settings.Model = "org/we ird:name"
+	if got := c.exportName(); got != "kvscope-we-ird-name-flow-2to4" {
+		t.Errorf("flow: %q", got)
+	}
+}

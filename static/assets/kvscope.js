@@ -430,12 +430,13 @@ window.kvscope = {
     }
     return out;
   },
-  exportView(kind, view) {
-    this.chartImages().then(() => this._exportView(kind, view));
+  // exportView downloads the view as kind (svg or png) under name (the
+  // app's kvscope-<model>-<view>-<P TP>to<D TP>).
+  exportView(kind, name) {
+    this.chartImages().then(() => this._exportView(kind, name));
   },
-  _exportView(kind, view) {
+  _exportView(kind, name) {
     const {svg, w, h} = this.viewSVG();
-    const name = 'kvscope-' + view;
     if (kind === 'svg') { this.download(name + '.svg', 'image/svg+xml', svg); return; }
     const img = new Image();
     img.onload = () => {
