@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -250,10 +251,15 @@ func (s Settings) CLI(command string) string {
 			parts = append(parts, a)
 		}
 	}
-	q := s.Query()
-	for _, k := range []string{"connector", "plans", "layout", "prompt-tokens", "prefix-hit-tokens"} {
-		if v := q.Get(k); v != "" {
-			parts = append(parts, "--"+k, v)
+	// Every request setting that differs from the CLI's own default (not
+	// the app's: the views use 1,024 prompt tokens, kvscope pd 4,096), so
+	// that the command prints the numbers on the screen.
+	for _, f := range []struct{ flag, value, cliDefault string }{
+		{"--connector", s.Connector, "nixl"}, {"--plans", s.Plans, "auto"}, {"--layout", s.Layout, "split"},
+		{"--prompt-tokens", strconv.Itoa(s.Prompt), "4096"}, {"--prefix-hit-tokens", strconv.Itoa(s.Hit), "0"},
+	} {
+		if f.value != "" && f.value != f.cliDefault {
+			parts = append(parts, f.flag, f.value)
 		}
 	}
 	return strings.Join(parts, " ")
