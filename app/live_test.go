@@ -240,8 +240,8 @@ func TestLiveTimelineFromSamples(t *testing.T) {
 			Max  int64  `json:"max"`
 		} `json:"xAxis"`
 		Series []struct {
-			Name       string `json:"name"`
-			YAxisIndex int    `json:"yAxisIndex"`
+			Name       string       `json:"name"`
+			YAxisIndex int          `json:"yAxisIndex"`
 			Data       [][]*float64 `json:"data"`
 		} `json:"series"`
 	}
