@@ -7,7 +7,6 @@ require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/coder/websocket v1.8.15
-	github.com/go-echarts/go-echarts/v2 v2.6.7
 	github.com/go-zeromq/zmq4 v0.17.0
 	github.com/maxence-charriere/go-app/v10 v10.1.10
 	github.com/nats-io/nats-server/v2 v2.15.2

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-echarts/go-echarts/v2/charts"
-	"github.com/go-echarts/go-echarts/v2/opts"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 )
@@ -413,48 +411,38 @@ func liveTimelineOption(l *Live) string {
 		}
 		return s
 	}
-	xAxis := func(grid int) opts.XAxis {
-		x := opts.XAxis{Type: "time", GridIndex: grid}
+	xAxis := func(grid int) chartAxis {
+		x := chartAxis{Type: "time", GridIndex: grid}
 		if end > 0 {
 			x.Min, x.Max = (end-int64(liveWindow))/1e6, end/1e6
 		}
 		return x
 	}
-	line := charts.NewLine()
-	line.SetGlobalOptions(
-		charts.WithAnimation(false),
-		charts.WithTitleOpts(opts.Title{Title: "Live: throughput, requests and transfer latency (1 Hz samples, last 120 s)"}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "26"}),
-		charts.WithGridOpts(opts.Grid{Top: "64", Height: "30%", Left: "64", Right: "64"}, opts.Grid{Top: "62%", Bottom: "28", Left: "64", Right: "64"}),
-		charts.WithXAxisOpts(xAxis(0)),
-		charts.WithYAxisOpts(opts.YAxis{Name: "GB/s", Type: "value", GridIndex: 0}),
-	)
-	line.ExtendXAxis(xAxis(1))
-	line.ExtendYAxis(opts.YAxis{Name: "req/s", Type: "value", GridIndex: 0, Position: "right"},
-		opts.YAxis{Name: "µs", Type: "value", GridIndex: 1})
-	point := func(ms int64, v float64) opts.LineData {
+	line := newLineOption("Live: throughput, requests and transfer latency (1 Hz samples, last 120 s)", "26")
+	line.Animation = false
+	line.Grid = []gridBox{{Top: "64", Height: "30%", Left: "64", Right: "64"}, {Top: "62%", Bottom: "28", Left: "64", Right: "64"}}
+	line.XAxis = []chartAxis{xAxis(0), xAxis(1)}
+	line.YAxis = []chartAxis{{Name: "GB/s", Type: "value"}, {Name: "req/s", Type: "value", Position: "right"}, {Name: "µs", Type: "value", GridIndex: 1}}
+	point := func(ms int64, v float64) chartPoint {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return opts.LineData{Value: []any{ms, nil}}
+			return chartPoint{Value: []any{ms, nil}}
 		}
-		return opts.LineData{Value: []any{ms, math.Round(v*1000) / 1000}}
+		return chartPoint{Value: []any{ms, math.Round(v*1000) / 1000}}
 	}
 	for _, a := range agents {
 		pts := a.timeline(end, liveWindow)
-		series := func(get func(timelinePoint) float64) []opts.LineData {
-			out := make([]opts.LineData, len(pts))
+		series := func(name string, x, y int, get func(timelinePoint) float64) {
+			out := make([]chartPoint, len(pts))
 			for i, p := range pts {
 				out[i] = point(p.MS, get(p))
 			}
-			return out
+			s := line.add(named(a, name), out)
+			s.XAxisIndex, s.YAxisIndex, s.ShowSymbol = x, y, false
 		}
-		at := func(x, y int) charts.SeriesOpts {
-			return charts.WithLineChartOpts(opts.LineChart{XAxisIndex: x, YAxisIndex: y, ShowSymbol: opts.Bool(false)})
-		}
-		line.AddSeries(named(a, "GB/s"), series(func(p timelinePoint) float64 { return p.GBps }), at(0, 0))
-		line.AddSeries(named(a, "requests/s"), series(func(p timelinePoint) float64 { return p.ReqPS }), at(0, 1))
-		line.AddSeries(named(a, "p50 µs"), series(func(p timelinePoint) float64 { return p.P50 }), at(1, 2))
-		line.AddSeries(named(a, "p99 µs"), series(func(p timelinePoint) float64 { return p.P99 }), at(1, 2))
+		series("GB/s", 0, 0, func(p timelinePoint) float64 { return p.GBps })
+		series("requests/s", 0, 1, func(p timelinePoint) float64 { return p.ReqPS })
+		series("p50 µs", 1, 2, func(p timelinePoint) float64 { return p.P50 })
+		series("p99 µs", 1, 2, func(p timelinePoint) float64 { return p.P99 })
 	}
-	return optionJSON(line)
+	return line.JSON()
 }

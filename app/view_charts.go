@@ -1,11 +1,8 @@
 package app
 
 import (
-	"encoding/json"
 	"strconv"
 
-	"github.com/go-echarts/go-echarts/v2/charts"
-	"github.com/go-echarts/go-echarts/v2/opts"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/xfer"
@@ -13,7 +10,7 @@ import (
 )
 
 // chartSet is the three charts of the charts view, as ECharts option JSON
-// built with go-echarts from core's numbers.
+// written from core's numbers.
 type chartSet struct {
 	Tokens, Groups, Descs string
 }
@@ -31,55 +28,48 @@ func computeCharts(r *Result, _ model.Catalog) chartSet {
 	}
 
 	// 1. KV cache tokens against --block-size, both sides.
-	tokens := func(e plan.Engine) []opts.LineData {
-		var out []opts.LineData
+	tokens := func(e plan.Engine) []chartPoint {
+		var out []chartPoint
 		for _, bs := range blockSizes {
 			e.BlockSize = bs
 			if p, err := plan.New(r.Model, e); err == nil {
-				out = append(out, opts.LineData{Value: p.KVCacheTokens})
+				out = append(out, chartPoint{Value: p.KVCacheTokens})
 			} else {
-				out = append(out, opts.LineData{Value: nil})
+				out = append(out, chartPoint{})
 			}
 		}
 		return out
 	}
-	l1 := charts.NewLine()
-	l1.SetGlobalOptions(
-		charts.WithTitleOpts(opts.Title{Title: "KV cache tokens against --block-size"}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "block size", Type: "category", Data: labels}),
-		charts.WithYAxisOpts(opts.YAxis{Name: "tokens"}),
-	)
-	l1.SetXAxis(labels).AddSeries("P", tokens(pe)).AddSeries("D", tokens(de))
+	l1 := newLineOption("KV cache tokens against --block-size", "30")
+	l1.XAxis = []chartAxis{{Name: "block size", Type: "category", Data: labels}}
+	l1.YAxis = []chartAxis{{Name: "tokens"}}
+	l1.add("P", tokens(pe))
+	l1.add("D", tokens(de))
 
 	// 2. Groups and padding against --min-kv-cache-group-layers (P).
 	var mins []string
-	var groups, padding []opts.LineData
+	var groups, padding []chartPoint
 	for k := 1; k <= 12; k++ {
 		e := pe
 		e.MinGroupLayers = k
 		e.Selector = plan.PaddingBytes
 		mins = append(mins, strconv.Itoa(k))
 		if p, err := plan.New(r.Model, e); err == nil {
-			groups = append(groups, opts.LineData{Value: p.NumGroups})
-			padding = append(padding, opts.LineData{Value: p.PaddingSlots})
+			groups = append(groups, chartPoint{Value: p.NumGroups})
+			padding = append(padding, chartPoint{Value: p.PaddingSlots})
 		} else {
-			groups = append(groups, opts.LineData{Value: nil})
-			padding = append(padding, opts.LineData{Value: nil})
+			groups = append(groups, chartPoint{})
+			padding = append(padding, chartPoint{})
 		}
 	}
-	l2 := charts.NewLine()
-	l2.SetGlobalOptions(
-		charts.WithTitleOpts(opts.Title{Title: "P: groups and padding slots against --min-kv-cache-group-layers (padding-bytes)"}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "min layers", Type: "category", Data: mins}),
-	)
-	l2.SetXAxis(mins).AddSeries("groups", groups).AddSeries("padding slots", padding)
+	l2 := newLineOption("P: groups and padding slots against --min-kv-cache-group-layers (padding-bytes)", "30")
+	l2.XAxis = []chartAxis{{Name: "min layers", Type: "category", Data: mins}}
+	l2.YAxis = []chartAxis{{}}
+	l2.add("groups", groups)
+	l2.add("padding slots", padding)
 
 	// 3. Descriptors per request against D's --block-size (P fixed).
-	var descs, merged []opts.LineData
+	var descs, merged []chartPoint
 	for _, bs := range blockSizes {
 		e := de
 		e.BlockSize = bs
@@ -87,41 +77,28 @@ func computeCharts(r *Result, _ model.Catalog) chartSet {
 		descs = append(descs, n)
 		merged = append(merged, m)
 	}
-	l3 := charts.NewLine()
-	l3.SetGlobalOptions(
-		charts.WithTitleOpts(opts.Title{Title: "Descriptors per request against D's --block-size"}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "D block size", Type: "category", Data: labels}),
-		charts.WithYAxisOpts(opts.YAxis{Name: "descriptors", Type: "log"}),
-	)
-	l3.SetXAxis(labels).AddSeries("submitted", descs).AddSeries("after merging", merged)
-	return chartSet{Tokens: optionJSON(l1), Groups: optionJSON(l2), Descs: optionJSON(l3)}
+	l3 := newLineOption("Descriptors per request against D's --block-size", "30")
+	l3.XAxis = []chartAxis{{Name: "D block size", Type: "category", Data: labels}}
+	l3.YAxis = []chartAxis{{Name: "descriptors", Type: "log"}}
+	l3.add("submitted", descs)
+	l3.add("after merging", merged)
+	return chartSet{Tokens: l1.JSON(), Groups: l2.JSON(), Descs: l3.JSON()}
 }
 
 // descriptorCount is the descriptors of the current request between two
-// engines, before and after merging (nil where it cannot be computed).
-func descriptorCount(r *Result, pe, de plan.Engine) (opts.LineData, opts.LineData) {
+// engines, before and after merging (none where it cannot be computed).
+func descriptorCount(r *Result, pe, de plan.Engine) (chartPoint, chartPoint) {
 	s := r.Settings
 	conn, err := xfer.ParseConnector(s.Connector)
 	if err != nil {
-		return opts.LineData{}, opts.LineData{}
+		return chartPoint{}, chartPoint{}
 	}
 	x, err := xfer.Run(xfer.Setup{Model: r.Model, P: pe, D: de, Connector: conn, Plans: xfer.PlanChoice(s.Plans),
 		Request: xfer.Request{PromptTokens: s.Prompt, PrefixHitTokens: s.Hit}})
 	if err != nil || x.Transfer == nil || x.Transfer.Rejection != nil {
-		return opts.LineData{Value: nil}, opts.LineData{Value: nil}
+		return chartPoint{}, chartPoint{}
 	}
-	return opts.LineData{Value: x.Transfer.Descs}, opts.LineData{Value: x.Transfer.Merged}
-}
-
-// optionJSON marshals a chart's options for ECharts' setOption.
-func optionJSON(c interface{ JSON() map[string]any }) string {
-	b, err := json.Marshal(c.JSON())
-	if err != nil {
-		return "{}"
-	}
-	return string(b)
+	return chartPoint{Value: x.Transfer.Descs}, chartPoint{Value: x.Transfer.Merged}
 }
 
 func (c *Root) renderCharts() app.UI {
@@ -138,7 +115,7 @@ func (c *Root) renderCharts() app.UI {
 		&Chart{ID: "chart-tokens", Option: c.charts.Tokens, Dark: dark, Offscreen: true},
 		&Chart{ID: "chart-groups", Option: c.charts.Groups, Dark: dark, Offscreen: true},
 		&Chart{ID: "chart-descs", Option: c.charts.Descs, Dark: dark, Offscreen: true},
-		app.P().Class("muted").Text("Options built with go-echarts in Go from core's numbers; drawn by ECharts served from this server, in a worker of the page."),
+		app.P().Class("muted").Text("Options written in Go from core's numbers; drawn by ECharts served from this server, in a worker of the page."),
 	)
 }
 
