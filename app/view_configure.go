@@ -230,19 +230,24 @@ func textDrop(id, placeholder, value string, set func(ctx app.Context, text stri
 		On("dragover", func(ctx app.Context, e app.Event) { e.PreventDefault() }).
 		On("drop", func(ctx app.Context, e app.Event) {
 			e.PreventDefault()
-			files := e.Get("dataTransfer").Get("files")
-			if files.Length() == 0 {
-				return
-			}
-			var done app.Func
-			done = app.FuncOf(func(this app.Value, args []app.Value) any {
-				text := args[0].String()
-				ctx.Dispatch(func(ctx app.Context) { set(ctx, text) })
-				done.Release()
-				return nil
-			})
-			files.Index(0).Call("text").Call("then", done)
+			readText(ctx, e.Get("dataTransfer").Get("files"), set)
 		})
+}
+
+// readText reads the first of files (a FileList, dropped or picked) with
+// the browser's File API and hands its text to set.
+func readText(ctx app.Context, files app.Value, set func(ctx app.Context, text string)) {
+	if !files.Truthy() || files.Length() == 0 {
+		return
+	}
+	var done app.Func
+	done = app.FuncOf(func(this app.Value, args []app.Value) any {
+		text := args[0].String()
+		ctx.Dispatch(func(ctx app.Context) { set(ctx, text) })
+		done.Release()
+		return nil
+	})
+	files.Index(0).Call("text").Call("then", done)
 }
 
 // versionSelect picks the vLLM version profile: the newest release by

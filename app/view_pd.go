@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
 
@@ -72,13 +73,16 @@ func noteOr(note, fallback string) string {
 	return fallback
 }
 
-func (c *Root) renderHandshake() app.UI {
-	t := c.result.PD.Transfer
+func (c *Root) renderHandshake() app.UI { return handshakeCard(c.result.PD.Transfer, c.result.PD.Note) }
+
+// handshakeCard is a transfer's handshake checks and its rejection, if
+// any; a nil transfer shows note (or that it is being computed).
+func handshakeCard(t *xfer.Transfer, note string) app.UI {
 	if t == nil {
-		return app.Section().Class("card").Body(app.H2().Text("Handshake"), app.P().Text(noteOr(c.result.PD.Note, "computing the transfer…")))
+		return app.Section().Class("card").Body(app.H2().Text("Handshake"), app.P().Text(noteOr(note, "computing the transfer…")))
 	}
 	hs := t.Handshake
-	return app.Section().Class("card").Body(
+	return app.Section().Class("card").ID("handshake").Body(
 		app.H2().Text("Handshake (version 15)"),
 		app.P().Text(hs.Summary()),
 		app.Table().Class("checks").Body(app.Range(hs.Checks).Slice(func(i int) app.UI {
@@ -87,7 +91,7 @@ func (c *Root) renderHandshake() app.UI {
 			if !ch.OK {
 				mark, cls = "FAIL", "fail"
 			}
-			return app.Tr().Class(cls).Body(app.Td().Text(mark), app.Td().Body(app.Code().Text(ch.Rule)), app.Td().Text(ch.Detail))
+			return app.Tr().Class(cls).DataSet("rule", ch.Rule).Body(app.Td().Text(mark), app.Td().Body(app.Code().Text(ch.Rule)), app.Td().Text(ch.Detail))
 		})),
 		app.If(t.Rejection != nil, func() app.UI {
 			return app.P().Class("banner error").Text(fmt.Sprintf("Rejected (%s, %s): %s. Fix: %s", t.Rejection.Rule, t.Rejection.Side, t.Rejection.Detail, t.Rejection.Fix))
