@@ -51,13 +51,24 @@ func (c *Root) selectOf(id, value string, choices []string, set func(s *Settings
 func (c *Root) renderConfigure() app.UI {
 	s := c.settings
 	models := append(c.Catalog.Names(), "custom")
+	hubValue := ""
+	if _, ok := c.hubRef(s.Model); ok {
+		models, hubValue = append(models, s.Model), s.Model
+	}
 	flags, prof := plan.Flags(), profileOf(s.Version)
 	drafts := append(append([]string{"", "mtp"}, c.Catalog.Names()...), "custom")
 	return app.Div().Class("configure").Body(
 		app.Section().Class("card").Body(
 			app.H2().Text("Model"),
 			app.Label().Body(app.Text("model "), c.selectOf("model", s.Model, models, func(s *Settings, v string) { s.Model = v })),
+			app.Label().Body(app.Text(" or a Hub id "), app.Input().ID("model-id").Type("text").Placeholder("org/name[@revision]").Value(hubValue).
+				OnChange(func(ctx app.Context, e app.Event) {
+					if v := strings.TrimSpace(ctx.JSSrc().Get("value").String()); v != "" {
+						c.change(ctx, func(s *Settings) { s.Model = v })
+					}
+				})),
 			c.fieldError("model"),
+			c.modelSource(),
 			app.If(s.Model == "custom", func() app.UI {
 				return c.configBox("config", "paste or drop a Hugging Face config.json", s.Config, func(s *Settings, v string) { s.Config = v })
 			}),
@@ -208,6 +219,20 @@ func (c *Root) numberInput(id string, v int, set func(s *Settings, n int)) app.U
 		}
 		c.change(ctx, func(s *Settings) { set(s, n) })
 	})
+}
+
+// modelSource says where the settings' model came from when the page
+// fetched it from the Hub.
+func (c *Root) modelSource() app.UI {
+	id, ok := c.hubRef(c.settings.Model)
+	if !ok {
+		return nil
+	}
+	hc := c.hub[id.String()]
+	if hc == nil || hc.Pending || hc.Err != "" {
+		return nil
+	}
+	return app.P().ID("model-source").Class("muted").DataSet("url", hc.URL).Text(hc.Source())
 }
 
 // configBox is a textarea that takes a pasted or dropped config.json.
