@@ -105,8 +105,9 @@ func (h *hubConfig) Source() string {
 type hubModels struct {
 	model.Catalog
 	fetched map[string]*hubConfig // by hubID.String()
-	// offline says why nothing is fetched ("" when the page may fetch).
-	offline string
+	// endpoint is the Hub the page asks; offline says why it asks none
+	// ("" when it may).
+	endpoint, offline string
 }
 
 // Lookup resolves a bundled name, else a fetched Hub id.
@@ -123,23 +124,20 @@ func (h hubModels) Lookup(ref string) (string, []byte, error) {
 	switch {
 	case hc == nil && h.offline != "":
 		return "", nil, errors.New(id.String() + " is not bundled, and " + h.offline + ": nothing is fetched; bundled models: " + strings.Join(h.Names(), ", "))
-	case hc == nil || hc.Pending:
-		return "", nil, &pendingError{hc}
+	case hc == nil:
+		return "", nil, &pendingError{id.configURL(h.endpoint)}
+	case hc.Pending:
+		return "", nil, &pendingError{hc.URL}
 	case hc.Err != "":
 		return "", nil, errors.New(hc.Err)
 	}
 	return id.String(), hc.Data, nil
 }
 
-// pendingError is a Hub id whose config.json is on its way.
-type pendingError struct{ hc *hubConfig }
+// pendingError is a Hub id whose config.json is on its way from url.
+type pendingError struct{ url string }
 
-func (e *pendingError) Error() string {
-	if e.hc == nil {
-		return "waiting to fetch config.json from the Hub"
-	}
-	return "fetching config.json from " + e.hc.URL + "…"
-}
+func (e *pendingError) Error() string { return "fetching config.json from " + e.url + "…" }
 
 // hubEndpoint is the Hub the page asks, and why it asks none ("").
 func hubEndpoint() (endpoint, offline string) {
@@ -155,8 +153,8 @@ func hubEndpoint() (endpoint, offline string) {
 
 // models is what the settings' model names are looked up in.
 func (c *Root) models() hubModels {
-	_, offline := hubEndpoint()
-	return hubModels{Catalog: c.Catalog, fetched: c.hub, offline: offline}
+	endpoint, offline := hubEndpoint()
+	return hubModels{Catalog: c.Catalog, fetched: c.hub, endpoint: endpoint, offline: offline}
 }
 
 // hubRef is the Hub id a settings model names, when it names one that
@@ -173,7 +171,7 @@ func (c *Root) hubRef(ref string) (hubID, bool) {
 
 // fetchModels fetches the config.json of the settings' model and draft
 // when they are Hub ids the page has not fetched, then computes again.
-func (c *Root) fetchModels(ctx app.Context) {
+func (c *Root) fetchModels() {
 	endpoint, offline := hubEndpoint()
 	if offline != "" || !app.IsClient {
 		return
@@ -192,7 +190,7 @@ func (c *Root) fetchModels(ctx app.Context) {
 		done = app.FuncOf(func(this app.Value, args []app.Value) any {
 			status, text, commit, failure := args[0].Int(), args[1].String(), args[2].String(), args[3].String()
 			done.Release()
-			ctx.Dispatch(func(ctx app.Context) {
+			c.ctx.Dispatch(func(ctx app.Context) {
 				hc.Pending, hc.Commit = false, commit
 				hc.Data, hc.Err = nil, hubError(id, hc.URL, status, len(text), failure, c.Catalog.Names())
 				if hc.Err == "" {
@@ -213,7 +211,7 @@ func (c *Root) fetching() string {
 	for _, ref := range []string{c.settings.Model, c.settings.Draft} {
 		if id, ok := c.hubRef(ref); ok {
 			if hc := c.hub[id.String()]; hc != nil && hc.Pending {
-				return (&pendingError{hc}).Error()
+				return (&pendingError{hc.URL}).Error()
 			}
 		}
 	}

@@ -59,7 +59,7 @@ func TestHubModels(t *testing.T) {
 		"someone/gated":   {URL: "u", Err: hubError(hubID{"someone", "gated", "main"}, "u", 401, 0, "", nil)},
 		"someone/slow":    {URL: "https://hub.example/someone/slow/resolve/main/config.json", Pending: true},
 	}
-	h := hubModels{Catalog: testCatalog(), fetched: fetched}
+	h := hubModels{Catalog: testCatalog(), fetched: fetched, endpoint: DefaultHubEndpoint}
 	s := blankSettings()
 	s.P.TensorParallelSize, s.D.TensorParallelSize = 1, 2
 	s.Model = "Qwen/Qwen3-0.6B"
@@ -73,6 +73,7 @@ func TestHubModels(t *testing.T) {
 		{model: "someone/gated", err: "HTTP 401: the model is gated or private, and the browser sends no token: download its config.json"},
 		{model: "someone/slow", err: "fetching config.json from https://hub.example/someone/slow/resolve/main/config.json…"},
 		{model: "someone/other", offline: "HF_HUB_OFFLINE is set on the server", err: "someone/other is not bundled, and HF_HUB_OFFLINE is set on the server: nothing is fetched; bundled models: "},
+		{model: "someone/new", err: "fetching config.json from https://huggingface.co/someone/new/resolve/main/config.json…"},
 		{model: "no-such-model", err: "no bundled model"},
 	} {
 		t.Run(tt.model+" "+tt.offline, func(t *testing.T) {

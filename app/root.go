@@ -43,6 +43,10 @@ type Root struct {
 	// hub holds the config.json of each Hub id this page fetched (or is
 	// fetching), by id: kept for the session, never in the URL.
 	hub map[string]*hubConfig
+	// ctx is the root's own context (from OnMount): callbacks from the
+	// page dispatch to it, since the element whose event started them may
+	// be gone by the time they come.
+	ctx app.Context
 	// tuneWorker is the Tune view's search worker: "" (none: searches run
 	// on the page), "starting" (loading app.wasm and warming up) or "ready".
 	tuneWorker string
@@ -79,7 +83,7 @@ func (c *Root) OnNav(ctx app.Context) {
 
 // OnMount marks the root ready for tests and listens for shortcuts.
 func (c *Root) OnMount(ctx app.Context) {
-	c.mounted = true
+	c.mounted, c.ctx = true, ctx
 	// kvscope.onShortcut filters the keys in the page: a key typed into a
 	// field never calls into WebAssembly.
 	c.keys = app.FuncOf(func(this app.Value, args []app.Value) any {
@@ -192,7 +196,7 @@ func clock() time.Time {
 func (c *Root) afterCompute(ctx app.Context) {
 	r := c.result
 	if c.mounted {
-		c.fetchModels(ctx)
+		c.fetchModels()
 	}
 	if r == nil || !r.OK() || !c.mounted {
 		return

@@ -275,7 +275,8 @@ func (c *Root) renderPair(pc *pairCheck) app.UI {
 					f := pf.Facets[i]
 					mark, cls := "same", "ok"
 					if !f.Same {
-						mark, cls = "differs ("+f.Rule+")", "differs"
+						// A free value is each engine's own: no problem.
+						mark, cls = "differs ("+f.Rule+")", "differs "+f.Rule
 					}
 					return app.Tr().Class(cls).DataSet("name", f.Name).Body(app.Td().Text(f.Name), app.Td().Text(f.P), app.Td().Text(f.D),
 						app.Td().Text(mark), app.Td().Class("muted").Text(f.Note))
