@@ -46,15 +46,13 @@ type pairCheck struct {
 	Preflight *xfer.Preflight
 }
 
-// sideNames are the Check view's slots.
-var sideNames = [2]string{"P", "D"}
-
 // runCheck parses and checks the pasted logs with the same core as kvscope
 // check (one log) and kvscope pd --p-log --d-log (two).
 func (c *Root) runCheck() {
 	st := &c.check
 	st.result, st.pair, st.err = nil, nil, ""
 	var ins [2]check.Input
+	sides := [2]string{"P", "D"}
 	given := 0
 	for i, text := range st.logs {
 		if strings.TrimSpace(text) == "" {
@@ -62,7 +60,7 @@ func (c *Root) runCheck() {
 		}
 		l, err := vlog.Parse(text)
 		if err != nil {
-			st.err = sideNames[i] + "'s log: " + err.Error()
+			st.err = sides[i] + "'s log: " + err.Error()
 			return
 		}
 		ins[i] = check.Input{Log: l, Catalog: c.Catalog}
