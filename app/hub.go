@@ -208,6 +208,9 @@ func (c *Root) fetchModels() {
 
 // fetching says which config.json the page is waiting for ("" when none).
 func (c *Root) fetching() string {
+	if len(c.hub) == 0 {
+		return ""
+	}
 	for _, ref := range []string{c.settings.Model, c.settings.Draft} {
 		if id, ok := c.hubRef(ref); ok {
 			if hc := c.hub[id.String()]; hc != nil && hc.Pending {

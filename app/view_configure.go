@@ -224,6 +224,9 @@ func (c *Root) numberInput(id string, v int, set func(s *Settings, n int)) app.U
 // modelSource says where the settings' model came from when the page
 // fetched it from the Hub.
 func (c *Root) modelSource() app.UI {
+	if len(c.hub) == 0 {
+		return nil
+	}
 	id, ok := c.hubRef(c.settings.Model)
 	if !ok {
 		return nil
