@@ -41,10 +41,17 @@ func (r *Result) OK() bool { return r.PD != nil }
 // Plans returns the P and D plans the transfer uses.
 func (r *Result) Plans() (*plan.Plan, *plan.Plan) { return r.PD.UsedPlans() }
 
+// Models finds a model's config.json by name: model.Catalog (the bundled
+// configs) is one; in the browser, the catalog with the Hub ids the page
+// fetched.
+type Models interface {
+	Lookup(ref string) (name string, data []byte, err error)
+}
+
 // Compute runs core on the settings: both plans, the TP-invariant plan and
 // the block-size advice; EnsureTransfer adds the transfer when a view needs
 // it. Errors are reported per field, never as a panic.
-func Compute(s Settings, cat model.Catalog, clock func() time.Time) *Result {
+func Compute(s Settings, cat Models, clock func() time.Time) *Result {
 	if clock == nil {
 		clock = time.Now
 	}
@@ -162,7 +169,7 @@ func flagOf(err error) string {
 
 // modelOf loads the settings' model with its draft; a failure names the
 // field at fault.
-func modelOf(s Settings, cat model.Catalog) (*model.Model, string, error) {
+func modelOf(s Settings, cat Models) (*model.Model, string, error) {
 	m, err := loadModel(cat, s.Model, s.Config)
 	if err != nil {
 		if s.Model == "custom" {
@@ -191,7 +198,7 @@ func modelOf(s Settings, cat model.Catalog) (*model.Model, string, error) {
 	return m, "", nil
 }
 
-func loadModel(cat model.Catalog, name, custom string) (*model.Model, error) {
+func loadModel(cat Models, name, custom string) (*model.Model, error) {
 	if name == "custom" {
 		if strings.TrimSpace(custom) == "" {
 			return nil, fmt.Errorf("paste or drop a config.json")

@@ -41,6 +41,13 @@ type Root struct {
 	live     *liveSession // the live view's subscription, kept across views
 	check    checkState   // the Check view's log and outcome
 	tune     *tuneState   // the Tune view's search, running or done
+	// hub holds the config.json of each Hub id this page fetched (or is
+	// fetching), by id: kept for the session, never in the URL.
+	hub map[string]*hubConfig
+	// ctx is the root's own context (from OnMount): callbacks from the
+	// page dispatch to it, since the element whose event started them may
+	// be gone by the time they come.
+	ctx app.Context
 	// tuneWorker is the Tune view's search worker: "" (none: searches run
 	// on the page), "starting" (loading app.wasm and warming up) or "ready".
 	tuneWorker string
@@ -77,7 +84,7 @@ func (c *Root) OnNav(ctx app.Context) {
 
 // OnMount marks the root ready for tests and listens for shortcuts.
 func (c *Root) OnMount(ctx app.Context) {
-	c.mounted = true
+	c.mounted, c.ctx = true, ctx
 	// kvscope.onShortcut filters the keys in the page: a key typed into a
 	// field never calls into WebAssembly.
 	c.keys = app.FuncOf(func(this app.Value, args []app.Value) any {
@@ -164,7 +171,7 @@ func presentation(s Settings) string {
 }
 
 func (c *Root) recompute(ctx app.Context) {
-	c.result = Compute(c.settings, c.Catalog, clock)
+	c.result = Compute(c.settings, c.models(), clock)
 	for k, v := range c.parseErr {
 		c.result.Errors[k] = v
 	}
@@ -189,6 +196,9 @@ func clock() time.Time {
 // oracle on the descriptor view, the chart sweeps on the charts view.
 func (c *Root) afterCompute(ctx app.Context) {
 	r := c.result
+	if c.mounted {
+		c.fetchModels()
+	}
 	if r == nil || !r.OK() || !c.mounted {
 		return
 	}
@@ -338,7 +348,8 @@ func (c *Root) Render() app.UI {
 		app.If(len(s.Unknown) > 0, func() app.UI {
 			return app.Div().ID("unknown-keys").Class("banner warning").Text("The link has settings kvscope does not know, ignored: " + strings.Join(s.Unknown, ", "))
 		}),
-		app.If(r != nil && len(r.Errors) > 0 && s.View != "configure", func() app.UI {
+		app.If(c.fetching() != "", func() app.UI { return app.Div().ID("hub-fetching").Class("banner warning").Text(c.fetching()) }),
+		app.If(r != nil && len(r.Errors) > 0 && s.View != "configure" && c.fetching() == "", func() app.UI {
 			return app.Div().Class("banner error").Body(
 				app.Text("Some settings are invalid: "),
 				app.A().Href("#").Text("open Configure").OnClick(func(ctx app.Context, e app.Event) {

@@ -51,13 +51,24 @@ func (c *Root) selectOf(id, value string, choices []string, set func(s *Settings
 func (c *Root) renderConfigure() app.UI {
 	s := c.settings
 	models := append(c.Catalog.Names(), "custom")
+	hubValue := ""
+	if _, ok := c.hubRef(s.Model); ok {
+		models, hubValue = append(models, s.Model), s.Model
+	}
 	flags, prof := plan.Flags(), profileOf(s.Version)
 	drafts := append(append([]string{"", "mtp"}, c.Catalog.Names()...), "custom")
 	return app.Div().Class("configure").Body(
 		app.Section().Class("card").Body(
 			app.H2().Text("Model"),
 			app.Label().Body(app.Text("model "), c.selectOf("model", s.Model, models, func(s *Settings, v string) { s.Model = v })),
+			app.Label().Body(app.Text(" or a Hub id "), app.Input().ID("model-id").Type("text").Placeholder("org/name[@revision]").Value(hubValue).
+				OnChange(func(ctx app.Context, e app.Event) {
+					if v := strings.TrimSpace(ctx.JSSrc().Get("value").String()); v != "" {
+						c.change(ctx, func(s *Settings) { s.Model = v })
+					}
+				})),
 			c.fieldError("model"),
+			c.modelSource(),
 			app.If(s.Model == "custom", func() app.UI {
 				return c.configBox("config", "paste or drop a Hugging Face config.json", s.Config, func(s *Settings, v string) { s.Config = v })
 			}),
@@ -210,6 +221,23 @@ func (c *Root) numberInput(id string, v int, set func(s *Settings, n int)) app.U
 	})
 }
 
+// modelSource says where the settings' model came from when the page
+// fetched it from the Hub.
+func (c *Root) modelSource() app.UI {
+	if len(c.hub) == 0 {
+		return nil
+	}
+	id, ok := c.hubRef(c.settings.Model)
+	if !ok {
+		return nil
+	}
+	hc := c.hub[id.String()]
+	if hc == nil || hc.Pending || hc.Err != "" {
+		return nil
+	}
+	return app.P().ID("model-source").Class("muted").DataSet("url", hc.URL).Text(hc.Source())
+}
+
 // configBox is a textarea that takes a pasted or dropped config.json.
 func (c *Root) configBox(id, placeholder, value string, set func(s *Settings, text string)) app.UI {
 	return app.Div().Body(
@@ -230,19 +258,24 @@ func textDrop(id, placeholder, value string, set func(ctx app.Context, text stri
 		On("dragover", func(ctx app.Context, e app.Event) { e.PreventDefault() }).
 		On("drop", func(ctx app.Context, e app.Event) {
 			e.PreventDefault()
-			files := e.Get("dataTransfer").Get("files")
-			if files.Length() == 0 {
-				return
-			}
-			var done app.Func
-			done = app.FuncOf(func(this app.Value, args []app.Value) any {
-				text := args[0].String()
-				ctx.Dispatch(func(ctx app.Context) { set(ctx, text) })
-				done.Release()
-				return nil
-			})
-			files.Index(0).Call("text").Call("then", done)
+			readText(ctx, e.Get("dataTransfer").Get("files"), set)
 		})
+}
+
+// readText reads the first of files (a FileList, dropped or picked) with
+// the browser's File API and hands its text to set.
+func readText(ctx app.Context, files app.Value, set func(ctx app.Context, text string)) {
+	if !files.Truthy() || files.Length() == 0 {
+		return
+	}
+	var done app.Func
+	done = app.FuncOf(func(this app.Value, args []app.Value) any {
+		text := args[0].String()
+		ctx.Dispatch(func(ctx app.Context) { set(ctx, text) })
+		done.Release()
+		return nil
+	})
+	files.Index(0).Call("text").Call("then", done)
 }
 
 // versionSelect picks the vLLM version profile: the newest release by

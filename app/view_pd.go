@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/kvscope/kvscope/core/plan"
+	"github.com/kvscope/kvscope/core/xfer"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
 
@@ -104,18 +105,25 @@ func noteOr(note, fallback string) string {
 }
 
 func (c *Root) renderHandshake() app.UI {
-	t := c.result.PD.Transfer
+	pd := c.result.PD
+	sentence := ""
+	if pd.Transfer != nil {
+		sentence = pd.PreflightOf(pd.Transfer).Sentence
+	}
+	return handshakeCard(pd.Transfer, pd.Note, sentence)
+}
+
+// handshakeCard is a transfer's handshake checks and its rejection, if
+// any, after the preflight's sentence (when given); a nil transfer shows
+// note (or that it is being computed).
+func handshakeCard(t *xfer.Transfer, note, sentence string) app.UI {
 	if t == nil {
-		return app.Section().Class("card").Body(app.H2().Text("Handshake"), app.P().Text(noteOr(c.result.PD.Note, "computing the transfer…")))
+		return app.Section().Class("card").Body(app.H2().Text("Handshake"), app.P().Text(noteOr(note, "computing the transfer…")))
 	}
 	hs := t.Handshake
-	sentence := ""
-	if pf := c.result.PD.PreflightOf(t); pf != nil {
-		sentence = pf.Sentence
-	}
-	return app.Section().Class("card").Body(
+	return app.Section().Class("card").ID("handshake").Body(
 		app.H2().Text(fmt.Sprintf("Handshake (NIXL_CONNECTOR_VERSION %d)", hs.Protocol.Version)),
-		app.P().DataSet("testid", "preflight").Text(sentence),
+		app.If(sentence != "", func() app.UI { return app.P().DataSet("testid", "preflight").Text(sentence) }),
 		app.P().Text(hs.Summary()),
 		app.Table().Class("checks").Body(app.Range(hs.Checks).Slice(func(i int) app.UI {
 			ch := hs.Checks[i]
@@ -123,7 +131,7 @@ func (c *Root) renderHandshake() app.UI {
 			if !ch.OK {
 				mark, cls = "FAIL", "fail"
 			}
-			return app.Tr().Class(cls).Body(app.Td().Text(mark), app.Td().Body(app.Code().Text(ch.Rule)), app.Td().Text(ch.Detail))
+			return app.Tr().Class(cls).DataSet("rule", ch.Rule).Body(app.Td().Text(mark), app.Td().Body(app.Code().Text(ch.Rule)), app.Td().Text(ch.Detail))
 		})),
 		app.If(t.Rejection != nil, func() app.UI {
 			return app.P().Class("banner error").Text(fmt.Sprintf("Rejected (%s, %s): %s. Fix: %s", t.Rejection.Rule, t.Rejection.Side, t.Rejection.Detail, t.Rejection.Fix))

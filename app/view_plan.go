@@ -46,6 +46,7 @@ func (c *Root) renderPlan() app.UI {
 	}
 	return app.Div().Class("plan-view").Body(
 		app.P().Class("muted").Text(note),
+		c.modelSource(),
 		app.Div().Class("sides").Body(c.renderSide("p", "P (prefill)", p), c.renderSide("d", "D (decode)", d)),
 	)
 }

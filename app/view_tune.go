@@ -71,9 +71,12 @@ func (c *Root) startTune(ctx app.Context) {
 
 // startTuneWorker hands the search to the page's Tune workers (one shard
 // each; the first merges and ranks), reporting false where the browser has
-// no workers.
+// no workers, and for a model the page fetched from the Hub (the workers
+// know the bundled models only: the search runs on the page).
 func (c *Root) startTuneWorker(ctx app.Context, st *tuneState) bool {
-	if !app.IsClient {
+	_, hubModel := c.hubRef(c.settings.Model)
+	_, hubDraft := c.hubRef(c.settings.Draft)
+	if !app.IsClient || hubModel || hubDraft {
 		return false
 	}
 	kv := app.Window().Get("kvscope")

@@ -330,7 +330,7 @@ func newServer(cat model.Catalog, o serveOptions, record io.Writer) *server {
 	mux.Handle("/ws/agent", h.AgentHandler(o.Token))
 	mux.Handle("/ws/live", h.LiveHandler())
 	mux.Handle("/metrics", reg.Handler())
-	mux.Handle("/", appHandler())
+	mux.Handle("/", appHandler(appHubEnv(o.Hub)))
 	uiToken := ""
 	if o.RequireToken {
 		uiToken = o.Token
@@ -417,10 +417,28 @@ func (h *hostList) Set(v string) error {
 	return nil
 }
 
+// appHubEnv tells the app which Hub it fetches config.json from (the
+// server's HF_ENDPOINT) and whether it fetches at all (HF_HUB_OFFLINE):
+// the keys kvapp.HubEndpointEnv and kvapp.HubOfflineEnv of go-app's
+// environment. A nil resolver tells nothing: the app asks the Hub itself.
+func appHubEnv(r *hub.Resolver) map[string]string {
+	if r == nil {
+		return nil
+	}
+	env := map[string]string{kvapp.HubEndpointEnv: r.Endpoint()}
+	if r.Offline() {
+		env[kvapp.HubOfflineEnv] = "1"
+	}
+	return env
+}
+
 // appHandler is go-app's handler with every asset served from this binary:
-// nothing is loaded from another host.
-func appHandler() *app.Handler {
+// nothing is loaded from another host (a model's config.json the user
+// names by its Hub id is fetched by the browser from the Hub, env's
+// endpoint).
+func appHandler(env map[string]string) *app.Handler {
 	return &app.Handler{
+		Env:          env,
 		Name:         "kvscope",
 		ShortName:    "kvscope",
 		Title:        "kvscope: KV cache groups and P/D transfers",

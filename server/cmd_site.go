@@ -34,7 +34,7 @@ func writeSite(dir string) error {
 		return fmt.Errorf("site: this binary carries no app.wasm; build it with make site")
 	}
 	kvapp.Register(catalog())
-	if err := app.GenerateStaticWebsite(dir, appHandler()); err != nil {
+	if err := app.GenerateStaticWebsite(dir, appHandler(nil)); err != nil {
 		return fmt.Errorf("site: %w", err)
 	}
 	webDir := filepath.Join(dir, "web")

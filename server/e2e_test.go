@@ -27,6 +27,12 @@ import (
 // KVSCOPE_REQUIRE_BROWSER is set (CI sets it), where it fails.
 func browser(t *testing.T) (context.Context, *httptest.Server, *[]string) {
 	t.Helper()
+	return browserWith(t, serveOptions{Addr: "127.0.0.1:0", Agent: "none", Logf: t.Logf})
+}
+
+// browserWith is browser on a server with the options o.
+func browserWith(t *testing.T, o serveOptions) (context.Context, *httptest.Server, *[]string) {
+	t.Helper()
 	require := os.Getenv("KVSCOPE_REQUIRE_BROWSER") != ""
 	skip := func(format string, args ...any) {
 		t.Helper()
@@ -48,7 +54,7 @@ func browser(t *testing.T) (context.Context, *httptest.Server, *[]string) {
 	if path == "" {
 		skip("no Chromium on PATH: apt-get install chromium (.ci/run does)")
 	}
-	ts := httptest.NewServer(newMux(catalog(), serveOptions{Addr: "127.0.0.1:0", Agent: "none", Logf: t.Logf}))
+	ts := httptest.NewServer(newMux(catalog(), o))
 	t.Cleanup(ts.Close)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,

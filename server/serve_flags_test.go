@@ -2,10 +2,14 @@ package main
 
 import (
 	"flag"
+	"maps"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	kvapp "github.com/kvscope/kvscope/app"
+	"github.com/kvscope/kvscope/server/internal/hub"
 )
 
 // TestLimitFlags: kvscope serve's limits are flags, checked: --max-queue
@@ -86,5 +90,31 @@ func TestBudgetFlags(t *testing.T) {
 		if err != nil || b.EventsPerSec != c.events || b.BytesPerSec != c.bytes {
 			t.Errorf("%v: %+v, %v; want %g events/s and %g bytes/s", c.args, b, err, c.events, c.bytes)
 		}
+	}
+}
+
+// TestAppHubEnv: kvscope serve tells the app the Hub its resolver asks
+// (HF_ENDPOINT, default the Hub) and HF_HUB_OFFLINE; without a resolver
+// (replay, the tests) it tells nothing.
+func TestAppHubEnv(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want map[string]string
+	}{
+		{"the default Hub", map[string]string{}, map[string]string{kvapp.HubEndpointEnv: "https://huggingface.co"}},
+		{"HF_ENDPOINT", map[string]string{"HF_ENDPOINT": "http://mirror.example/"}, map[string]string{kvapp.HubEndpointEnv: "http://mirror.example"}},
+		{"HF_HUB_OFFLINE", map[string]string{"HF_HUB_OFFLINE": "1"}, map[string]string{kvapp.HubEndpointEnv: "https://huggingface.co", kvapp.HubOfflineEnv: "1"}},
+		{"no resolver", nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var r *hub.Resolver
+			if tt.env != nil {
+				r = &hub.Resolver{Getenv: func(k string) string { return tt.env[k] }}
+			}
+			if got := appHubEnv(r); !maps.Equal(got, tt.want) {
+				t.Errorf("appHubEnv = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

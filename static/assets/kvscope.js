@@ -252,6 +252,16 @@ window.kvscope = {
     this.downloadURL(name, url);
     setTimeout(() => URL.revokeObjectURL(url), 1000);
   },
+  // fetchText GETs url without cookies (the Hub answers cross-origin
+  // requests) and calls done(status, text, commit, failure): status 0 and
+  // what failed when no answer came (offline, or a refused request);
+  // commit is the X-Repo-Commit header where the server exposes it.
+  fetchText(url, done) {
+    fetch(url, {credentials: 'omit'}).then(
+      r => r.text().then(t => done(r.status, t, r.headers.get('X-Repo-Commit') || '', ''),
+        e => done(r.status, '', '', String(e))),
+      e => done(0, '', '', String(e)));
+  },
   copyLink(path) {
     const url = location.origin + path;
     if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {});

@@ -95,13 +95,23 @@ func (r Resolver) CacheDir() (string, error) {
 	return filepath.Join(home, ".cache", "huggingface", "hub"), nil
 }
 
-// offline reports HF_HUB_OFFLINE as huggingface_hub reads it.
-func (r Resolver) offline() bool {
+// Offline reports HF_HUB_OFFLINE as huggingface_hub reads it: nothing is
+// fetched.
+func (r Resolver) Offline() bool {
 	switch strings.ToLower(strings.TrimSpace(r.env("HF_HUB_OFFLINE"))) {
 	case "1", "true", "yes", "on":
 		return true
 	}
 	return false
+}
+
+// Endpoint is the Hub the resolver asks: HF_ENDPOINT without a trailing
+// slash, else DefaultEndpoint.
+func (r Resolver) Endpoint() string {
+	if e := strings.TrimRight(r.env("HF_ENDPOINT"), "/"); e != "" {
+		return e
+	}
+	return DefaultEndpoint
 }
 
 // Config returns the config.json of ref, "org/name[@revision]", and where
@@ -128,7 +138,7 @@ func (r Resolver) Config(ctx context.Context, ref string) ([]byte, Source, error
 		}
 		return data, src, nil
 	}
-	if r.offline() {
+	if r.Offline() {
 		return nil, src, fmt.Errorf("%s: HF_HUB_OFFLINE is set and the hub cache %s does not hold it (%s); bundled models: kvscope models",
 			id, cache, cachedList(cache))
 	}
@@ -160,11 +170,7 @@ func cachedList(cache string) string {
 
 // fetch asks the Hub's resolve API for id's config.json.
 func (r Resolver) fetch(ctx context.Context, id ID, cache string) (data []byte, commit, u string, err error) {
-	endpoint := strings.TrimRight(r.env("HF_ENDPOINT"), "/")
-	if endpoint == "" {
-		endpoint = DefaultEndpoint
-	}
-	u = endpoint + "/" + url.PathEscape(id.Org) + "/" + url.PathEscape(id.Name) + "/resolve/" + url.PathEscape(id.Revision) + "/" + configFile
+	u = r.Endpoint() + "/" + url.PathEscape(id.Org) + "/" + url.PathEscape(id.Name) + "/resolve/" + url.PathEscape(id.Revision) + "/" + configFile
 	timeout := r.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
