@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -150,6 +151,16 @@ func push(t testing.TB, w *watchtest.Writer, events ...watch.Raw) {
 	if _, err := w.Push(events...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Skip skips a test that needs Debian's prometheus package, or fails it
+// where KVSCOPE_REQUIRE_PROMETHEUS is set (CI, which installs it).
+func Skip(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("KVSCOPE_REQUIRE_PROMETHEUS") != "" {
+		t.Fatalf("KVSCOPE_REQUIRE_PROMETHEUS is set: %s", why)
+	}
+	t.Skip(why)
 }
 
 // Promtool is the path of promtool, or "" with the reason the tests skip:

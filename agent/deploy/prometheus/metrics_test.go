@@ -13,10 +13,7 @@ import (
 // filled (rings, a vLLM scrape, a stuck request, plan mismatches), is
 // clean under promtool check metrics: names, units, _total on counters.
 func TestWatcherMetricsPassPromtool(t *testing.T) {
-	promtool, why := deploytest.Promtool()
-	if promtool == "" {
-		t.Skip(why)
-	}
+	promtool := needPromtool(t)
 	reg := deploytest.Watched(t)
 	var text bytes.Buffer
 	reg.Write(&text)
@@ -29,4 +26,14 @@ func TestWatcherMetricsPassPromtool(t *testing.T) {
 	if !strings.Contains(text.String(), "kvscope_transfer_duration_seconds_bucket") {
 		t.Fatalf("no transfer histogram:\n%s", text.String())
 	}
+}
+
+// needPromtool is promtool's path; the test skips without it.
+func needPromtool(t *testing.T) string {
+	t.Helper()
+	promtool, why := deploytest.Promtool()
+	if promtool == "" {
+		deploytest.Skip(t, why)
+	}
+	return promtool
 }
