@@ -324,16 +324,11 @@ func run(ctx context.Context, args []string, logf func(string, ...any)) error {
 	}
 	c.Metrics = metrics.New()
 	if o.metricsAddr != "" {
-		ln, err := net.Listen("tcp", o.metricsAddr)
+		stop, err := serveMetrics(o.metricsAddr, c.Metrics, logf)
 		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", c.Metrics.Handler())
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
-		defer srv.Close()
-		logf("metrics on http://%s/metrics", ln.Addr())
+		defer stop()
 	}
 	if c.ServerURL == "" {
 		return runner.Start(ctx, c)
@@ -370,6 +365,8 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	fs.Int64Var(&c.SideChannelMaxBytes, "side-channel-max-bytes", watch.DefaultMaxAnswerBytes, "the most bytes a --side-channel answer may hold, all its ZMTP frames together (a frame claiming more is refused from its header)")
 	fs.IntVar(&c.MaxAgents, "max-agents", runner.DefaultMaxAgents, "the most agents this watcher streams (rings, scraped engines, side channel agents), one server connection each; the rest are counted and logged")
 	fs.IntVar(&c.MaxSeries, "max-series", watch.DefaultMaxSeries, "the most series a --vllm-metrics scrape may hold; a scrape with more is an error")
+	fs.DurationVar(&c.StuckAfter, "stuck-after", runner.StuckAfterFromEnv(os.Getenv), "a NIXL request posted and not completed for this long is a stuck_transfer (default: $VLLM_NIXL_ABORT_REQUEST_TIMEOUT seconds, set it as the engine's, else 2m)")
+	metricsAddr := fs.String("metrics-addr", "", "serve the watcher's Prometheus /metrics on this address, e.g. 127.0.0.1:9464 (engine pairs, rank pairs, stuck transfers, plan mismatches)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -441,6 +438,9 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 	if c.Interval < time.Millisecond || c.Interval > time.Minute {
 		return fmt.Errorf("--interval %s: must be between 1ms and 1m", c.Interval)
 	}
+	if c.StuckAfter < 100*time.Millisecond || c.StuckAfter > 24*time.Hour {
+		return fmt.Errorf("--stuck-after %s: must be between 100ms and 24h", c.StuckAfter)
+	}
 	if c.ServerURL != "" {
 		u, err := serverURL(c.ServerURL)
 		if err != nil {
@@ -455,7 +455,28 @@ func runWatch(ctx context.Context, args []string, logf func(string, ...any)) err
 			return err
 		}
 	}
+	if *metricsAddr != "" {
+		stop, err := serveMetrics(*metricsAddr, c.Metrics, logf)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return runner.Watch(ctx, c)
+}
+
+// serveMetrics serves a registry's /metrics on addr until stop.
+func serveMetrics(addr string, reg *metrics.Registry, logf func(string, ...any)) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", reg.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	logf("metrics on http://%s/metrics", ln.Addr())
+	return func() { srv.Close() }, nil
 }
 
 // parseSideChannel reads one --side-channel entry, [p=|d=]HOST:PORT[/TP].

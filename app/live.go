@@ -83,6 +83,7 @@ type liveAgent struct {
 	Samples   []liveSample
 	Failures  int                           // error events
 	Mismatch  map[string]event.MismatchData // a watched engine's plan fields that differ from kvscope's, by field
+	Stuck     map[string]event.StuckData    // what stopped making progress and is not cleared, by request, engine and source
 	bands     map[bandKey]*liveBand
 }
 
@@ -264,6 +265,20 @@ func (l *Live) apply(e event.Event, at time.Time) {
 		}
 		if len(a.Mismatch) < 16 || a.Mismatch[e.Mismatch.Field].Field != "" {
 			a.Mismatch[e.Mismatch.Field] = *e.Mismatch
+		}
+		l.Info++
+	case event.StuckTransfer:
+		k := e.Stuck.Source + "\x00" + e.Stuck.Engine + "\x00" + e.Stuck.Request
+		if e.Stuck.Source == "vllm" {
+			k += fmt.Sprint("\x00", e.TS) // each growth of a counter is its own line
+		}
+		switch {
+		case e.Stuck.Cleared:
+			delete(a.Stuck, k)
+		case a.Stuck == nil:
+			a.Stuck = map[string]event.StuckData{k: *e.Stuck}
+		case len(a.Stuck) < 16:
+			a.Stuck[k] = *e.Stuck
 		}
 		l.Info++
 	case event.Sample:

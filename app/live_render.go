@@ -378,6 +378,43 @@ func liveDeploymentHTML(l *Live) string {
 			commas(int64(last.Requests)), map[bool]string{true: "bad", false: ""}[a.Failures > 0], a.Failures, plan)
 	}
 	sb.WriteString(`</tbody></table></div>`)
+	sb.WriteString(liveStuckHTML(l, names))
+	return sb.String()
+}
+
+// liveStuckHTML lists what the watched agents found stuck and not
+// cleared: requests posted and not completed, expired KV, failed
+// notifications, silent side channel ranks, each with when it started.
+func liveStuckHTML(l *Live, names []string) string {
+	type row struct {
+		agent string
+		s     event.StuckData
+	}
+	var rows []row
+	for _, name := range names {
+		for _, s := range l.agents[name].Stuck {
+			rows = append(rows, row{name, s})
+		}
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].s.SinceNS < rows[j].s.SinceNS })
+	var sb strings.Builder
+	sb.WriteString(`<h4>Stuck and failed</h4><div class="scroll"><table class="descs stuck"><thead><tr><th>since</th><th>agent</th><th>what</th><th>source</th><th>reason</th></tr></thead><tbody>`)
+	for _, r := range rows {
+		what := r.s.Request
+		if r.s.Engine != "" {
+			what = strings.TrimSpace(r.s.Engine + " " + what)
+		}
+		if r.s.Count > 0 {
+			what += fmt.Sprintf(" (%d requests)", r.s.Count)
+		}
+		since := time.Unix(0, r.s.SinceNS).UTC().Format("2006-01-02 15:04:05 UTC")
+		fmt.Fprintf(&sb, `<tr class="bad" data-testid="deployment-stuck" data-source="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>`,
+			html.EscapeString(r.s.Source), since, html.EscapeString(r.agent), html.EscapeString(what), html.EscapeString(r.s.Source), html.EscapeString(r.s.Reason))
+	}
+	sb.WriteString(`</tbody></table></div>`)
 	return sb.String()
 }
 

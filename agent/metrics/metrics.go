@@ -1,7 +1,8 @@
 // Package metrics is the agent's and the server's Prometheus registry, on
 // github.com/prometheus/client_golang: counters and gauges created on
 // first use with the label names of their first use, and summaries
-// (p50/p99 over the last ten minutes). Metric names follow NIXL's where
+// (p50/p99 over the last ten minutes), and histograms with exemplars.
+// Metric names follow NIXL's where
 // NIXL has one (agent_tx_bytes_total, agent_xfer_time_us,
 // agent_errors_total{status}).
 package metrics
@@ -27,6 +28,7 @@ type Registry struct {
 	counters  map[string]*vec[*prometheus.CounterVec]
 	gauges    map[string]*vec[*prometheus.GaugeVec]
 	summaries map[string]*vec[prometheus.Summary]
+	hists     map[string]*vec[*prometheus.HistogramVec]
 	dropped   prometheus.Counter
 }
 
@@ -39,7 +41,8 @@ type vec[V any] struct {
 // New makes an empty registry.
 func New() *Registry {
 	r := &Registry{reg: prometheus.NewRegistry(), counters: map[string]*vec[*prometheus.CounterVec]{},
-		gauges: map[string]*vec[*prometheus.GaugeVec]{}, summaries: map[string]*vec[prometheus.Summary]{}}
+		gauges: map[string]*vec[*prometheus.GaugeVec]{}, summaries: map[string]*vec[prometheus.Summary]{},
+		hists: map[string]*vec[*prometheus.HistogramVec]{}}
 	r.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvscope_metrics_dropped_total",
 		Help: "Updates the registry refused: label names or a type other than the metric's first use, or a negative counter increment."})
 	r.reg.MustRegister(r.dropped)
@@ -110,13 +113,45 @@ func (r *Registry) Observe(name, help string, v float64) {
 	s.v.Observe(v)
 }
 
+// ObserveHistogram records one observation of a histogram with labels,
+// its buckets those of its first use. A non-empty exemplar (at most 128
+// runes of names and values together, Prometheus' limit) rides on the
+// observation: the OpenMetrics exposition shows the last one per bucket.
+func (r *Registry) ObserveHistogram(name, help string, buckets []float64, v float64, exemplar prometheus.Labels, labelPairs ...string) {
+	names, values := split(labelPairs)
+	h, ok := lookup(r, r.hists, name, names, func() *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, names)
+	})
+	if !ok || math.IsNaN(v) || !slices.Equal(h.names, names) {
+		r.dropped.Inc()
+		return
+	}
+	o := h.v.WithLabelValues(values...)
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && len(exemplar) > 0 {
+		eo.ObserveWithExemplar(v, exemplar)
+		return
+	}
+	o.Observe(v)
+}
+
+// Names lists the metric families the registry holds now, sorted (a
+// histogram is its family's name, not its _bucket, _sum and _count).
+func (r *Registry) Names() []string {
+	families, _ := r.reg.Gather()
+	out := make([]string, 0, len(families))
+	for _, f := range families {
+		out = append(out, f.GetName())
+	}
+	return out
+}
+
 // Register adds a collector (the event log's figures, read when scraped).
 func (r *Registry) Register(c prometheus.Collector) error { return r.reg.Register(c) }
 
-// Handler serves the registry (the Prometheus text format, or what the
-// scraper negotiates).
+// Handler serves the registry: the Prometheus text format, or
+// OpenMetrics (with the histograms' exemplars) to a scraper that asks.
 func (r *Registry) Handler() http.Handler {
-	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true})
 }
 
 // Write renders every metric in the Prometheus text format.

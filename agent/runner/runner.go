@@ -10,8 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvscope/kvscope/agent/metrics"
 	"github.com/kvscope/kvscope/agent/scenario"
@@ -41,6 +44,9 @@ type Runner struct {
 	Role     string // both, p or d
 	Logf     func(format string, args ...any)
 	Clock    func() time.Time
+	// Pair labels the transfer metrics (kvscope_transfer_*{pair}): the
+	// agent's name.
+	Pair string
 
 	mu      sync.Mutex
 	window  []done // the last second's transfers, for samples
@@ -153,6 +159,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.emit(event.Event{Kind: event.Error, Error: &event.ErrorData{Request: fmt.Sprintf("req-%d", i), Status: statusOf(err), Message: event.Clip(err.Error(), maxMessage)}})
 		if r.Metrics != nil {
 			r.Metrics.Add("agent_errors_total", "Transfers that failed, by status.", 1, "status", statusOf(err))
+			r.Metrics.Add(MetricTransferFailures, helpTransferFailures, 1, "pair", r.Pair, "status", statusOf(err), "source", sourceAgent)
 		}
 		r.logf("request %d: %s: %v", i, statusOf(err), err)
 		// Back off while requests keep failing (a P agent that is down is
@@ -307,6 +314,7 @@ func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) er
 		r.Metrics.Add("kvscope_agent_descriptors_total", "Descriptors submitted.", float64(st.Descs))
 		r.Metrics.Add("kvscope_agent_descriptors_merged_total", "Descriptors posted after merging (NIXL's telemetry descCount with the nixl backend).", float64(st.Merged))
 		r.Metrics.Add("kvscope_agent_transfers_total", "Transfers completed, by oracle verdict.", 1, "verified", verdict)
+		r.observePairs(id, st)
 	}
 	return nil
 }
@@ -377,4 +385,26 @@ func (r *Runner) sample(ctx context.Context) {
 			r.Metrics.Set("kvscope_agent_dropped_events", "Events the agent's queue dropped so far.", float64(r.Sink.Dropped()))
 		}
 	})
+}
+
+// observePairs adds a completed request to the transfer histograms, per
+// rank pair: the pair's bytes, and its time as its last batch's end.
+func (r *Runner) observePairs(id string, st *transfer.Stats) {
+	type pair struct{ p, d int }
+	bytes, end := map[pair]int64{}, map[pair]int64{}
+	for _, b := range st.Batches {
+		k := pair{b.PRank, b.DRank}
+		bytes[k] += b.Bytes
+		end[k] = max(end[k], b.EndNS)
+	}
+	ex := prometheus.Labels{"request": id}
+	for k, n := range bytes {
+		secs := float64(end[k]) / 1e9
+		if secs <= 0 {
+			secs = st.TransferUS / 1e6
+		}
+		p, d := strconv.Itoa(k.p), strconv.Itoa(k.d)
+		r.Metrics.ObserveHistogram(MetricTransferSeconds, helpTransferSeconds, transferSecondsBuckets, secs, ex, "pair", r.Pair, "p_rank", p, "d_rank", d, "source", sourceAgent)
+		r.Metrics.ObserveHistogram(MetricTransferBytes, helpTransferBytes, transferBytesBuckets, float64(n), ex, "pair", r.Pair, "p_rank", p, "d_rank", d, "source", sourceAgent)
+	}
 }

@@ -103,7 +103,7 @@ func Start(ctx context.Context, c Config) error {
 		sink = &logSink{logf: logf}
 	}
 	kindOf := func(name string) string { return kinds[name] }
-	r := &Runner{Scenario: c.Scenario, Model: m, Sink: sink, Metrics: c.Metrics, GPUs: gpus.GPUs, NoGPU: gpus.Reason, Role: c.Role, Logf: logf}
+	r := &Runner{Scenario: c.Scenario, Model: m, Sink: sink, Metrics: c.Metrics, GPUs: gpus.GPUs, NoGPU: gpus.Reason, Role: c.Role, Logf: logf, Pair: c.Name}
 	var run func(context.Context) error
 	switch c.Role {
 	case "", "both", "d":

@@ -68,7 +68,13 @@ type WatchConfig struct {
 	MaxSeries int
 	// Agents maps NIXL agents (ring file names) to engine ranks, "p0" or
 	// "d3" (the scenario's agents), where no side channel says it.
-	Agents  map[string]string
+	Agents map[string]string
+	// StuckAfter is how long a NIXL request may stay posted and not
+	// completed before it is a stuck_transfer (default
+	// StuckAfterFromEnv(os.Getenv)).
+	StuckAfter time.Duration
+	// Metrics receives the watcher's Prometheus metrics (watch_metrics.go),
+	// every series labelled pair=Name.
 	Metrics *metrics.Registry
 	Logf    func(format string, args ...any)
 	// sink replaces the server or the log (tests).
@@ -105,7 +111,12 @@ func Watch(ctx context.Context, c WatchConfig) error {
 	if c.MaxAgents <= 0 {
 		c.MaxAgents = DefaultMaxAgents
 	}
-	w := &watcher{cfg: c, logf: logf, agents: map[string]*watched{}, links: map[string]link{}, overNames: map[string]bool{}, observed: map[xfer.Side]xfer.Observed{}}
+	if c.StuckAfter <= 0 {
+		c.StuckAfter = StuckAfterFromEnv(os.Getenv)
+	}
+	w := &watcher{cfg: c, logf: logf, agents: map[string]*watched{}, links: map[string]link{}, overNames: map[string]bool{}, observed: map[xfer.Side]xfer.Observed{},
+		state: newWatchState()}
+	w.initMetrics()
 	for name, v := range c.Agents {
 		side, rank, err := scenario.AgentRank(v)
 		if err != nil {
@@ -177,6 +188,11 @@ type watcher struct {
 	// judged what the preflight of the pair last judged (preflight).
 	observed map[xfer.Side]xfer.Observed
 	judged   string
+	// state is what the watcher's gauges read; dpb is kvscope's
+	// descriptors per byte (descsPerByte), computed once.
+	state   watchState
+	dpb     float64
+	dpbDone bool
 }
 
 // maxOverNames bounds the refused names remembered to count them once.
@@ -193,6 +209,12 @@ type watched struct {
 	ring     int    // telemetry ring version, 0 before its ring opens
 	// quiet agents send no samples; announced is set once a hello went.
 	quiet, announced bool
+	// inFlight is the ring's requests posted and not completed, oldest
+	// first; posts counts the posts seen; closed is set once its ring
+	// closed (till it opens again).
+	inFlight []inFlight
+	posts    int
+	closed   bool
 }
 
 // agent is the stream of a NIXL agent, started at its first observation.
@@ -293,13 +315,19 @@ func (w *watcher) observe(o watch.Observation) {
 	case "opened":
 		w.logf("watching NIXL agent %q (telemetry version %d)", o.Agent, o.Version)
 		w.mu.Lock()
-		a.ring = int(o.Version)
+		a.ring, a.closed = int(o.Version), false
 		w.mu.Unlock()
 		w.hello(o.Agent, a)
+	case "posted":
+		w.posted(a)
 	case "registered":
 		w.emit(a, event.Event{Kind: event.Registration, Registration: &event.RegistrationData{Rank: -1, Regions: 1, Bytes: int64(o.Bytes), Memory: "VRAM"}})
 	case "transfer":
 		t := o.Transfer
+		if f, wasStuck := w.completed(a); wasStuck {
+			w.emit(a, event.Event{Kind: event.StuckTransfer, Stuck: &event.StuckData{Request: f.id, Source: sourceRing, SinceNS: f.at.UnixNano(),
+				AgeS: time.Since(f.at).Seconds(), Cleared: true, Reason: fmt.Sprintf("completed after %s", time.Since(f.at).Round(time.Second))}})
+		}
 		w.mu.Lock()
 		a.requests++
 		id := fmt.Sprintf("%s-%d", t.Dir, a.requests)
@@ -317,10 +345,7 @@ func (w *watcher) observe(o watch.Observation) {
 		if linked {
 			w.band(l, id, t)
 		}
-		if w.cfg.Metrics != nil {
-			w.cfg.Metrics.Add("agent_tx_bytes_total", "Bytes the watched agents' transfers moved.", float64(t.Bytes))
-			w.cfg.Metrics.Observe("agent_xfer_time_us", "Transfer time per request, microseconds (NIXL's telemetry).", float64(t.XferUS))
-		}
+		w.observeTransfer(o.Agent, id, t)
 	case "error":
 		msg := fmt.Sprintf("NIXL agent %s reported %s", o.Agent, o.Status)
 		if o.Err != nil {
@@ -330,14 +355,20 @@ func (w *watcher) observe(o watch.Observation) {
 			msg += fmt.Sprintf(" (%d times)", o.Count)
 		}
 		w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: o.Status, Message: event.Clip(msg, maxMessage)}})
-		if w.cfg.Metrics != nil {
-			w.cfg.Metrics.Add("agent_errors_total", "Errors the watched agents reported, by status.", float64(o.Count), "status", o.Status)
+		if o.Err != nil { // events that did not decode: telemetry lost, not transfers failed
+			w.addDropped(float64(o.Count))
+		} else {
+			w.countFailures(o.Status, sourceRing, float64(o.Count))
 		}
 	case "dropped":
 		w.mu.Lock()
 		a.dropped += o.Count
 		w.mu.Unlock()
+		w.addDropped(float64(o.Count))
 	case "closed":
+		w.mu.Lock()
+		a.closed, a.inFlight = true, nil
+		w.mu.Unlock()
 		w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_NOT_FOUND", Message: event.Clip(o.Err.Error(), maxMessage)}})
 	}
 }
@@ -366,6 +397,7 @@ func (w *watcher) scrape(ctx context.Context, url string) {
 		if ctx.Err() != nil {
 			return
 		}
+		w.setTarget(url, "vllm_metrics", err == nil)
 		if err != nil {
 			if !failing {
 				a := w.agent(endpoint)
@@ -384,10 +416,14 @@ func (w *watcher) scrape(ctx context.Context, url string) {
 						Scenario: fmt.Sprintf("vLLM engine %s of %s; observed plan: %s", index, url, observedPlan(e))}})
 				}
 				if p == nil || observedPlan(p) != observedPlan(e) {
-					for _, m := range w.compare(url, name, e) {
+					ms := w.compare(url, name, e)
+					w.setMismatches(name, ms)
+					for _, m := range ms {
 						w.emit(a, event.Event{Kind: event.PlanMismatch, Mismatch: &m})
 					}
 				}
+				side := strings.ToUpper(w.cfg.Sides[url])
+				w.scraped(name, side, e, p)
 				if p != nil {
 					x := e.XferSeconds.Since(p.XferSeconds)
 					b := e.Bytes.Since(p.Bytes)
@@ -397,7 +433,12 @@ func (w *watcher) scrape(ctx context.Context, url string) {
 					if n := e.FailedTransfers - p.FailedTransfers; n > 0 {
 						w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_BACKEND",
 							Message: fmt.Sprintf("%g failed NIXL transfers since the last scrape (vllm:nixl_num_failed_transfers)", n)}})
+						w.countFailures("ERR_BACKEND", "vllm", n)
 					}
+					w.vllmStuck(a, name, prevAt, e.ExpiredRequests-p.ExpiredRequests, "vllm:nixl_num_kv_expired_reqs",
+						"KV of %g requests expired on this prefill engine before a decode engine read it: check the decode engines' NIXL (kvscope_transfers_stuck, their side channels) and VLLM_NIXL_ABORT_REQUEST_TIMEOUT")
+					w.vllmStuck(a, name, prevAt, e.FailedNotifications-p.FailedNotifications, "vllm:nixl_num_failed_notifications",
+						"%g NIXL notifications failed: the remote engine did not take the completion notice; check that its side channel answers and its NIXL agent is up")
 				}
 				prev[index] = e
 			}
@@ -462,6 +503,7 @@ func (w *watcher) samples(ctx context.Context) {
 		now := time.Now()
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.checkStuck(now)
 		for name, a := range w.agents {
 			if strings.HasPrefix(name, "vllm-") || a.quiet {
 				continue // an engine's samples come with its scrapes

@@ -122,6 +122,7 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 	seen := map[int]string{}
 	agents := map[int]string{} // rank -> the NIXL agent it last named
 	failing := false
+	silent := map[int]time.Time{} // rank -> when it first failed to answer, while it fails
 	for {
 		round := xfer.Observed{Side: xfer.Side(side), Addr: sc.Addr}
 		for r := 0; r < ranks; r++ {
@@ -129,13 +130,27 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 			if ctx.Err() != nil {
 				return
 			}
+			w.setTarget(sc.Addr, "side_channel", err == nil)
+			w.setRank(sc.Addr, r, err == nil)
 			if err != nil {
+				a := w.quiet("nixl-side-channel-" + strings.ReplaceAll(sc.Addr, ":", "-"))
 				if !failing {
-					a := w.quiet("nixl-side-channel-" + strings.ReplaceAll(sc.Addr, ":", "-"))
 					w.emit(a, event.Event{Kind: event.Error, Error: &event.ErrorData{Status: "ERR_REMOTE_DISCONNECT", Message: event.Clip(err.Error(), maxMessage)}})
+				}
+				if _, ok := silent[r]; !ok {
+					silent[r] = time.Now()
+					w.emit(a, event.Event{Kind: event.StuckTransfer, Stuck: &event.StuckData{Engine: fmt.Sprintf("%s rank %d · side channel %s", cmp.Or(side, "?"), r, sc.Addr),
+						Source: "side_channel", SinceNS: silent[r].UnixNano(),
+						Reason: event.Clip("the side channel stopped answering for this rank: check that the engine is up (its scheduler's nixl_handshake_listener), its port, and the network between the hosts; "+err.Error(), maxMessage)}})
 				}
 				failing = true
 				break // the next round asks again
+			}
+			if since, ok := silent[r]; ok {
+				delete(silent, r)
+				a := w.quiet("nixl-side-channel-" + strings.ReplaceAll(sc.Addr, ":", "-"))
+				w.emit(a, event.Event{Kind: event.StuckTransfer, Stuck: &event.StuckData{Engine: fmt.Sprintf("%s rank %d · side channel %s", cmp.Or(side, "?"), r, sc.Addr),
+					Source: "side_channel", SinceNS: since.UnixNano(), AgeS: time.Since(since).Seconds(), Cleared: true, Reason: "the rank answers again"}})
 			}
 			failing = false
 			if side != "P" && side != "D" {
@@ -160,7 +175,9 @@ func (w *watcher) sideChannel(ctx context.Context, sc SideChannel) {
 				continue
 			}
 			seen[r] = key
-			for _, m := range w.compareRank(md.Agent, l, md) {
+			ms := w.compareRank(md.Agent, l, md)
+			w.setMismatches(md.Agent, ms)
+			for _, m := range ms {
 				w.emit(a, event.Event{Kind: event.PlanMismatch, Mismatch: &m})
 			}
 		}

@@ -336,10 +336,14 @@ func TestWatchSideChannelSilent(t *testing.T) {
 	}
 	name := "gpu7/nixl-side-channel-" + strings.ReplaceAll(sc.Addr, ":", "-")
 	// A hello first (a restarted watcher's errors are then told from
-	// the last run's), then the one error.
+	// the last run's), then the one error, and rank 0 as a stuck peer
+	// once, with when it stopped answering.
 	evs := got.got[name]
-	if len(evs) != 2 || evs[0].Kind != event.Hello || evs[1].Kind != event.Error || !strings.Contains(evs[1].Error.Message, sc.Addr) || !strings.Contains(evs[1].Error.Message, "no answer within 150ms") {
+	if len(evs) != 3 || evs[0].Kind != event.Hello || evs[1].Kind != event.Error || !strings.Contains(evs[1].Error.Message, sc.Addr) || !strings.Contains(evs[1].Error.Message, "no answer within 150ms") {
 		t.Fatalf("events of %s: %+v (all: %v)", name, evs, got.got)
+	}
+	if s := evs[2].Stuck; evs[2].Kind != event.StuckTransfer || s.Source != "side_channel" || s.SinceNS <= 0 || s.Cleared || !strings.Contains(s.Engine, "P rank 0") {
+		t.Fatalf("the stuck rank: %+v", evs[2].Stuck)
 	}
 	// Each round asks rank 0 and gives up (no answer): never rank 1.
 	for n := len(sc.Requests); n > 0; n-- {

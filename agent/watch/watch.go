@@ -25,13 +25,13 @@ type Transfer struct {
 	XferUS uint64 // NIXL's agent_xfer_time (start to completion)
 }
 
-// Observation is what a ring said, one of: a transfer, memory
+// Observation is what a ring said, one of: a request posted, a transfer, memory
 // (de)registered, an error, events NIXL dropped, or the ring opening,
 // closing or being refused; or a file of the directory skipped (not a
 // regular file, or over MaxRings), once per file.
 type Observation struct {
 	Agent    string // the NIXL agent: the ring file's name
-	Kind     string // transfer, registered, deregistered, error, dropped, opened, closed, refused, skipped
+	Kind     string // posted, transfer, registered, deregistered, error, dropped, opened, closed, refused, skipped
 	Transfer *Transfer
 	Bytes    uint64 // registered, deregistered
 	Status   string // error: NIXL's status name (ERR_BACKEND, ...)
@@ -56,7 +56,12 @@ func (a *assembler) add(r Raw) []Observation {
 	}
 	switch r.Type {
 	case "agent_xfer_post_time":
+		// NIXL v1.0.1 (telemetry version 1) writes it when the request
+		// is posted, the rest when it completes: till then the request
+		// is in flight. From v1.3.1 all four come together at completion,
+		// so a request that never completes is not in the ring at all.
 		a.post, a.havePost = r.Value, true
+		return obs(Observation{Kind: "posted", Transfer: &Transfer{PostUS: r.Value}})
 	case "agent_xfer_time":
 		a.xfer, a.haveX = r.Value, true
 	case "agent_tx_bytes", "agent_rx_bytes":

@@ -38,6 +38,7 @@ const (
 	Error         Kind = "error"          // something failed
 	Sample        Kind = "sample"         // a 1 Hz sample of throughput and latency
 	PlanMismatch  Kind = "plan_mismatch"  // a watched engine runs another plan than kvscope predicts
+	StuckTransfer Kind = "stuck_transfer" // a transfer or a peer stopped making progress (added in schema 1, backward-compatibly)
 )
 
 // Timing says where a duration comes from.
@@ -57,6 +58,7 @@ var payloads = [...]struct {
 }{
 	{Hello, "hello"}, {Registration, "registration"}, {Handshake, "handshake"}, {TransferStart, "start"},
 	{DescBatch, "batch"}, {TransferDone, "done"}, {Error, "error"}, {Sample, "sample"}, {PlanMismatch, "mismatch"},
+	{StuckTransfer, "stuck"},
 }
 
 // payloadIndex is a kind's place in payloads, -1 for an unknown kind.
@@ -90,6 +92,25 @@ type Event struct {
 	Error        *ErrorData        `json:"error,omitempty"`
 	Sample       *SampleData       `json:"sample,omitempty"`
 	Mismatch     *MismatchData     `json:"mismatch,omitempty"`
+	Stuck        *StuckData        `json:"stuck,omitempty"`
+}
+
+// StuckData is a transfer, or a peer, that stopped making progress: a
+// NIXL request posted and not completed within the watcher's
+// --stuck-after (source ring, or agent for the agent's own transfers), KV
+// a prefill engine let expire or notifications that failed (source vllm:
+// its counters grew), or a side channel rank that stopped answering
+// (source side_channel). Cleared says it is over: the request completed
+// late, the rank answers again.
+type StuckData struct {
+	Request string  `json:"request,omitempty"` // the request as the agent names it (NIXL's ring names none: the watcher's count)
+	Engine  string  `json:"engine,omitempty"`  // the engine rank or endpoint, as the hello's engine line names it
+	Source  string  `json:"source"`            // ring, agent, vllm or side_channel
+	Reason  string  `json:"reason"`            // one line: what was seen and what to check
+	SinceNS int64   `json:"since_ns"`          // when it started (posted, first failed), Unix nanoseconds
+	AgeS    float64 `json:"age_s,omitempty"`   // how long it had lasted when reported, seconds
+	Count   int     `json:"count,omitempty"`   // requests it stands for (expired KV, failed notifications)
+	Cleared bool    `json:"cleared,omitempty"` // it is over
 }
 
 // MismatchData is one field of a watched engine's plan that differs from
@@ -445,7 +466,7 @@ func (e *Event) Validate() error {
 		return bad("seq", "must be positive")
 	}
 	set := [len(payloads)]bool{e.Hello != nil, e.Registration != nil, e.Handshake != nil, e.Start != nil, e.Batch != nil,
-		e.Done != nil, e.Error != nil, e.Sample != nil, e.Mismatch != nil}
+		e.Done != nil, e.Error != nil, e.Sample != nil, e.Mismatch != nil, e.Stuck != nil}
 	i := payloadIndex(e.Kind)
 	if i < 0 {
 		return bad("kind", fmt.Sprintf("unknown kind %q", e.Kind))
@@ -468,6 +489,16 @@ func (e *Event) Validate() error {
 	}
 	if d := e.Done; d != nil && (d.Timing != Measured && d.Timing != Synthesized) {
 		return bad("done.timing", fmt.Sprintf("%q is neither measured nor synthesized", d.Timing))
+	}
+	if s := e.Stuck; s != nil {
+		switch s.Source {
+		case "ring", "agent", "vllm", "side_channel":
+		default:
+			return bad("stuck.source", fmt.Sprintf("%q is none of ring, agent, vllm, side_channel", s.Source))
+		}
+		if s.SinceNS <= 0 {
+			return bad("stuck.since_ns", fmt.Sprintf("%d: must be positive", s.SinceNS))
+		}
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		{V: Version, Agent: "a1", Seq: 1, Kind: Hello, Hello: &HelloData{Host: "h", Backend: "host", NoGPU: "no NVIDIA driver"}},
 		{V: Version, Agent: "a1", Seq: 2, Kind: DescBatch, Batch: &BatchData{Request: "r1", Layer: "L3", Descs: 12, Bytes: 4096, Timing: Measured}},
 		{V: Version, Agent: "a1", Seq: 3, Kind: TransferDone, Done: &DoneData{Request: "r1", Bytes: 4096, Timing: Synthesized, Verified: "exact"}},
+		{V: Version, Agent: "a1", Seq: 4, Kind: StuckTransfer, Stuck: &StuckData{Request: "post-3", Source: "ring", SinceNS: 1_700_000_000e9, AgeS: 121, Reason: "posted, not completed"}},
 	}
 	data, err := EncodeFrame(in)
 	if err != nil {
@@ -28,7 +29,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 3 || out[1].Batch.Layer != "L3" || out[2].Done.Timing != Synthesized {
+	if len(out) != 4 || out[1].Batch.Layer != "L3" || out[2].Done.Timing != Synthesized || out[3].Stuck.SinceNS != 1_700_000_000e9 || out[3].Stuck.Source != "ring" {
 		t.Errorf("round trip: %+v", out)
 	}
 }
@@ -48,6 +49,8 @@ func TestMalformedFramesSayWhat(t *testing.T) {
 		{"two payloads", `[{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{},"error":{"status":"x","message":"y"}}]`, "kind"},
 		{"an unknown field", `[{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{},"addr":"0xdead"}]`, "event"},
 		{"a timing that is neither", `[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{"timing":"guessed"}}]`, "batch.timing"},
+		{"a stuck transfer from nowhere", `[{"v":1,"agent":"a","seq":1,"kind":"stuck_transfer","stuck":{"source":"gut","reason":"","since_ns":1}}]`, "stuck.source"},
+		{"a stuck transfer since no time", `[{"v":1,"agent":"a","seq":1,"kind":"stuck_transfer","stuck":{"source":"ring","reason":"","since_ns":0}}]`, "stuck.since_ns"},
 		{"too big", "[" + strings.Repeat(" ", MaxFrameBytes) + "]", ""},
 	}
 	for _, tt := range tests {

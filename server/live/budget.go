@@ -61,5 +61,5 @@ func (s *spending) spend(b Budget, n int, now time.Time) bool {
 // sheddable reports whether the budget may shed an event of kind k: the
 // moment events, never what says who an agent is or what failed.
 func sheddable(k event.Kind) bool {
-	return !event.IsState(k) && k != event.Error && k != event.PlanMismatch
+	return !event.IsState(k) && k != event.Error && k != event.PlanMismatch && k != event.StuckTransfer
 }
