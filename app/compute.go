@@ -31,6 +31,11 @@ type Result struct {
 	Err    string
 	Millis float64 // how long the computation took
 
+	// Alone holds P's and D's plans, each planned on its own, when the
+	// pair cannot be computed (one side's bad value): the views keep the
+	// side that plans.
+	Alone [2]*plan.Plan
+
 	request      xfer.Request
 	transferDone bool
 }
@@ -76,6 +81,7 @@ func Compute(s Settings, cat Models, clock func() time.Time) *Result {
 		}
 	}
 	if len(r.Errors) > 0 {
+		r.planAlone(m, pe, de)
 		return r
 	}
 	conn, err := xfer.ParseConnector(s.Connector)
@@ -107,6 +113,7 @@ func Compute(s Settings, cat Models, clock func() time.Time) *Result {
 				r.Errors["plans"] = err.Error()
 			}
 		}
+		r.planAlone(m, pe, de)
 		return r
 	}
 	pp, dp := pd.UsedPlans()
@@ -149,6 +156,26 @@ func (r *Result) EnsureTransfer(clock func() time.Time) {
 		r.Oracle = &oracle.Result{Verdict: oracle.Rejected, Reason: t.Rejection.Error()}
 	}
 	r.Millis += float64(clock().Sub(start).Microseconds()) / 1000
+}
+
+// planAlone plans each side that has no error of its own on its own, so
+// that a bad value on one side keeps the other side's plan in the views.
+func (r *Result) planAlone(m *model.Model, pe, de plan.Engine) {
+	for i, side := range []struct {
+		prefix string
+		e      plan.Engine
+	}{{"p-", pe}, {"d-", de}} {
+		bad := false
+		for k := range r.Errors {
+			bad = bad || strings.HasPrefix(k, side.prefix) || k == "vllm-version"
+		}
+		if bad {
+			continue
+		}
+		if p, err := plan.New(m, side.e); err == nil {
+			r.Alone[i] = p
+		}
+	}
 }
 
 // flagOf names the query key of a planner error's flag ("tensor-parallel-size").

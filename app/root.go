@@ -356,9 +356,9 @@ func (c *Root) Render() app.UI {
 					e.PreventDefault()
 					c.change(ctx, func(s *Settings) { s.View = "configure" })
 				}),
-				app.Ul().Body(app.Range(sortedKeys(r.Errors)).Slice(func(i int) app.UI {
-					k := sortedKeys(r.Errors)[i]
-					return app.Li().Body(app.Code().Text(k), app.Text(": "+userWords(r.Errors[k])))
+				app.Ul().Body(app.Range(errorLines(r.Errors)).Slice(func(i int) app.UI {
+					l := errorLines(r.Errors)[i]
+					return app.Li().Body(app.Code().Text(l[0]), app.Text(": "+l[1]))
 				})),
 			)
 		}),
@@ -435,6 +435,24 @@ func profileWords(name, label string) string {
 		return "vLLM " + name + " release"
 	}
 	return label
+}
+
+// errorLines is the settings' errors as the banner lists them: a message
+// that several fields share (a vLLM refusal on both sides) once, after
+// all their names.
+func errorLines(errs FieldErrors) [][2]string {
+	var out [][2]string
+	at := map[string]int{}
+	for _, k := range sortedKeys(errs) {
+		msg := userWords(errs[k])
+		if i, ok := at[msg]; ok {
+			out[i][0] += ", " + k
+			continue
+		}
+		at[msg] = len(out)
+		out = append(out, [2]string{k, msg})
+	}
+	return out
 }
 
 // userWords is an error as the page shows it: without the Go package

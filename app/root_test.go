@@ -1,6 +1,7 @@
 package app
 
 import (
+	"github.com/kvscope/kvscope/core/plan"
 	"testing"
 
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
@@ -58,5 +59,26 @@ func TestExportName(t *testing.T) {
 	c.settings.Model = "org/we ird:name"
 	if got := c.exportName(); got != "kvscope-we-ird-name-flow-2to4" {
 		t.Errorf("flow: %q", got)
+	}
+}
+
+// TestBadValueOnOneSideKeepsTheOther: D at TP 3 (Qwen3-0.6B's 16
+// attention heads do not divide by 3) is D's error; P still plans, on
+// its own, and a message both sides share is listed once.
+func TestBadValueOnOneSideKeepsTheOther(t *testing.T) {
+	s := DefaultSettings()
+	s.Model, s.Draft, s.Version = "Qwen/Qwen3-0.6B", "", "0.31.0"
+	s.P = plan.Engine{TensorParallelSize: 1}
+	s.D = plan.Engine{TensorParallelSize: 3}
+	r := Compute(s, testCatalog(), nil)
+	if r.OK() || r.Errors["d-tensor-parallel-size"] == "" || r.Alone[0] == nil || r.Alone[1] != nil {
+		t.Fatalf("errors %v, alone %v", r.Errors, r.Alone)
+	}
+	if r.Alone[0].Engine.TensorParallelSize != 1 || r.Alone[0].KVCacheTokens == 0 {
+		t.Errorf("P alone: %+v", r.Alone[0].Engine)
+	}
+	lines := errorLines(FieldErrors{"p-max-model-len": "refused", "d-max-model-len": "refused", "connector": "x"})
+	if len(lines) != 2 || lines[1][0] != "d-max-model-len, p-max-model-len" {
+		t.Errorf("lines %q", lines)
 	}
 }

@@ -37,7 +37,27 @@ func commas(n int64) string { return plan.Commas(n) }
 func (c *Root) renderPlan() app.UI {
 	r := c.result
 	if !r.OK() {
-		return app.P().Class("muted").Text("Fix the settings on the Configure view to see the plans.")
+		if r.Alone[0] == nil && r.Alone[1] == nil {
+			return app.P().Class("muted").Text("Fix the settings on the Configure view to see the plans.")
+		}
+		// One side's bad value: the other side's plan stays.
+		side := func(i int, id, title string) app.UI {
+			if p := r.Alone[i]; p != nil {
+				return c.renderSide(id, title+" — planned on its own", p)
+			}
+			var msgs []string
+			for _, k := range sortedKeys(r.Errors) {
+				if strings.HasPrefix(k, id+"-") || k == "vllm-version" {
+					msgs = append(msgs, k+": "+userWords(r.Errors[k]))
+				}
+			}
+			return app.Section().Class("card side error").DataSet("side", id).DataSet("testid", "side-error-"+id).Body(
+				app.H2().Text(title), app.P().Class("field-error").Text(strings.Join(msgs, "; ")))
+		}
+		return app.Div().Class("plan-view").Body(
+			app.P().Class("muted").Text("One side cannot be planned as set; the other side's plan is shown as that engine plans alone."),
+			app.Div().Class("sides").Body(side(0, "p", "P (prefill)"), side(1, "d", "D (decode)")),
+		)
 	}
 	p, d := r.Plans()
 	note := "Each engine's own plan."
