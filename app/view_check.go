@@ -145,7 +145,10 @@ func (c *Root) loadCheckedPlan(ctx app.Context) {
 	// writes it (the logged GiB, to the byte).
 	eng := res.Setup.Engine
 	eng.VLLMVersion = ""
-	if res.Setup.HasMem && res.Setup.MemGiB > 0 {
+	switch {
+	case res.Setup.MemBytes > 0: // the log's arguments state it to the byte
+		eng.KVCacheMemoryBytes = res.Setup.MemBytes
+	case res.Setup.HasMem && res.Setup.MemGiB > 0:
 		eng.KVCacheMemoryBytes, _ = plan.ParseBytes(strconv.FormatFloat(res.Setup.MemGiB, 'f', 2, 64) + "GiB")
 	}
 	name, draft := c.checkedModel(res)
