@@ -53,12 +53,16 @@ func (c *Root) renderPD() app.UI {
 			app.If(len(diff.Changes) == 0, func() app.UI { return app.P().Text("None: P and D plan the same layout.") }),
 			app.If(len(diff.Changes) > 0, func() app.UI {
 				return app.Div().Class("scroll").Body(app.Table().Class("changes").Body(
-					app.THead().Body(app.Tr().Body(app.Th().Text("layer"), app.Th().Text("P group"), app.Th().Text("P slot"), app.Th().Text("P block"),
-						app.Th().Text("D group"), app.Th().Text("D slot"), app.Th().Text("D block"))),
+					app.THead().Body(app.Tr().Body(app.Th().Text("layer"), app.Th().Text("P group"), app.Th().Text("P slot"), app.Th().Text("P block (tokens)"),
+						app.Th().Text("D group"), app.Th().Text("D slot"), app.Th().Text("D block (tokens)"))),
 					app.TBody().Body(app.Range(diff.Changes).Slice(func(i int) app.UI {
 						ch := diff.Changes[i]
+						block := func(n int) string { return strconv.Itoa(n) }
+						if l, ok := inv.PIndependent.LayerByName(ch.Layer); ok && l.Kind.IsState() {
+							block = func(int) string { return "whole request" } // a state layer's block is its request
+						}
 						return app.Tr().Body(app.Td().Text(ch.Layer), app.Td().Text(strconv.Itoa(ch.FromGroup)), app.Td().Text(strconv.Itoa(ch.FromSlot)),
-							app.Td().Text(strconv.Itoa(ch.FromBlock)), app.Td().Text(strconv.Itoa(ch.ToGroup)), app.Td().Text(strconv.Itoa(ch.ToSlot)), app.Td().Text(strconv.Itoa(ch.ToBlock)))
+							app.Td().Text(block(ch.FromBlock)), app.Td().Text(strconv.Itoa(ch.ToGroup)), app.Td().Text(strconv.Itoa(ch.ToSlot)), app.Td().Text(block(ch.ToBlock)))
 					})),
 				))
 			}),

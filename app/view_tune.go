@@ -452,9 +452,39 @@ func tuneTableHTML(res *tune.Result) string {
 		fmt.Fprintf(&b, `<th style="width:%dch">%s</th>`, h.width, html.EscapeString(h.name))
 	}
 	b.WriteString("</tr></thead><tbody>")
+	// Candidates whose flags differ but whose plans and transfer are the
+	// same (a --min-kv-cache-group-layers the selector never reaches)
+	// are one row, with how many it stands for.
+	type figures struct {
+		tp                               string
+		pBlock, dBlock, pGroups, dGroups int
+		dKV, pKV, pad                    int64
+		descs, merged                    int
+		divide                           bool
+		conn                             string
+	}
+	key := func(x tune.Scored) figures {
+		return figures{x.TP.String(), x.PBlock, x.DBlock, x.PGroups, x.DGroups, x.DKVTokens, x.PKVTokens, x.PaddingBytes, x.Descs, x.Merged, x.PagesDivide, x.Connector}
+	}
+	alike := map[figures]int{}
+	for _, x := range res.Top {
+		alike[key(x)]++
+	}
+	shown := map[figures]bool{}
+	row := 0
 	for i, x := range res.Top {
-		fmt.Fprintf(&b, `<tr data-testid="tune-row" data-index="%d">`, x.Index)
-		for _, cell := range []string{strconv.Itoa(i + 1), x.TP.String(), fmt.Sprintf("%s → %d", autoOr(x.DBlockSize), x.DBlock), strconv.Itoa(x.PBlock),
+		k := key(x)
+		if shown[k] {
+			continue
+		}
+		shown[k] = true
+		row++
+		rank := strconv.Itoa(row)
+		if n := alike[k]; n > 1 {
+			rank += fmt.Sprintf(" ×%d", n)
+		}
+		fmt.Fprintf(&b, `<tr data-testid="tune-row" data-index="%d" data-alike="%d">`, x.Index, alike[k])
+		for _, cell := range []string{rank, x.TP.String(), fmt.Sprintf("%s → %d", autoOr(x.DBlockSize), x.DBlock), strconv.Itoa(x.PBlock),
 			orDefault(x.Selector), autoOr(x.MinGroupLayers), autoOr(x.MaxBatched), orDefault(x.KVCacheDType), x.Connector,
 			commas(x.DKVTokens), commas(int64(x.Descs)), yesNo(x.PagesDivide)} {
 			b.WriteString("<td>" + html.EscapeString(cell) + "</td>")
@@ -520,12 +550,12 @@ func (c *Root) openCandidate(ctx app.Context, x tune.Candidate) {
 // element each held the page 130–265 ms in a Chromium trace, as large
 // series 45–115 ms.
 func tuneChart(res *tune.Result) string {
-	return tuneChartOption(res, "the Pareto front: more tokens, fewer descriptors", `,"itemStyle":{"opacity":1}`)
+	return tuneChartOption(res, "the Pareto front: more tokens, fewer descriptors", `,"itemStyle":{"opacity":1}`, true)
 }
 
 // tuneChartOption is tuneChart's option with the given subtitle and
 // extra properties for every series.
-func tuneChartOption(res *tune.Result, subtext, extra string) string {
+func tuneChartOption(res *tune.Result, subtext, extra string, labels bool) string {
 	label := func(x tune.Scored) string {
 		return fmt.Sprintf("TP %s · D block %s→%d · P block %d · %s · min %s · mnbt %s · %s · %s", x.TP, autoOr(x.DBlockSize), x.DBlock, x.PBlock,
 			orDefault(x.Selector), autoOr(x.MinGroupLayers), autoOr(x.MaxBatched), orDefault(x.KVCacheDType), x.Connector)
@@ -594,7 +624,8 @@ func tuneChartOption(res *tune.Result, subtext, extra string) string {
 	b = append(b, `{"title":{"text":"D KV tokens against descriptors per request","subtext":`...)
 	b = appendJSONString(b, subtext)
 	b = append(b, `},"animation":false,"tooltip":{"show":true,"trigger":"item","formatter":"{b}<br/>{c}"},"legend":{"show":true,"top":"40"},`+
-		`"xAxis":{"name":"descriptors per request","type":"value","scale":true},"yAxis":{"name":"D KV tokens","type":"value","scale":true},"series":[`...)
+		`"xAxis":{"name":"descriptors per request","type":"value","scale":true,"axisLabel":{"show":`+strconv.FormatBool(labels)+`}},`+
+		`"yAxis":{"name":"D KV tokens","type":"value","scale":true,"axisLabel":{"show":`+strconv.FormatBool(labels)+`}},"series":[`...)
 	const many = `,"symbolSize":7,"large":true,"largeThreshold":0`
 	b = series(b, "pages divide", divide, divideNames, many+extra)
 	b = append(b, ',')
@@ -652,5 +683,5 @@ func tuneWarmup() string {
 			res.Front = append(res.Front, x)
 		}
 	}
-	return tuneChartOption(&res, "search to draw the candidates", `,"itemStyle":{"opacity":0}`)
+	return tuneChartOption(&res, "no search yet: press Search to draw the candidates", `,"itemStyle":{"opacity":0}`, false)
 }
