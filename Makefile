@@ -116,7 +116,7 @@ bench:
 # figure is printed as a "budget:" line (server/BENCHMARKS.md quotes
 # them). It fails when a figure is over its budget; KVSCOPE_BUDGETS_LOG
 # keeps the whole log.
-BUDGETS := TestBrowserApp|TestRecomputeBudget|TestTuneView|TestHostileBodiesAreRefusedFromTheirEstimate|TestAdmission|TestPDHangUp|TestHubAcksNeverWaitForSubscribers
+BUDGETS := TestBrowserApp|TestFirstNumbersBeforeWasm|TestRecomputeBudget|TestTuneView|TestHostileBodiesAreRefusedFromTheirEstimate|TestAdmission|TestPDHangUp|TestHubAcksNeverWaitForSubscribers
 budgets: build
 	@log=$${KVSCOPE_BUDGETS_LOG:-$$(mktemp)}; \
 	KVSCOPE_BUDGETS=1 KVSCOPE_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout $(TESTTIMEOUT) -run '^($(BUDGETS))$$' -v ./server/... >$$log 2>&1; rc=$$?; \

@@ -85,6 +85,11 @@ func (c *Root) OnNav(ctx app.Context) {
 // OnMount marks the root ready for tests and listens for shortcuts.
 func (c *Root) OnMount(ctx app.Context) {
 	c.mounted, c.ctx = true, ctx
+	// The moment the app took over, on the browser's clock (make budgets
+	// reads it: interactive after navigation).
+	if perf := app.Window().Get("performance"); perf.Truthy() && perf.Get("mark").Truthy() {
+		perf.Call("mark", "kvscope-ready")
+	}
 	// kvscope.onShortcut filters the keys in the page: a key typed into a
 	// field never calls into WebAssembly.
 	c.keys = app.FuncOf(func(this app.Value, args []app.Value) any {

@@ -438,16 +438,24 @@ func appHubEnv(r *hub.Resolver) map[string]string {
 // endpoint).
 func appHandler(env map[string]string) *app.Handler {
 	return &app.Handler{
-		Env:          env,
-		Name:         "kvscope",
-		ShortName:    "kvscope",
-		Title:        "kvscope: KV cache groups and P/D transfers",
-		Description:  "Plans vLLM's hybrid KV cache groups and proves prefill/decode KV transfers byte by byte.",
-		Icon:         app.Icon{Default: "/web/icon-192.png", Large: "/web/icon-512.png", SVG: "/web/icon.svg", Maskable: "/web/icon-192.png"},
-		Styles:       []string{"/web/kvscope.css"},
-		Scripts:      []string{"/web/echarts.min.js", "/web/kvscope.js"},
-		Resources:    newAssets(),
-		LoadingLabel: "loading kvscope ({progress}%)",
+		Env:         env,
+		Name:        "kvscope",
+		ShortName:   "kvscope",
+		Title:       "kvscope: KV cache groups and P/D transfers",
+		Description: "Plans vLLM's hybrid KV cache groups and proves prefill/decode KV transfers byte by byte.",
+		Icon:        app.Icon{Default: "/web/icon-192.png", Large: "/web/icon-512.png", SVG: "/web/icon.svg", Maskable: "/web/icon-192.png"},
+		Styles:      []string{"/web/kvscope.css"},
+		// ECharts (about 1 MB) is deferred, so that it does not hold the
+		// first paint of the server-rendered numbers; kvscope.js (small)
+		// stays synchronous, so it is there before app.wasm can call it,
+		// and draws a chart only once window.echarts exists.
+		Scripts:    []string{"/web/kvscope.js"},
+		RawHeaders: []string{`<script defer src="/web/echarts.min.js"></script>`},
+		Resources:  newAssets(),
+		// No progress figure: app.wasm comes gzip-encoded, so the
+		// browser's byte count and the length header disagree (go-app
+		// showed NaN%). The page's numbers are the server's until then.
+		LoadingLabel: "starting the app in your browser (the numbers shown are the server's, from the same Go code)",
 		ThemeColor:   "#1f2937",
 	}
 }

@@ -38,6 +38,11 @@ window.kvscope = {
     this._chartNow(el, this._text(json, held), dark, merge);
   },
   _chartNow(el, json, dark, merge) {
+    if (!window.echarts && document.readyState === 'loading') {
+      // ECharts is deferred: it runs before DOMContentLoaded.
+      document.addEventListener('DOMContentLoaded', () => this._chartNow(el, json, dark, merge), {once: true});
+      return;
+    }
     if (!window.echarts || !el.isConnected) return;
     let c = echarts.getInstanceByDom(el);
     if (c && c.__kvscopeDark !== dark) { c.dispose(); c = null; }
