@@ -107,7 +107,8 @@ func (n *ids) table(title, desc string, w, h uint32, columns []string, qs ...*pr
 		exclude["Value"], exclude["__name__"] = true, true
 	}
 	p := table.NewPanelBuilder().Id(n.id()).Title(title).Description(desc).Span(w).Height(h).
-		Datasource(datasource()).Targets(targets(qs...))
+		Datasource(datasource()).Targets(targets(qs...)).
+		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{}))
 	if len(qs) > 1 {
 		p = p.WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}})
 	}
