@@ -21,7 +21,7 @@ AGENT    := bin/kvscope-agent
 # go-nvml's cgo preamble trips a deprecation warning in newer C compilers.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: run build wasm assets test check unit fuzz bench bench-nixl budgets soak sweep site clean nixl test-nixl corpus
+.PHONY: run build wasm assets test check unit fuzz bench bench-nixl budgets soak sweep site clean nixl test-nixl corpus dashboards
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8080
@@ -155,6 +155,12 @@ corpus: build
 # The full oracle sweep (about a minute on 2 cores); make test runs the quick one.
 sweep: build
 	./$(BIN) oracle --sweep
+
+# The Grafana dashboards (agent/deploy/grafana), generated with Grafana's
+# foundation SDK into agent/deploy/grafana/dashboards/*.json, which are
+# committed: make unit fails while they differ from the generator's.
+dashboards:
+	$(GO) run ./agent/deploy/grafana/cmd/dashboards -out agent/deploy/grafana/dashboards
 
 # A static website that runs without any server: the planning runs in WASM.
 site: build

@@ -74,10 +74,20 @@ vllm:cache_config_info{block_size="544",engine="0",model_name="m",num_gpu_blocks
 // returns its registry (the watcher stopped): two D ranks' rings linked
 // by the scenario (d0, d1) with transfers, a NIXL error and dropped
 // events, a request posted and never completed past a 50 ms
-// --stuck-after, and VLLM's engine scraped as D.
+// --stuck-after, VLLM's engine scraped as D, and a side channel (not
+// compared with the plan) answering for its one rank.
 func Watched(t testing.TB) *metrics.Registry {
 	t.Helper()
 	dir := t.TempDir()
+	answer, err := watchtest.Answer(watchtest.Metadata("sc-agent", 0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := watchtest.NewSideChannel(func(int) []byte { return answer })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sc.Close)
 	d0 := writer(t, dir, "d0-agent", 4)
 	d1 := writer(t, dir, "d1-agent", 1)
 	push(t, d0, append(watchtest.Transfer("rx", 2<<20, 15, 400), watchtest.Transfer("rx", 4<<20, 20, 900)...)...)
@@ -89,16 +99,17 @@ func Watched(t testing.TB) *metrics.Registry {
 	url := srv.URL + "/metrics"
 	c := runner.WatchConfig{Name: Pair, Dir: dir, Interval: 5 * time.Millisecond, VLLMMetrics: []string{url}, ScrapeEvery: 20 * time.Millisecond,
 		Sides: map[string]string{url: "D"}, Model: modeltest.Load(t, "Qwen__Qwen3-0.6B"),
-		P:          plan.Engine{KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096},
-		D:          plan.Engine{TensorParallelSize: 2, KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096},
-		Agents:     map[string]string{"d0-agent": "d0", "d1-agent": "d1"},
-		StuckAfter: 50 * time.Millisecond, Metrics: reg, Logf: func(string, ...any) {}}
+		P:            plan.Engine{KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096},
+		D:            plan.Engine{TensorParallelSize: 2, KVCacheMemoryBytes: 2048 * 16 * 28 * 8 * 128 * 2 * 2, MaxModelLen: 4096},
+		Agents:       map[string]string{"d0-agent": "d0", "d1-agent": "d1"},
+		SideChannels: []runner.SideChannel{{Addr: sc.Addr, TP: 1}},
+		StuckAfter:   50 * time.Millisecond, Metrics: reg, Logf: func(string, ...any) {}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runner.Watch(ctx, c) }()
 	want := []string{runner.MetricTransferSeconds, runner.MetricTransferBytes, runner.MetricTransferFailures, runner.MetricTelemetryDropped,
 		runner.MetricStuckTotal, runner.MetricInFlight, runner.MetricOldestInFlight, runner.MetricStuckNow, runner.MetricPlanMismatch,
-		runner.MetricDescriptors, runner.MetricRingUp, runner.MetricTargetUp, runner.MetricKVExpired, runner.MetricFailedNotifs}
+		runner.MetricDescriptors, runner.MetricRingUp, runner.MetricTargetUp, runner.MetricRankUp, runner.MetricKVExpired, runner.MetricFailedNotifs}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		missing := missingFamilies(reg, want)
