@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/oracle"
+	"github.com/kvscope/kvscope/core/plan"
 	"github.com/kvscope/kvscope/core/vllm"
 	"github.com/maxence-charriere/go-app/v10/pkg/app"
 )
@@ -53,6 +54,7 @@ type Root struct {
 	tuneWorker string
 	tuneWarm   string // the Tune chart's option before a search (tuneWarmup)
 	idleGC     bool   // a collection is waiting for the browser to be idle
+	landing    bool   // the page opened without settings: the three starts show
 }
 
 // OnDismount stops listening for shortcuts.
@@ -70,6 +72,7 @@ func (c *Root) OnDismount() {
 func (c *Root) OnNav(ctx app.Context) {
 	q := ctx.Page().URL().Query()
 	c.settings, c.parseErr = ParseQuery(q)
+	c.landing = len(q) == 0 // a first visit: offer the three starts
 	c.recompute(ctx)
 	if !c.mounted {
 		// Prerendering on the server, or before mount: draw what needs no
@@ -152,6 +155,7 @@ func (c *Root) collectWhenIdle() {
 func (c *Root) change(ctx app.Context, edit func(*Settings)) {
 	defer c.collectWhenIdle()
 	prev := c.settings
+	c.landing = false
 	edit(&c.settings)
 	if presentation(c.settings) == presentation(prev) {
 		// Only the view or the theme changed: nothing to recompute.
@@ -367,6 +371,7 @@ func (c *Root) Render() app.UI {
 				})),
 			)
 		}),
+		app.If(c.landing, func() app.UI { return c.renderLanding() }),
 		app.Main().ID("view").Body(app.P().Class("intro").DataSet("testid", "view-intro").Text(viewIntro(s.View)), body),
 		c.renderFooter(),
 		app.If(c.help, func() app.UI { return c.renderHelp() }),
@@ -478,6 +483,31 @@ func userWords(msg string) string {
 
 // corePackages are the names core's errors may start with.
 var corePackages = []string{"xfer", "kvspec", "plan", "vlog", "check", "model", "catalog", "oracle", "tune", "vllm", "event", "planflag"}
+
+// renderLanding offers three ways in on a first visit: a model on the
+// newest release, the published deployment the page shows, or the user's
+// own startup logs.
+func (c *Root) renderLanding() app.UI {
+	newest := vllm.Newest().Name()
+	start := func(id, title, text string, edit func(*Settings)) app.UI {
+		return app.Button().Class("start").DataSet("testid", "start-"+id).Body(app.Strong().Text(title), app.Span().Text(text)).
+			OnClick(func(ctx app.Context, e app.Event) { c.change(ctx, edit) })
+	}
+	return app.Section().Class("card landing").DataSet("testid", "landing").Body(
+		app.H2().Text("Where do you start?"),
+		app.Div().Class("starts").Body(
+			start("release", "My model on a release", "vLLM "+newest+" (the newest release kvscope has read), a bundled model or a Hugging Face id, P TP 1 → D TP 2: set it on Configure.",
+				func(s *Settings) {
+					s.Version, s.Draft, s.DraftJSON, s.View = newest, "", "", "configure"
+					s.P, s.D = plan.Engine{TensorParallelSize: 1}, plan.Engine{TensorParallelSize: 2}
+				}),
+			start("published", "The published P TP 2 → D TP 4 deployment", "Qwen3.6-35B-A3B with its DFlash drafter on the group-pair branch: what this page shows now.",
+				func(s *Settings) { s.View = "plan" }),
+			start("logs", "Check my logs", "Paste a vLLM startup log, or a P and a D log, and see whether they will transfer and why not.",
+				func(s *Settings) { s.View = "check" }),
+		),
+	)
+}
 
 // viewIntro is the sentence each view opens with: what it shows and what
 // to look at.
