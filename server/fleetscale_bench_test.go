@@ -346,7 +346,9 @@ func fleetScale(b *testing.B, natsBin string, split bool, agents, rps, seconds i
 	detailP99, detailEvents, detailGaps := p99(drill.detailAges), drill.detail, drill.dgaps
 	drill.mu.Unlock()
 	reqs := float64(requests.Load())
-	perK := func(d time.Duration) float64 { return d.Seconds() / (reqs / loadTime.Seconds() / 1000) / elapsed.Seconds() } // cores per 1,000 requests/s
+	perK := func(d time.Duration) float64 {
+		return d.Seconds() / (reqs / loadTime.Seconds() / 1000) / elapsed.Seconds()
+	} // cores per 1,000 requests/s
 	rc := []float64{(cpu1[0] - cpu0[0]).Seconds() / elapsed.Seconds(), (cpu1[1] - cpu0[1]).Seconds() / elapsed.Seconds()}
 	b.ReportMetric(float64(least())/elapsed.Seconds(), "summaries/s")
 	b.ReportMetric(reqs/loadTime.Seconds(), "requests/s")
