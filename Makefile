@@ -105,6 +105,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./agent/...
 	$(GO) test -run '^$$' -bench LiveEvents -benchtime 20000x ./server/live
 	$(GO) test -run '^$$' -bench Fleet -benchtime 1x ./server/live
+	$(GO) test -run '^$$' -bench FleetScale -benchtime 1x -timeout 20m ./server
 	@$(MAKE) --no-print-directory bench-nixl
 	@$(MAKE) --no-print-directory budgets
 

@@ -338,7 +338,7 @@ func run(ctx context.Context, args []string, logf func(string, ...any)) error {
 	// whose events go nowhere.
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	c.Streamer = &stream.Streamer{Agent: c.Name, URL: c.ServerURL, Token: c.Token, Logf: logf,
+	c.Streamer = &stream.Streamer{Agent: c.Name, URL: c.ServerURL, Token: c.Token, Logf: logf, SplitDetail: true,
 		OnRefused: func(re *stream.RefusedError) { stop(re) }}
 	err = runner.Start(ctx, c)
 	if re := (*stream.RefusedError)(nil); errors.As(context.Cause(ctx), &re) {

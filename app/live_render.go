@@ -224,6 +224,9 @@ func liveStatsHTML(l *Live, st liveStatus, paused bool, sincePause uint64) strin
 	if l.Ring.Gaps > 0 {
 		gapCls = "warn"
 	}
+	if l.Ring.DetailGaps > 0 { // detail is never resent: what a fault lost is told here
+		item("live-detail-gaps", strconv.FormatUint(l.Ring.DetailGaps, 10), fmt.Sprintf("%s descriptor batches missed (a fault, or a slow page: detail is sent once, never stored)", commas(int64(l.Ring.DetailGaps))), "warn")
+	}
 	item("live-gaps", strconv.FormatUint(l.Ring.Gaps, 10), fmt.Sprintf("%s missed (sequence gaps)", commas(int64(l.Ring.Gaps))), gapCls)
 	if l.Gone > 0 {
 		item("live-gone", strconv.FormatUint(l.Gone, 10), fmt.Sprintf("%s stored frames missed while away: the event log no longer held them when this page resumed (its retention limits)", commas(int64(l.Gone))), "warn")

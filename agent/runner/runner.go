@@ -299,11 +299,11 @@ func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) er
 		res := prover.Verify()
 		verdict = string(res.Verdict)
 		if res.Verdict != oracle.Exact {
-			r.emit(event.Event{Kind: event.TransferDone, Done: r.doneData(id, st, verdict)})
+			r.emit(event.Event{Kind: event.TransferDone, Done: r.doneData(id, x, st, verdict)})
 			return &statusError{"ERR_MISMATCH", fmt.Errorf("D's bytes are wrong: %s", res.Mismatch)}
 		}
 	}
-	r.emit(event.Event{Kind: event.TransferDone, Done: r.doneData(id, st, verdict)})
+	r.emit(event.Event{Kind: event.TransferDone, Done: r.doneData(id, x, st, verdict)})
 	r.mu.Lock()
 	r.window = append(r.window, done{at: r.now(), bytes: st.Bytes, us: st.TransferUS, descs: st.Descs})
 	r.served++
@@ -319,9 +319,20 @@ func (r *Runner) serve(pd *xfer.PD, id string, req xfer.Request, verify bool) er
 	return nil
 }
 
-func (r *Runner) doneData(id string, st *transfer.Stats, verdict string) *event.DoneData {
-	return &event.DoneData{Request: id, Bytes: st.Bytes, Descs: st.Descs, Merged: st.Merged, PrepUS: st.PrepUS, PostUS: st.PostUS,
-		TransferUS: st.TransferUS, GBps: st.GBps(), Timing: st.Timing, Source: st.Source, Verified: verdict}
+// doneData is a request's transfer_done: its figures, and what its
+// start and descriptor batches said, summarised (per rank pair and group
+// pair), so that the fleet view and the metrics never need the detail.
+func (r *Runner) doneData(id string, x *xfer.Transfer, st *transfer.Stats, verdict string) *event.DoneData {
+	d := &event.DoneData{Request: id, Bytes: st.Bytes, Descs: st.Descs, Merged: st.Merged, PrepUS: st.PrepUS, PostUS: st.PostUS,
+		TransferUS: st.TransferUS, GBps: st.GBps(), Timing: st.Timing, Source: st.Source, Verified: verdict,
+		Mode: string(x.Mode), Prompt: x.Request.PromptTokens, Hit: x.Request.PrefixHitTokens}
+	for i := range st.Batches {
+		var kept bool
+		if d.Pairs, kept = event.Summarise(d.Pairs, &st.Batches[i]); !kept {
+			d.PairsOmitted++
+		}
+	}
+	return d
 }
 
 // compute is a request's transfer with its pairs, refused with a status

@@ -94,9 +94,9 @@ func Start(ctx context.Context, c Config) error {
 	case c.Streamer != nil:
 		st = c.Streamer
 	case c.NATS != "":
-		st = &stream.NATS{Streamer: stream.Streamer{Agent: c.Name, Logf: logf}, URLs: c.NATS, Auth: c.NATSAuth}
+		st = &stream.NATS{Streamer: stream.Streamer{Agent: c.Name, Logf: logf, SplitDetail: true}, URLs: c.NATS, Auth: c.NATSAuth}
 	case c.ServerURL != "":
-		st = &stream.Streamer{Agent: c.Name, URL: c.ServerURL, Token: c.Token, Logf: logf}
+		st = &stream.Streamer{Agent: c.Name, URL: c.ServerURL, Token: c.Token, Logf: logf, SplitDetail: true}
 	}
 	var sink Sink = st
 	if st == nil {

@@ -231,12 +231,27 @@ func (n *NATS) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if n.SplitDetail {
+		// A replica says on these subjects, at least every
+		// event.WatchEvery, that a browser draws this agent (or every
+		// agent): detail goes while the last word is fresh.
+		for _, subject := range []string{event.WatchSubject(n.Agent), event.WatchAll} {
+			sub, err := nc.Subscribe(subject, func(*nats.Msg) { n.watchedFor(event.WatchLease) })
+			if err != nil {
+				return fmt.Errorf("stream: subscribing to %s: %w", subject, err)
+			}
+			defer sub.Unsubscribe()
+		}
+	}
 	tick := time.NewTicker(n.FlushEvery)
 	defer tick.Stop()
 	backoff := 100 * time.Millisecond
 	key := event.MessageIDKey(n.Auth.Password, n.Agent)
 	var sentFirst, sentLast uint64 // the frame sent last: sent again, a duplicate is it
 	for ctx.Err() == nil {
+		for _, frame := range n.takeDetailFrames() { // core NATS: not stored, not acknowledged
+			nc.Publish(event.DetailSubject(n.Agent), frame)
+		}
 		n.mu.Lock()
 		acked := n.acked
 		n.mu.Unlock()

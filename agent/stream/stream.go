@@ -40,6 +40,12 @@ type Streamer struct {
 	MaxBatch   int           // events per frame (default 512)
 	InFlight   int           // frames sent and not yet acknowledged, at most (default 2)
 	Logf       func(format string, args ...any)
+	// SplitDetail sends detail (event.IsDetail) apart from the
+	// summaries: numbered in its own sequence, never stored, and only
+	// while a browser draws this agent (detail.go). It needs a server
+	// that knows the split (this release on); without it every event is
+	// stored, as before.
+	SplitDetail bool
 	// OnRefused, when set, is called with a permanent refusal (see Run)
 	// before Run returns it: whoever runs the streamer beside other work
 	// can stop that work too.
@@ -56,6 +62,14 @@ type Streamer struct {
 	// registrations: sent again when a server has lost them (restarted).
 	state       event.State
 	sessionAcks int
+	// The detail sequence (SplitDetail): the last dseq numbered, the
+	// events waiting for their frame, until when a browser draws them,
+	// and how many went unsent and how many frames went.
+	dseq         uint64
+	detail       []event.Event
+	detailUntil  time.Time
+	detailUnsent uint64
+	detailFrames uint64
 }
 
 func (s *Streamer) init() {
@@ -87,12 +101,17 @@ func (s *Streamer) init() {
 // oldest event.
 func (s *Streamer) Publish(e event.Event) {
 	s.init()
-	s.mu.Lock()
-	s.seq++
-	e.V, e.Agent, e.Seq = event.Version, s.Agent, s.seq
 	if e.TS == 0 {
 		e.TS = time.Now().UnixNano()
 	}
+	s.mu.Lock()
+	if s.SplitDetail && event.IsDetail(e.Kind) {
+		s.publishDetail(e)
+		s.mu.Unlock()
+		return // sent on the next tick
+	}
+	s.seq++
+	e.V, e.Agent, e.Seq = event.Version, s.Agent, s.seq
 	s.enqueue(e)
 	s.mu.Unlock()
 	select {
@@ -266,6 +285,9 @@ func (s *Streamer) endpoint() (string, error) {
 	q := u.Query()
 	q.Set("agent", s.Agent)
 	q.Set("epoch", s.Epoch)
+	if s.SplitDetail {
+		q.Set("detail", "1") // this agent numbers its detail apart and sends it on demand
+	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }
@@ -287,6 +309,7 @@ func (s *Streamer) session(ctx context.Context) error {
 		return err
 	}
 	defer conn.CloseNow()
+	defer s.watchedFor(0) // a replica that takes over says again whether detail is drawn
 	conn.SetReadLimit(64 << 10)
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -311,6 +334,14 @@ func (s *Streamer) session(ctx context.Context) error {
 		lastAck = acked
 		for len(inflight) > 0 && inflight[0] <= acked {
 			inflight = inflight[1:]
+		}
+		for _, frame := range s.takeDetailFrames() { // never acknowledged: sent once
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := conn.Write(wctx, websocket.MessageText, frame)
+			cancel()
+			if err != nil {
+				return err
+			}
 		}
 		if len(inflight) < s.InFlight {
 			if batch := s.pending(sent); len(batch) > 0 {
@@ -398,9 +429,12 @@ func (s *Streamer) pending(after uint64) []event.Event {
 	return append([]event.Event(nil), s.queue[i:i+n]...)
 }
 
-// Ack is the server's acknowledgement message.
+// Ack is the server's acknowledgement message; to an agent that splits
+// its detail the server also sends {"detail":true} or {"detail":false}
+// (Detail set, no ack), whether a browser draws this agent.
 type Ack struct {
-	Ack uint64 `json:"ack"`
+	Ack    uint64 `json:"ack"`
+	Detail *bool  `json:"detail,omitempty"`
 }
 
 func (s *Streamer) readAcks(ctx context.Context, conn *websocket.Conn) error {
@@ -412,6 +446,18 @@ func (s *Streamer) readAcks(ctx context.Context, conn *websocket.Conn) error {
 		var a Ack
 		if err := json.Unmarshal(data, &a); err != nil {
 			return fmt.Errorf("stream: bad acknowledgement %q", data)
+		}
+		if a.Detail != nil {
+			if *a.Detail {
+				s.watchedFor(forever)
+			} else {
+				s.watchedFor(0)
+			}
+			select { // queued detail goes now
+			case s.wake <- struct{}{}:
+			default:
+			}
+			continue
 		}
 		s.mu.Lock()
 		s.sessionAcks++

@@ -41,6 +41,12 @@ const (
 	StuckTransfer Kind = "stuck_transfer" // a transfer or a peer stopped making progress (added in schema 1, backward-compatibly)
 )
 
+// IsDetail reports whether events of kind k are per-layer detail (a
+// request's descriptor batches and the start that frames them), which an
+// agent that splits its events sends on its detail subject, unstored,
+// only while a browser draws it; every other kind is a summary, stored.
+func IsDetail(k Kind) bool { return k == DescBatch || k == TransferStart }
+
 // Timing says where a duration comes from.
 type Timing string
 
@@ -82,6 +88,13 @@ type Event struct {
 	// message that stored it, set by the server that read it back; a
 	// browser resumes after the last one it saw. Agents do not set it.
 	Stream uint64 `json:"stream_seq,omitempty"`
+	// Detail is a detail event's number (IsDetail kinds, sent by an agent
+	// that splits its detail from its summaries) in its agent's detail
+	// sequence: contiguous per agent process from 1, counting every detail
+	// event the agent produced, sent or not, so a jump is detail a
+	// watching browser missed. Such an event has no Seq (0): the stored
+	// sequence numbers the summaries only.
+	Detail uint64 `json:"dseq,omitempty"`
 
 	Hello        *HelloData        `json:"hello,omitempty"`
 	Registration *RegistrationData `json:"registration,omitempty"`
@@ -221,6 +234,49 @@ type DoneData struct {
 	// Go copies) or "nixl" (NIXL's per-request telemetry).
 	Source   string `json:"source,omitempty"`
 	Verified string `json:"verified"` // exact, wrong or skipped (sampled out)
+	// What the request's detail (its start and descriptor batches) said,
+	// summarised, so that the fleet view and the metrics never need the
+	// detail: the transfer's mode and prompt, and per rank pair and group
+	// pair its descriptors, bytes and layers (at most MaxDonePairs; the
+	// rest counted in PairsOmitted). Empty from agents before the split.
+	Mode         string     `json:"mode,omitempty"`
+	Prompt       int        `json:"prompt_tokens,omitempty"`
+	Hit          int        `json:"prefix_hit_tokens,omitempty"`
+	Pairs        []PairStat `json:"pairs,omitempty"`
+	PairsOmitted int        `json:"pairs_omitted,omitempty"`
+}
+
+// MaxDonePairs bounds the pairs a transfer_done lists.
+const MaxDonePairs = 64
+
+// PairStat is a request's descriptors between one P rank and one D rank
+// for one group pair, summed over its layers.
+type PairStat struct {
+	PRank  int   `json:"p_rank"`
+	DRank  int   `json:"d_rank"`
+	PGroup int   `json:"p_group"`
+	DGroup int   `json:"d_group"`
+	Layers int   `json:"layers"`
+	Descs  int   `json:"descs"`
+	Bytes  int64 `json:"bytes"`
+}
+
+// Summarise folds one descriptor batch of a request into pairs, keeping at
+// most MaxDonePairs and reporting whether it was kept (false: omitted).
+func Summarise(pairs []PairStat, b *BatchData) ([]PairStat, bool) {
+	for i := range pairs {
+		p := &pairs[i]
+		if p.PRank == b.PRank && p.DRank == b.DRank && p.PGroup == b.PGroup && p.DGroup == b.DGroup {
+			p.Layers++
+			p.Descs += b.Descs
+			p.Bytes += b.Bytes
+			return pairs, true
+		}
+	}
+	if len(pairs) >= MaxDonePairs {
+		return pairs, false
+	}
+	return append(pairs, PairStat{PRank: b.PRank, DRank: b.DRank, PGroup: b.PGroup, DGroup: b.DGroup, Layers: 1, Descs: b.Descs, Bytes: b.Bytes}), true
 }
 
 // ErrorData reports a failure.
@@ -462,8 +518,12 @@ func (e *Event) Validate() error {
 		return bad("v", fmt.Sprintf("version %d, want %d", e.V, Version))
 	case CheckAgentName(e.Agent) != nil:
 		return bad("agent", CheckAgentName(e.Agent).Error())
-	case e.Seq == 0:
+	case e.Seq == 0 && e.Detail == 0:
 		return bad("seq", "must be positive")
+	case e.Seq != 0 && e.Detail != 0:
+		return bad("dseq", "a detail event has no seq")
+	case e.Detail != 0 && !IsDetail(e.Kind):
+		return bad("dseq", fmt.Sprintf("kind %s is not detail", e.Kind))
 	}
 	set := [len(payloads)]bool{e.Hello != nil, e.Registration != nil, e.Handshake != nil, e.Start != nil, e.Batch != nil,
 		e.Done != nil, e.Error != nil, e.Sample != nil, e.Mismatch != nil, e.Stuck != nil}

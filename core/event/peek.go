@@ -16,6 +16,7 @@ type Head struct {
 	Kind   Kind
 	TS     int64
 	Stream uint64
+	Detail uint64 // dseq: a detail event's number (Event.Detail)
 	Raw    []byte // the event's JSON object: a slice of the frame, not a copy
 }
 
@@ -74,7 +75,7 @@ func Peek(frame []byte) ([]Head, error) {
 }
 
 // envelope is the top-level keys of an event besides its payloads.
-var envelope = [...]string{"v", "agent", "seq", "kind", "ts_ns", "stream_seq"}
+var envelope = [...]string{"v", "agent", "seq", "kind", "ts_ns", "stream_seq", "dseq"}
 
 // keyIndex is a top-level key's place among the envelope's keys and then
 // the payloads', -1 for any other key.
@@ -162,6 +163,8 @@ func (s *scanner) event(h *Head, agent *string) error {
 				h.Stream, err = s.unsigned()
 			case "ts_ns":
 				h.TS, err = s.integer()
+			case "dseq":
+				h.Detail, err = s.unsigned()
 			default: // a payload: an object, or null for none
 				if s.literal("null") {
 					break
@@ -191,8 +194,12 @@ func (s *scanner) event(h *Head, agent *string) error {
 		return bad("v", fmt.Sprintf("version %d, want %d", version, Version))
 	case CheckAgentName(h.Agent) != nil:
 		return bad("agent", CheckAgentName(h.Agent).Error())
-	case h.Seq == 0:
+	case h.Seq == 0 && h.Detail == 0:
 		return bad("seq", "must be positive")
+	case h.Seq != 0 && h.Detail != 0:
+		return bad("dseq", "a detail event has no seq")
+	case h.Detail != 0 && !IsDetail(h.Kind):
+		return bad("dseq", fmt.Sprintf("kind %s is not detail", h.Kind))
 	}
 	i := payloadIndex(h.Kind)
 	switch {

@@ -5,13 +5,18 @@ package event
 // agent's sequence (events dropped somewhere between the agent and here).
 // A Ring is not safe for concurrent use.
 type Ring struct {
-	buf   []Event
-	next  int
-	full  bool
-	last  map[string]uint64 // agent -> last seq seen
-	ts    map[string]int64  // agent -> the timestamp of that event
-	Gaps  uint64            // events missing from the sequences seen
-	Total uint64            // events added
+	buf  []Event
+	next int
+	full bool
+	last map[string]uint64 // agent -> last seq seen
+	ts   map[string]int64  // agent -> the timestamp of that event
+	Gaps uint64            // events missing from the sequences seen
+	// DetailGaps is the detail events (dseq) missing from the detail
+	// sequences seen: detail a drawn agent produced that did not arrive
+	// (a fault, or a queue that dropped it), told, never silent.
+	DetailGaps uint64
+	lastDetail map[string]uint64 // agent -> last dseq seen
+	Total      uint64            // events added
 }
 
 // NewRing makes a ring of the given capacity.
@@ -25,6 +30,21 @@ func NewRing(capacity int) *Ring {
 func (r *Ring) Add(e Event) bool {
 	if Restarted(e, r.ts[e.Agent]) {
 		delete(r.last, e.Agent)
+		delete(r.lastDetail, e.Agent)
+	}
+	if e.Detail != 0 {
+		if r.lastDetail == nil {
+			r.lastDetail = map[string]uint64{}
+		}
+		if last, ok := r.lastDetail[e.Agent]; ok {
+			if e.Detail <= last {
+				return false
+			}
+			r.DetailGaps += e.Detail - last - 1
+		}
+		r.lastDetail[e.Agent] = e.Detail
+		r.put(e)
+		return true
 	}
 	if last, ok := r.last[e.Agent]; ok {
 		if e.Seq <= last {
@@ -33,11 +53,16 @@ func (r *Ring) Add(e Event) bool {
 		r.Gaps += e.Seq - last - 1
 	}
 	r.last[e.Agent], r.ts[e.Agent] = e.Seq, e.TS
+	r.put(e)
+	return true
+}
+
+// put appends an accepted event.
+func (r *Ring) put(e Event) {
 	r.buf[r.next] = e
 	r.next = (r.next + 1) % len(r.buf)
 	r.full = r.full || r.next == 0
 	r.Total++
-	return true
 }
 
 // AddHistory adds a subscriber's first frame: the events that happened

@@ -78,11 +78,19 @@ func (h *Hub) AgentHandler(secret string) http.Handler {
 		conn.SetReadLimit(event.MaxFrameBytes)
 		ctx := r.Context()
 		var in messageReader
+		split := r.URL.Query().Get("detail") == "1"
 		welcome := h.connect(ctx, name, epoch, conn, r.RemoteAddr)
 		unclaim() // connected: counted by its connection from now on
 		defer h.disconnect(name, conn)
 		if err := h.ack(ctx, conn, welcome); err != nil {
 			return
+		}
+		h.mu.Lock()
+		a := h.agent(name)
+		a.split, a.detailOn = split, false
+		h.mu.Unlock()
+		if split { // it numbers its detail apart: tell it whether a browser draws it
+			h.tellAgent(name, time.Now())
 		}
 		for {
 			data, err := in.read(ctx, conn)
@@ -91,6 +99,19 @@ func (h *Hub) AgentHandler(secret string) http.Handler {
 					h.reject("too_big")
 				}
 				return
+			}
+			if split {
+				heads, detail, err := checkDetail(data, name)
+				if err != nil {
+					h.reject("malformed")
+					h.logf("agent %q: frame rejected: %q", name, err.Error())
+					conn.Close(websocket.StatusUnsupportedData, event.Clip(err.Error(), 123))
+					return
+				}
+				if detail { // not stored, not acknowledged
+					h.detailFrame(name, data, heads)
+					continue
+				}
 			}
 			events, err := event.DecodeFrame(data)
 			if err == nil {

@@ -16,7 +16,10 @@ import (
 // LiveHandler is /ws/live: a browser from this server's origin subscribes
 // read-only to every agent's events (?agents=a,b: those agents' only),
 // or, coming back with ?since=N, resumes from the event log after stream
-// message N. It gets {"history": N}, N frames of history, then the live
+// message N. ?detail=a,b names the agents whose detail (descriptor
+// batches, unstored) it draws, by default those of ?agents= (every agent
+// without it); the agents it draws send their detail while it is
+// connected (detail.go). It gets {"history": N}, N frames of history, then the live
 // frames, and the fleet summary once a second.
 func (h *Hub) LiveHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -41,6 +44,7 @@ func (h *Hub) LiveHandler() http.Handler {
 		}
 		s, hist := h.subscribeTo(agents)
 		defer h.unsubscribe(s)
+		h.watch(s, parseDetail(r.URL.Query(), agents))
 		var caughtUp uint64  // the last stream message the catch-up read
 		more := false        // the catch-up stopped short of the stream's end
 		var gone uint64      // stored messages the browser missed that the log no longer holds

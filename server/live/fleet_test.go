@@ -52,6 +52,12 @@ type fleetSub struct {
 	conns    int
 	pause    chan time.Duration
 	logf     func(string, ...any)
+	// Detail (dseq), per agent: the last seen, how many, the jumps in
+	// it (what it was told it missed), and when the last arrived.
+	dlast  map[string]uint64
+	dcount map[string]int
+	dgaps  map[string]uint64
+	dat    map[string]time.Time
 }
 
 func newFleetSub(addr string) *fleetSub {
@@ -75,7 +81,11 @@ func (s *fleetSub) once(ctx context.Context) {
 	s.mu.Lock()
 	u := s.url
 	if s.since > 0 {
-		u += fmt.Sprintf("?since=%d", s.since)
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		u += fmt.Sprintf("%ssince=%d", sep, s.since)
 	}
 	s.conns++
 	s.mu.Unlock()
@@ -114,6 +124,20 @@ func (s *fleetSub) once(ctx context.Context) {
 		}
 		s.mu.Lock()
 		for _, e := range events {
+			if e.Detail != 0 {
+				if s.dlast == nil {
+					s.dlast, s.dcount, s.dgaps, s.dat = map[string]uint64{}, map[string]int{}, map[string]uint64{}, map[string]time.Time{}
+				}
+				if last, ok := s.dlast[e.Agent]; ok && e.Detail > last+1 {
+					s.dgaps[e.Agent] += e.Detail - last - 1
+				}
+				if e.Detail > s.dlast[e.Agent] {
+					s.dlast[e.Agent] = e.Detail
+				}
+				s.dcount[e.Agent]++
+				s.dat[e.Agent] = time.Now()
+				continue
+			}
 			if seen[e.Agent] == nil {
 				seen[e.Agent] = map[uint64]bool{}
 			}

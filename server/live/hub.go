@@ -123,6 +123,14 @@ type Hub struct {
 	fleetMu  sync.Mutex
 	fleetMsg []byte
 	fleetAt  time.Time
+
+	// Detail on demand (detail.go): this hub's browsers drawing each
+	// agent's detail, or every agent's; and the fleet's latest word that
+	// some browser draws an agent (or every agent).
+	watching    map[string]int
+	watchingAll int
+	leases      map[string]time.Time
+	leaseAll    time.Time
 }
 
 // agent is everything the hub keeps of one agent, so that forgetting it
@@ -142,6 +150,9 @@ type agent struct {
 	storedEpoch string
 	fleet       *fleetStat // its fleet summary line, from its first event
 	spent       spending   // what it stored against the hub's AgentBudget
+	// split: its connection numbers detail apart and sends it on demand
+	// (/ws/agent?detail=1); detailOn: it was last told to send it.
+	split, detailOn bool
 }
 
 // historyBuilders bounds the subscribers packing their history at once.
@@ -168,15 +179,27 @@ func New(o Options) *Hub {
 	if h.maxPerCredential = o.MaxAgentsPerCredential; h.maxPerCredential <= 0 {
 		h.maxPerCredential = DefaultMaxAgentsPerCredential
 	}
+	h.watching = map[string]int{}
 	initMetrics(h.metrics)
 	if o.Record != nil {
 		h.rec = newRecorder(o.Record, o.RecordQueue, h.metrics, h.logf)
 	}
+	go h.watchLoop()
 	if o.Log != nil {
 		h.metrics.Register(o.Log.Collector())
 		replay := o.Replay
 		if replay == 0 {
 			replay = DefaultReplay
+		}
+		if err := o.Log.Detail(h.stopped, h.leased, h.sayAll, func(agent string, frame []byte) {
+			heads, ok, err := checkDetail(frame, agent)
+			if err != nil || !ok {
+				h.metrics.Add("kvscope_bus_bad_messages_total", "Stream messages that were not a frame of their agent's events.", 1)
+				return
+			}
+			h.deliverDetail(agent, frame, heads)
+		}); err != nil {
+			h.logf("event log: detail on demand: %v (browsers get summaries only)", err)
 		}
 		h.followed = make(chan struct{})
 		go func() {

@@ -20,6 +20,7 @@ type subscriber struct {
 	// agents, when not nil, are the only agents whose events the
 	// subscriber gets (the fleet summary covers every agent).
 	agents map[string]bool
+	detail detailInterest // whose detail it draws (h.mu held)
 }
 
 // liveFrame is a frame queued for a subscriber, with the stream message
@@ -150,5 +151,14 @@ func (h *Hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.subs, s)
+	if s.detail.all {
+		h.watchingAll--
+	}
+	for a := range s.detail.agents {
+		if h.watching[a]--; h.watching[a] <= 0 {
+			delete(h.watching, a)
+		}
+	}
+	s.detail = detailInterest{}
 	h.metrics.Set("kvscope_hub_subscribers", "Browsers subscribed to /ws/live.", float64(len(h.subs)))
 }

@@ -307,8 +307,10 @@ func (a *natsAuth) Check(c natsserver.ClientAuthentication) bool {
 		return false
 	}
 	c.RegisterUser(&natsserver.User{Username: user, Permissions: &natsserver.Permissions{
-		Publish:   &natsserver.SubjectPermission{Allow: []string{event.Subject(user)}},
-		Subscribe: &natsserver.SubjectPermission{Allow: []string{stream.InboxPrefix(user) + ".>"}},
+		// Its events, stored, and its detail, not stored; its inbox, and
+		// whether a browser draws it (its watch subject, and every agent's).
+		Publish:   &natsserver.SubjectPermission{Allow: []string{event.Subject(user), event.DetailSubject(user)}},
+		Subscribe: &natsserver.SubjectPermission{Allow: []string{stream.InboxPrefix(user) + ".>", event.WatchSubject(user), event.WatchAll}},
 	}})
 	return true
 }

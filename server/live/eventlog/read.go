@@ -157,7 +157,7 @@ func Route(data []byte, agent string, seq uint64) ([]event.Event, [][]byte, erro
 // kinds the hub reads (for the fleet summary and the metrics); the others
 // are routed by their heads.
 func PayloadRead(k event.Kind) bool {
-	return k == event.Hello || k == event.TransferDone || k == event.Error || k == event.Sample
+	return k == event.Hello || k == event.TransferDone || k == event.Error || k == event.Sample || k == event.StuckTransfer || k == event.PlanMismatch
 }
 
 // Events reads stream messages from to through (0: the stream's last

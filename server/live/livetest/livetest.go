@@ -184,3 +184,51 @@ func Credential(agent string) string {
 	cred, _ := event.IssueCredential(Token, agent)
 	return cred
 }
+
+// RequestBatches is how many descriptor batches Request makes: the
+// default scenario's shape (P TP 2 to D TP 4: 4 rank pairs, 2 group pairs,
+// 24 layers each), about the 190 events a request of it produces.
+const RequestBatches = 4 * 2 * 24
+
+// Request is the i-th request of a simulated agent, as an agent that
+// transfers reports it: its start, its descriptor batches (detail) and
+// its transfer_done, which summarises them per rank pair and group pair.
+// With detail false only the transfer_done is built (nobody draws the
+// detail: the caller counts RequestBatches+1 skipped).
+func Request(i int, detail bool) []event.Event {
+	req := fmt.Sprintf("req-%d", i)
+	done := &event.DoneData{Request: req, Bytes: RequestBatches * 131072, Descs: RequestBatches * 8, Merged: RequestBatches,
+		TransferUS: 900, GBps: 27.9, Timing: event.Measured, Source: "host", Verified: "exact", Mode: "pull", Prompt: 4096}
+	var out []event.Event
+	if detail {
+		out = append(out, event.Event{Kind: event.TransferStart, Start: &event.StartData{Request: req, Prompt: 4096, Mode: "pull", Descs: done.Descs, Bytes: done.Bytes}})
+	}
+	for d := range 4 {
+		for g := range 2 {
+			for l := range 24 {
+				b := &event.BatchData{Request: req, PRank: d / 2, DRank: d, PGroup: g, DGroup: g, Layer: fmt.Sprintf("model.layers.%d.self_attn", 2*l+g),
+					Kind: "full", Descs: 8, Bytes: 131072, StartNS: int64(l) * 10_000, EndNS: int64(l+1) * 10_000, Timing: event.Measured}
+				done.Pairs, _ = event.Summarise(done.Pairs, b)
+				if detail {
+					out = append(out, event.Event{Kind: event.DescBatch, Batch: b})
+				}
+			}
+		}
+	}
+	return append(out, event.Event{Kind: event.TransferDone, Done: done})
+}
+
+// PublishRequest publishes the i-th request on st, building its detail
+// only while a browser draws st's agent (an agent that splits its events);
+// it returns how many events it built.
+func PublishRequest(st *stream.Streamer, i int) int {
+	detail := !st.SplitDetail || st.DetailOn()
+	events := Request(i, detail)
+	if !detail {
+		st.SkipDetail(RequestBatches + 1)
+	}
+	for _, e := range events {
+		st.Publish(e)
+	}
+	return len(events)
+}

@@ -1,0 +1,224 @@
+package live
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvscope/kvscope/agent/stream"
+	"github.com/kvscope/kvscope/core/event"
+	"github.com/kvscope/kvscope/server/live/livetest"
+)
+
+// detailMonitor counts every detail message on NATS, by agent: what
+// agents' detail costs the fleet (it subscribes, so it never makes an
+// agent send: agents hear only replicas' watch words).
+type detailMonitor struct {
+	mu   sync.Mutex
+	msgs map[string]int
+}
+
+func monitorDetail(t *testing.T, url string) *detailMonitor {
+	m := &detailMonitor{msgs: map[string]int{}}
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := nc.Subscribe(event.DetailPrefix+">", func(msg *nats.Msg) {
+		agent, _ := event.AgentOfDetail(msg.Subject)
+		m.mu.Lock()
+		m.msgs[agent]++
+		m.mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	return m
+}
+
+func (m *detailMonitor) count(agent string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.msgs[agent]
+}
+
+// detail reads a subscriber's detail figures for agent.
+func (s *fleetSub) detailOf(agent string) (count int, gaps uint64, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dcount[agent], s.dgaps[agent], s.dat[agent]
+}
+
+// TestDetailOnDemand is the fleet's two kinds of subjects in short: three
+// agents that split their events (two on websockets to two replicas, one
+// publishing to NATS itself) run requests, each a start, 192 descriptor
+// batches and a transfer_done. While no browser draws an agent, no detail
+// reaches NATS and the browsers get the summaries only; a browser that
+// draws two of them gets their detail within a second and the third's
+// stays at 0. Then the first agent's replica restarts, the NATS server
+// restarts, and the drawing browser is away 2 s: after each its detail
+// resumes within a second, and what it missed is told by the jump in
+// dseq (the replica's restart and the browser's absence lose detail by
+// design). When it stops drawing, detail stops within the lease. In the
+// end every browser holds every summary, once per connection.
+func TestDetailOnDemand(t *testing.T) {
+	n := livetest.StartNATS(t)
+	r1 := startReplica(t, n.URL(), livetest.FreeAddr(t))
+	r2 := startReplica(t, n.URL(), livetest.FreeAddr(t))
+	mon := monitorDetail(t, n.URL())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	fleet := newFleetSub(r2.Addr)
+	fleet.url += "?detail=" // the fleet view: every summary, no detail
+	fleet.logf = t.Logf
+	wg.Add(1)
+	go func() { defer wg.Done(); fleet.run(ctx) }()
+
+	ws1 := &stream.Streamer{Agent: "gpu1/agent", URL: "ws://" + r1.Addr + "/ws/agent", Token: livetest.Credential("gpu1/agent"), SplitDetail: true}
+	ws2 := &stream.Streamer{Agent: "gpu2/agent", URL: "ws://" + r2.Addr + "/ws/agent", Token: livetest.Credential("gpu2/agent"), SplitDetail: true}
+	onNATS := &stream.NATS{Streamer: stream.Streamer{Agent: "gpu3/agent", SplitDetail: true}, URLs: n.URL()}
+	agents := []*stream.Streamer{ws1, ws2, &onNATS.Streamer}
+	wg.Add(3)
+	go func() { defer wg.Done(); ws1.Run(ctx) }()
+	go func() { defer wg.Done(); ws2.Run(ctx) }()
+	go func() { defer wg.Done(); onNATS.Run(ctx) }()
+	pctx, stopPublishing := context.WithCancel(ctx)
+	var pubs sync.WaitGroup
+	for _, st := range agents {
+		pubs.Add(1)
+		go func() {
+			defer pubs.Done()
+			st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: st.Agent, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+			tick := time.NewTicker(40 * time.Millisecond)
+			defer tick.Stop()
+			for i := 1; ; i++ {
+				select {
+				case <-pctx.Done():
+					return
+				case <-tick.C:
+				}
+				livetest.PublishRequest(st, i)
+			}
+		}()
+	}
+
+	time.Sleep(1500 * time.Millisecond)
+	for _, a := range []string{"gpu1/agent", "gpu2/agent", "gpu3/agent"} {
+		if c := mon.count(a); c != 0 {
+			t.Errorf("%s sent %d detail messages while no browser drew it", a, c)
+		}
+		if c, _, _ := fleet.detailOf(a); c != 0 {
+			t.Errorf("the fleet browser got %d of %s's detail events", c, a)
+		}
+	}
+
+	drill := newFleetSub(r2.Addr)
+	drill.url += "?detail=gpu1/agent,gpu3/agent" // gpu1 is on the other replica
+	drill.logf = t.Logf
+	dctx, stopDrill := context.WithCancel(ctx)
+	wg.Add(1)
+	go func() { defer wg.Done(); drill.run(dctx) }()
+	// resumes waits until both drilled agents' detail arrives after since,
+	// within limit, and says how long it took.
+	resumes := func(what string, since time.Time, limit time.Duration) {
+		t.Helper()
+		for {
+			_, _, at1 := drill.detailOf("gpu1/agent")
+			_, _, at3 := drill.detailOf("gpu3/agent")
+			if at1.After(since) && at3.After(since) {
+				t.Logf("%s: detail of both drilled agents within %v", what, time.Since(since).Round(time.Millisecond))
+				return
+			}
+			if time.Since(since) > limit {
+				t.Fatalf("%s: the drilled agents' detail did not resume within %v (gpu1 last %v, gpu3 last %v)", what, limit, at1, at3)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	resumes("a browser drilling in", time.Now(), time.Second)
+	time.Sleep(500 * time.Millisecond)
+	if c := mon.count("gpu2/agent"); c != 0 {
+		t.Errorf("gpu2, which no browser draws, sent %d detail messages", c)
+	}
+	_, gaps1, _ := drill.detailOf("gpu1/agent")
+	_, gaps3, _ := drill.detailOf("gpu3/agent")
+	if gaps1 != 0 || gaps3 != 0 {
+		t.Errorf("the drilled agents' detail has gaps while nothing failed: %d and %d", gaps1, gaps3)
+	}
+
+	t.Log("restarting replica 1, gpu1's")
+	r1.Stop()
+	time.Sleep(300 * time.Millisecond)
+	r1.Start()
+	resumes("replica 1 restarted", time.Now(), time.Second)
+	if _, g, _ := drill.detailOf("gpu1/agent"); g == 0 {
+		t.Errorf("gpu1's detail lost while its replica restarted is not told (no jump in dseq)")
+	} else {
+		t.Logf("replica 1 restarted: the browser was told of %d of gpu1's detail events missed", g)
+	}
+
+	t.Log("restarting the NATS server")
+	n.Stop()
+	time.Sleep(300 * time.Millisecond)
+	n.Start()
+	resumes("NATS restarted", time.Now(), 2*time.Second) // the clients' reconnection first
+	_, before, _ := drill.detailOf("gpu3/agent")
+	t.Logf("NATS restarted: told of %d of gpu3's detail events missed so far", before)
+
+	t.Log("the drilling browser goes away for 2 s")
+	drill.pause <- 2 * time.Second
+	time.Sleep(2 * time.Second)
+	resumes("the browser back", time.Now(), time.Second)
+	if _, g, _ := drill.detailOf("gpu1/agent"); g <= gaps1 {
+		t.Errorf("detail missed while the browser was away is not told")
+	}
+
+	stopDrill()
+	time.Sleep(event.WatchLease + time.Second)
+	quiet := mon.count("gpu1/agent") + mon.count("gpu3/agent")
+	time.Sleep(time.Second)
+	if later := mon.count("gpu1/agent") + mon.count("gpu3/agent"); later != quiet {
+		t.Errorf("detail still flows with no browser drawing it: %d messages in a second", later-quiet)
+	}
+
+	stopPublishing()
+	pubs.Wait()
+	want := map[string]uint64{}
+	for _, st := range agents {
+		fctx, fcancel := context.WithTimeout(ctx, 20*time.Second)
+		if err := st.Flush(fctx); err != nil {
+			t.Fatalf("%s: %d summaries never stored: %v", st.Agent, st.Pending(), err)
+		}
+		fcancel()
+		want[st.Agent] = st.Acked()
+		if st.Dropped() > 0 {
+			t.Fatalf("%s dropped %d events", st.Agent, st.Dropped())
+		}
+	}
+	for _, s := range []*fleetSub{fleet, drill} {
+		deadline := time.Now().Add(20 * time.Second)
+		for s == drill && s.missing(want) > 0 && time.Now().Before(deadline) {
+			break // the drilling browser left: it holds what it was sent while there
+		}
+		for s == fleet && s.missing(want) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the fleet browser misses %d summaries: %s", s.missing(want), s.someMissing(want))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		s.mu.Lock()
+		if s.sameConn > 0 {
+			t.Errorf("%s: %d summaries arrived twice on one connection", s.url, s.sameConn)
+		}
+		s.mu.Unlock()
+	}
+	t.Logf("the fleet browser holds all %d summaries of the 3 agents, in %d connections", want["gpu1/agent"]+want["gpu2/agent"]+want["gpu3/agent"], fleet.conns)
+}
