@@ -446,3 +446,30 @@ func TestLiveDeploymentVerdict(t *testing.T) {
 		t.Errorf("want the newest verdict only:\n%s", html)
 	}
 }
+
+// TestLiveDeploymentStuck: what a watcher finds stuck shows in the
+// Deployment panel, oldest first, with when it started (UTC), the engine,
+// the source and the reason; a cleared one leaves; vLLM's counters stand
+// for their requests.
+func TestLiveDeploymentStuck(t *testing.T) {
+	l := NewLive()
+	var f feed
+	hello := &event.HelloData{Host: "h", Backend: "nixl (watched)", Memory: "VRAM", Role: "watch", GPUs: []event.GPU{}, Engine: "D rank 0 of TP 2"}
+	l.Add(f.ev("gpu7/deployment", event.Event{Kind: event.Hello, Hello: hello}), t0)
+	since := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
+	stuck := func(s event.StuckData) event.Event {
+		return f.ev("gpu7/deployment", event.Event{Kind: event.StuckTransfer, Stuck: &s})
+	}
+	l.Add(stuck(event.StuckData{Request: "rx-7", Engine: "D rank 0", Source: "ring", Reason: "posted 130 s ago, not completed", SinceNS: since.Add(10 * time.Second).UnixNano()}), t0)
+	l.Add(stuck(event.StuckData{Engine: "decode:8000", Source: "vllm", Reason: "vllm:nixl_num_kv_expired_reqs grew", SinceNS: since.UnixNano(), Count: 3}), t0)
+	l.Add(stuck(event.StuckData{Request: "rx-8", Engine: "D rank 0", Source: "ring", Reason: "posted", SinceNS: since.Add(20 * time.Second).UnixNano()}), t0)
+	l.Add(stuck(event.StuckData{Request: "rx-8", Engine: "D rank 0", Source: "ring", Cleared: true}), t0)
+	html := liveDeploymentHTML(l)
+	first, second := strings.Index(html, "2026-12-02 07:00:00 UTC"), strings.Index(html, "2026-12-02 07:00:10 UTC")
+	if first < 0 || second < 0 || first > second || !strings.Contains(html, "decode:8000 (3 requests)") || !strings.Contains(html, "D rank 0 rx-7") {
+		t.Errorf("the Stuck table, oldest first, with its engines:\n%s", html)
+	}
+	if strings.Contains(html, "rx-8") || strings.Count(html, `data-testid="deployment-stuck"`) != 2 {
+		t.Errorf("a cleared request still shows, or rows are missing:\n%s", html)
+	}
+}

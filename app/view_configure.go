@@ -31,7 +31,7 @@ func (c *Root) fieldError(key string) app.UI {
 	if !ok {
 		return nil
 	}
-	return app.Div().Class("field-error").DataSet("field", key).Text(msg)
+	return app.Div().Class("field-error").DataSet("field", key).Text(userWords(msg))
 }
 
 // selectOf is a select whose choice edits the settings.

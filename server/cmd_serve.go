@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -157,6 +158,10 @@ func runServe(args []string, stdout io.Writer) error {
 	})
 }
 
+// CPUProfileEnv names a file kvscope serve writes a CPU profile of its
+// whole run into (until SIGINT or SIGTERM): a diagnostic, not a flag.
+const CPUProfileEnv = "KVSCOPE_CPUPROFILE"
+
 // listenAndServe serves on o.Addr until SIGINT or SIGTERM; started runs
 // once the listener is up, with a context that ends at shutdown.
 func (srv *server) listenAndServe(o serveOptions, started func(ctx context.Context, addr string)) error {
@@ -175,6 +180,14 @@ func (srv *server) listenAndServe(o serveOptions, started func(ctx context.Conte
 	o.Logf("serving the app on http://%s (open it in a browser)", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if path := os.Getenv(CPUProfileEnv); path != "" {
+		// A diagnostic: the fleet benchmark profiles its replicas with it.
+		if f, err := os.Create(path); err == nil {
+			if err := pprof.StartCPUProfile(f); err == nil {
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
+		}
+	}
 	started(ctx, ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	kvapp "github.com/kvscope/kvscope/app"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -59,4 +60,53 @@ func TestRunLive(t *testing.T) {
 	waitFor(t, ctx, "the live bands are the computed flow's", same, 30*time.Second)
 	shot, _ := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	artifact(t, "run-live", shot)
+}
+
+// TestRunLiveDefaultView: Run live on the default view (Qwen3.6-35B-A3B +
+// DFlash, P TP 2 -> D TP 4, 262,144 tokens, the group-pair branch) runs
+// in the embedded agent's default memory: each side keeps its plan as
+// shown at a shorter max_model_len, its g held with --kv-cache-group-size
+// (3 on P, 11 on D, the view's), and the live bands are the flow's rank
+// and group pairs.
+func TestRunLiveDefaultView(t *testing.T) {
+	ctx, _, _ := browser(t)
+	const tok = "run-live-default-token"
+	srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: tok, Agent: "embedded", Logf: t.Logf}, nil)
+	ts := httptest.NewServer(srv.handler)
+	defer ts.Close()
+	agentCtx, stopAgent := context.WithCancel(context.Background())
+	defer stopAgent()
+	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws/agent"
+	srv.embedded.begin(agentCtx, func(ctx context.Context, s scenario.Scenario) {
+		runEmbeddedAgent(ctx, catalog(), url, tok, s, srv.embedded.memory, t.Logf)
+	}, embeddedScenario())
+
+	q := "/?" + kvapp.DefaultSettings().Query().Encode() + "&view=flow"
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+q), chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the computed flow", `document.querySelectorAll('#flow-svg path.band').length > 0`, 60*time.Second)
+	if err := chromedp.Do(ctx, chromedp.Click(`[data-testid="live-run"]`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the restart's answer", `['ok', 'error'].includes(document.querySelector('[data-testid="live-run-status"]').dataset.state)`, 60*time.Second)
+	status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="live-run-status"]').textContent`))
+	if state := attr(t, ctx, `[data-testid="live-run-status"]`, "data-state"); state != "ok" {
+		t.Fatalf("Run live on the default view: %s", status)
+	}
+	for _, want := range []string{"--kv-cache-group-size 3", "--kv-cache-group-size 11", "--max-model-len"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status %q lacks %q", status, want)
+		}
+	}
+	same := `(() => {
+		const key = b => [b.dataset.p, b.dataset.d, b.dataset.pg, b.dataset.dg].join('/');
+		const flow = new Set([...document.querySelectorAll('#flow-svg path.band')].map(key));
+		const live = [...document.querySelectorAll('[data-agent="embedded"] [data-testid="live-band"]')];
+		if (live.length != flow.size || flow.size == 0) return false;
+		return live.every(b => flow.has(key(b)) && Number(b.dataset.bytes) > 0);
+	})()`
+	waitFor(t, ctx, "the live bands are the computed flow's rank and group pairs", same, 90*time.Second)
+	shot, _ := chromedp.Run(ctx, chromedp.FullScreenshot(80))
+	artifact(t, "run-live-default", shot)
 }

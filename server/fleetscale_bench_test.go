@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,7 +89,18 @@ func startProc(b *testing.B, env []string, name string, args ...string) *proc {
 		b.Fatal(err)
 	}
 	p := &proc{cmd: cmd}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	b.Cleanup(func() {
+		// SIGTERM first, so that a replica writes its profile; then kill.
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
 	return p
 }
 
@@ -223,9 +235,13 @@ func fleetScale(b *testing.B, natsBin string, split bool, agents, rps, seconds i
 	defer nc.Close()
 	var replicas []*proc
 	var addrs []string
-	for range 2 {
+	for i := range 2 {
 		addr := livetest.FreeAddr(b)
-		replicas = append(replicas, startProc(b, []string{"KVSCOPE_SERVER_MAIN=1"}, os.Args[0], "serve", "--addr", addr, "--agent", "none",
+		env := []string{"KVSCOPE_SERVER_MAIN=1"}
+		if dir := os.Getenv("KVSCOPE_FLEET_PROFILE"); dir != "" { // each replica's CPU profile, written as it stops
+			env = append(env, CPUProfileEnv+"="+filepath.Join(dir, fmt.Sprintf("%s-replica-%d.pprof", strings.ReplaceAll(b.Name(), "/", "-"), i)))
+		}
+		replicas = append(replicas, startProc(b, env, os.Args[0], "serve", "--addr", addr, "--agent", "none",
 			"--token", fleetToken, "--nats", natsURL, "--agent-events-per-sec", "0", "--agent-bytes-per-sec", "0"))
 		addrs = append(addrs, addr)
 	}

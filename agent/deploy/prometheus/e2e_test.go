@@ -69,35 +69,7 @@ func TestRealPrometheus(t *testing.T) {
 
 	serverAddr := kvscopeServe(t, dir)
 
-	promAddr := freeAddr(t)
-	rules, _ := filepath.Abs("rules.yml")
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [%q]
-scrape_configs:
-  - job_name: kvscope-watch
-    static_configs: [{targets: [%q]}]
-  - job_name: kvscope-serve
-    static_configs: [{targets: [%q]}]
-`, rules, watcherAddr, serverAddr)
-	cfgFile := filepath.Join(dir, "prometheus.yml")
-	os.WriteFile(cfgFile, []byte(cfg), 0o644)
-	cmd := exec.Command(prom, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
-		"--web.listen-address="+promAddr, "--log.level=warn")
-	logFile, _ := os.Create(filepath.Join(dir, "prometheus.log"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	}()
+	promAddr := startPrometheus(t, prom, dir, map[string]string{"kvscope-watch": watcherAddr, "kvscope-serve": serverAddr})
 
 	eventually(t, 60*time.Second, "the rings' transfers through PromQL", func() error {
 		n, err := query(promAddr, `sum(kvscope_transfer_size_bytes_count{pair="`+pair+`"})`)
@@ -139,6 +111,39 @@ scrape_configs:
 		}
 		return fmt.Errorf("alerts: %+v", r.Data.Alerts)
 	})
+}
+
+// startPrometheus runs the prometheus server on loopback with kvscope's
+// rules, scraping each job's target every second, until the test ends
+// (its log is printed when the test fails); it returns its address.
+func startPrometheus(t *testing.T, prom, dir string, jobs map[string]string) string {
+	t.Helper()
+	promAddr := freeAddr(t)
+	rules, _ := filepath.Abs("rules.yml")
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [%q]\nscrape_configs:\n", rules)
+	for job, target := range jobs {
+		cfg += fmt.Sprintf("  - job_name: %s\n    static_configs: [{targets: [%q]}]\n", job, target)
+	}
+	cfgFile := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(prom, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
+		"--web.listen-address="+promAddr, "--log.level=warn")
+	logFile, _ := os.Create(filepath.Join(dir, "prometheus.log"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("prometheus log:\n%s", b)
+		}
+	})
+	return promAddr
 }
 
 // kvscopeServe builds and starts kvscope serve (no embedded agent) and
