@@ -259,7 +259,7 @@ func (w *watcher) compareRank(agent string, l link, md *watch.RankMetadata) []ev
 		out = append(out, mismatch("regions", strconv.Itoa(md.Regions), strconv.Itoa(len(pred.BlockLens))))
 	}
 	if !slices.Equal(md.BlockLens, pred.BlockLens) {
-		out = append(out, mismatch("block_lens", lensLine(md.BlockLens), lensLine(pred.BlockLens)))
+		out = append(out, mismatch("block_lens", xfer.ListText(md.BlockLens), xfer.ListText(pred.BlockLens)))
 	}
 	if md.Members != nil {
 		for i := range min(len(md.Members), len(pred.Members)) {
@@ -268,26 +268,12 @@ func (w *watcher) compareRank(agent string, l link, md *watch.RankMetadata) []ev
 				names = append(names, m.Layer)
 			}
 			if !xfer.SameLayers(md.Members[i], names) { // vLLM names module paths, kvscope L<n>: by layer number
-				out = append(out, mismatch(fmt.Sprintf("region_members[%d]", i), lensLine(md.Members[i]), lensLine(names)))
+				out = append(out, mismatch(fmt.Sprintf("region_members[%d]", i), xfer.ListText(md.Members[i]), xfer.ListText(names)))
 				break // one region says enough; the rest usually follow
 			}
 		}
 	}
 	return out
-}
-
-// lensLine prints a list compactly: its first values and how many more.
-func lensLine[T any](v []T) string {
-	const show = 6
-	parts := make([]string, 0, show+1)
-	for i, x := range v {
-		if i == show {
-			parts = append(parts, fmt.Sprintf("… %d more", len(v)-show))
-			break
-		}
-		parts = append(parts, fmt.Sprint(x))
-	}
-	return "[" + strings.Join(parts, " ") + "]"
 }
 
 // quiet is an agent that sends no 1 Hz samples: a side channel's errors.

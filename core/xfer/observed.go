@@ -161,7 +161,7 @@ func rankValues(a Advertised) [][2]string {
 		{"attn_backend_name", a.Backend},
 	}
 	if a.SSMSizes != nil {
-		v = append(v, [2]string{"ssm_sizes", listText(a.SSMSizes)})
+		v = append(v, [2]string{"ssm_sizes", ListText(a.SSMSizes)})
 	}
 	return v
 }
@@ -247,7 +247,7 @@ func (r *PD) DiffObserved(o Observed) []Difference {
 		md := mds[a.Rank]
 		add(a.Rank, "regions", strconv.Itoa(a.Regions), strconv.Itoa(len(md.BlockLens)), Validated, "")
 		if len(a.BlockLens) != len(md.BlockLens) {
-			add(a.Rank, "block_lens", listText(a.BlockLens), listText(md.BlockLens), Validated, "bytes per block of each region")
+			add(a.Rank, "block_lens", ListText(a.BlockLens), ListText(md.BlockLens), Validated, "bytes per block of each region")
 		} else if i := firstDiff(a.BlockLens, md.BlockLens); i >= 0 {
 			add(a.Rank, fmt.Sprintf("block_lens[%d]", i), strconv.FormatInt(a.BlockLens[i], 10), strconv.FormatInt(md.BlockLens[i], 10), Validated,
 				"bytes per block of the first region that differs")
@@ -256,7 +256,7 @@ func (r *PD) DiffObserved(o Observed) []Difference {
 			add(a.Rank, "kv_cache_layout", a.Layout, md.KVCacheLayout, Validated, "")
 		}
 		if a.SSMSizes != nil {
-			add(a.Rank, "ssm_sizes", listText(a.SSMSizes), listText(md.SSMSizes[:]), Validated, "one state layer's conv and SSM bytes on the rank")
+			add(a.Rank, "ssm_sizes", ListText(a.SSMSizes), ListText(md.SSMSizes[:]), Validated, "one state layer's conv and SSM bytes on the rank")
 		}
 		if a.Members != nil {
 			planned := md.MemberNames
@@ -279,7 +279,7 @@ func (r *PD) DiffObserved(o Observed) []Difference {
 						want = planned[i]
 					}
 					if !SameLayers(got, want) {
-						add(a.Rank, fmt.Sprintf("region_members[%d]", i), listText(got), listText(want), Validated, "compared by layer number")
+						add(a.Rank, fmt.Sprintf("region_members[%d]", i), ListText(got), ListText(want), Validated, "compared by layer number")
 						break // one region says enough; the rest usually follow
 					}
 				}
@@ -532,8 +532,8 @@ func layerNumber(name string) (int, bool) {
 	return n, err == nil
 }
 
-// listText prints a list compactly: its first values and how many more.
-func listText[T any](v []T) string {
+// ListText prints a list compactly: its first values and how many more.
+func ListText[T any](v []T) string {
 	const show = 6
 	parts := make([]string, 0, show+1)
 	for i, x := range v {
