@@ -21,16 +21,7 @@ import (
 // moved a whole number of the computed transfer's bytes).
 func TestRunLive(t *testing.T) {
 	ctx, _, _ := browser(t)
-	const tok = "run-live-test-token"
-	srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: tok, Agent: "embedded", Logf: t.Logf}, nil)
-	ts := httptest.NewServer(srv.handler)
-	defer ts.Close()
-	agentCtx, stopAgent := context.WithCancel(context.Background())
-	defer stopAgent()
-	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws/agent"
-	srv.embedded.begin(agentCtx, func(ctx context.Context, s scenario.Scenario) {
-		runEmbeddedAgent(ctx, catalog(), url, tok, s, srv.embedded.memory, t.Logf)
-	}, embeddedScenario())
+	ts := embeddedAgentServer(t, "run-live-test-token")
 
 	q := "/?model=Qwen%2FQwen3-0.6B&view=flow&p-tensor-parallel-size=1&d-tensor-parallel-size=2&prompt-tokens=512&prefix-hit-tokens=128"
 	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+q)); err != nil {
@@ -70,16 +61,7 @@ func TestRunLive(t *testing.T) {
 // and group pairs.
 func TestRunLiveDefaultView(t *testing.T) {
 	ctx, _, _ := browser(t)
-	const tok = "run-live-default-token"
-	srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: tok, Agent: "embedded", Logf: t.Logf}, nil)
-	ts := httptest.NewServer(srv.handler)
-	defer ts.Close()
-	agentCtx, stopAgent := context.WithCancel(context.Background())
-	defer stopAgent()
-	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws/agent"
-	srv.embedded.begin(agentCtx, func(ctx context.Context, s scenario.Scenario) {
-		runEmbeddedAgent(ctx, catalog(), url, tok, s, srv.embedded.memory, t.Logf)
-	}, embeddedScenario())
+	ts := embeddedAgentServer(t, "run-live-default-token")
 
 	q := "/?" + kvapp.DefaultSettings().Query().Encode() + "&view=flow"
 	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+q), chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
@@ -109,4 +91,20 @@ func TestRunLiveDefaultView(t *testing.T) {
 	waitFor(t, ctx, "the live bands are the computed flow's rank and group pairs", same, 90*time.Second)
 	shot, _ := chromedp.Run(ctx, chromedp.FullScreenshot(80))
 	artifact(t, "run-live-default", shot)
+}
+
+// embeddedAgentServer serves kvscope with its embedded agent running
+// (token tok) until the test ends.
+func embeddedAgentServer(t *testing.T, tok string) *httptest.Server {
+	t.Helper()
+	srv := newServer(catalog(), serveOptions{Addr: "127.0.0.1:0", Token: tok, Agent: "embedded", Logf: t.Logf}, nil)
+	ts := httptest.NewServer(srv.handler)
+	t.Cleanup(ts.Close)
+	agentCtx, stopAgent := context.WithCancel(context.Background())
+	t.Cleanup(stopAgent)
+	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws/agent"
+	srv.embedded.begin(agentCtx, func(ctx context.Context, s scenario.Scenario) {
+		runEmbeddedAgent(ctx, catalog(), url, tok, s, srv.embedded.memory, t.Logf)
+	}, embeddedScenario())
+	return ts
 }
