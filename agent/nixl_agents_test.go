@@ -5,7 +5,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvscope/kvscope/server/live/livetest"
 )
 
 // These tests run kvscope-agent processes (this test binary, see TestMain)
@@ -143,16 +144,6 @@ func loopbackBytes() (int64, bool) {
 	return 0, false
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 var (
 	serving  = regexp.MustCompile(`P agent serving \d+ ranks`)
 	exact    = regexp.MustCompile(`(?m)req-\d+: \d+ bytes, .*measured by nixl.*, exact$`)
@@ -185,7 +176,7 @@ func TestTwoNIXLAgentProcesses(t *testing.T) {
 		{"push over tcp,self", "tcp,self", push, pushedRe},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := freePort(t)
+			addr := livetest.FreeAddr(t)
 			p := startAgent(t, tc.tls, append([]string{"--role", "p", "--backend", "nixl", "--listen", addr, "--peer-token", "tok", "--name", "kvs-p"}, tc.engines...)...)
 			p.waitLog(t, serving, 30*time.Second)
 			const n = 8
@@ -216,7 +207,7 @@ func TestTwoNIXLAgentProcesses(t *testing.T) {
 // naming NIXL's status).
 func TestNIXLAgentFailures(t *testing.T) {
 	t.Run("P killed and restarted", func(t *testing.T) {
-		addr := freePort(t)
+		addr := livetest.FreeAddr(t)
 		p := startP(t, addr)
 		// D runs until the test interrupts it: its duration is a hang's
 		// ceiling (the subtest takes about 6 s here).
@@ -260,7 +251,7 @@ func TestNIXLAgentFailures(t *testing.T) {
 			"d": {"tensor_parallel_size": 1, "kv_cache_memory_bytes": 285212672, "max_model_len": 1024}}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		addr := freePort(t)
+		addr := livetest.FreeAddr(t)
 		p := startP(t, addr, "--scenario", sc)
 		d := startAgent(t, "tcp,self", "--role", "d", "--backend", "nixl", "--peer", addr, "--peer-token", "tok", "--name", "kvs-d",
 			"--scenario", sc, "--duration", "180", "--verify-every", "1", "--rate", "0")
@@ -304,7 +295,7 @@ func TestNIXLAgentFailures(t *testing.T) {
 	})
 
 	t.Run("UCX_TLS without tcp", func(t *testing.T) {
-		a := startAgent(t, "shm,self", "--role", "p", "--backend", "nixl", "--listen", freePort(t), "--peer-token", "tok", "--name", "kvs-notcp")
+		a := startAgent(t, "shm,self", "--role", "p", "--backend", "nixl", "--listen", livetest.FreeAddr(t), "--peer-token", "tok", "--name", "kvs-notcp")
 		err := a.wait(t, 30*time.Second)
 		if err == nil {
 			t.Fatal("the agent started without tcp in UCX_TLS")

@@ -143,6 +143,20 @@ func NewLive() *Live {
 	return &Live{Ring: event.NewRing(liveRingSize), Verified: map[string]uint64{}, agents: map[string]*liveAgent{}}
 }
 
+// DetailAt takes the hub's word of where the detail of the agents this
+// page draws stood when it (re)connected (event.History.DetailAt): what the
+// page had not seen of it by then is lost, counted in Ring.DetailGaps (an
+// agent it has not seen starts there).
+func (l *Live) DetailAt(at map[string]uint64) {
+	before := l.Ring.DetailGaps
+	for agent, dseq := range at {
+		l.Ring.DetailAt(agent, dseq)
+	}
+	if l.Ring.DetailGaps != before {
+		l.Version++
+	}
+}
+
 // AddFrame decodes one websocket frame and adds its events; a frame that
 // does not decode is counted and dropped whole.
 func (l *Live) AddFrame(data []byte, at time.Time) error {

@@ -410,7 +410,8 @@ func TestLiveShowsTheGapItIsTold(t *testing.T) {
 		gone   uint64
 	}{{`{"history":3,"gone":37}`, 37}, {`{"history":3}`, 0}, {`{"gone":5}`, 0}, {`[1]`, 0}} {
 		l := NewLive()
-		l.Gone += event.HistoryGone([]byte(c.header))
+		h, _ := event.ReadHistory([]byte(c.header))
+		l.Gone += h.Gone
 		html := liveStatsHTML(l, liveStatus{State: "open"}, false, 0)
 		shown := strings.Contains(html, fmt.Sprintf(`data-testid="live-gone" data-count="%d"`, c.gone))
 		if c.gone > 0 != shown || c.gone == 0 && strings.Contains(html, "live-gone") {
@@ -471,5 +472,30 @@ func TestLiveDeploymentStuck(t *testing.T) {
 	}
 	if strings.Contains(html, "rx-8") || strings.Count(html, `data-testid="deployment-stuck"`) != 2 {
 		t.Errorf("a cleared request still shows, or rows are missing:\n%s", html)
+	}
+}
+
+// TestLiveDetailAtCountsATailNoLaterDetailShows: a page coming back is told
+// where a drawn agent's detail stood; what it had not seen by then shows
+// in the detail-gaps counter at once, though that agent sends no more.
+func TestLiveDetailAtCountsATailNoLaterDetailShows(t *testing.T) {
+	l := NewLive()
+	for d := uint64(1); d <= 20; d++ {
+		l.Add(event.Event{V: event.Version, Agent: "a", Detail: d, Kind: event.DescBatch, Batch: &event.BatchData{Timing: event.Measured}}, t0)
+	}
+	version := l.Version
+	header, _ := event.ReadHistory(event.HistoryHeader(event.History{DetailAt: map[string]uint64{"a": 32, "b": 7}})) // b: never drawn here
+	l.DetailAt(header.DetailAt)
+	if l.Ring.DetailGaps != 12 || l.Version == version {
+		t.Fatalf("detail gaps %d (version %d, was %d); want 12 (dseq 21-32) and a redraw", l.Ring.DetailGaps, l.Version, version)
+	}
+	html := liveStatsHTML(l, liveStatus{State: "open"}, false, 0)
+	if !strings.Contains(html, `data-testid="live-detail-gaps" data-count="12"`) {
+		t.Errorf("the page does not show the 12 missed: %s", html)
+	}
+	version = l.Version
+	l.DetailAt(header.DetailAt) // told again: nothing new
+	if l.Ring.DetailGaps != 12 || l.Version != version {
+		t.Errorf("told the same position twice: gaps %d, version %d (was %d)", l.Ring.DetailGaps, l.Version, version)
 	}
 }

@@ -50,9 +50,10 @@ type liveSession struct {
 	tickID      app.Value
 	retryFn     app.Func
 	retryID     app.Value
-	attempt     int  // reconnection attempts since the last open
-	everOpen    bool // a connection opened since the page loaded
-	history     int  // frames of the hub's replay still to come (-1: its count, the first message, is awaited)
+	attempt     int               // reconnection attempts since the last open
+	everOpen    bool              // a connection opened since the page loaded
+	history     int               // frames of the hub's replay still to come (-1: its count, the first message, is awaited)
+	detailAt    map[string]uint64 // the count's detail positions, taken once the replay is in
 	paused      bool
 	pauseTotal  uint64 // Ring.Total when paused
 	dark        bool
@@ -174,16 +175,22 @@ func (s *liveSession) connect() {
 		s.mu.Lock()
 		switch {
 		case s.history < 0: // every connection starts with {"history": N}
-			if n, ok := event.HistoryCount(frame); ok {
-				s.history = n
-				s.live.Gone += event.HistoryGone(frame)
+			if h, ok := event.ReadHistory(frame); ok {
+				s.history = h.Frames
+				s.live.Gone += h.Gone
+				s.detailAt = h.DetailAt
 			} else { // a hub that sends its replay as one frame
 				s.live.AddHistory(frame, time.Now())
-				s.history = 0
+				s.history, s.detailAt = 0, nil
+			}
+			if s.history == 0 {
+				s.live.DetailAt(s.detailAt)
 			}
 		case s.history > 0: // then the hub's replay, in N frames
 			s.live.AddHistory(frame, time.Now())
-			s.history--
+			if s.history--; s.history == 0 { // after the replay: an agent it shows restarted has nothing missed
+				s.live.DetailAt(s.detailAt)
+			}
 		default:
 			s.live.AddFrame(frame, time.Now())
 		}

@@ -54,10 +54,12 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if ok {
 			return &limitedConn{Conn: c, release: func() { l.release(ip) }}, nil
 		}
-		c.Close()
+		// Counted before it is closed: a client that sees the close
+		// then finds the refusal already counted.
 		if l.refused != nil {
 			l.refused(ip)
 		}
+		c.Close()
 	}
 }
 

@@ -179,7 +179,8 @@ func stormResume(ctx context.Context, addr, token string, since uint64, have []b
 		r.bytes += len(data)
 		if first {
 			first = false
-			r.gone = event.HistoryGone(data)
+			h, _ := event.ReadHistory(data)
+			r.gone = h.Gone
 			continue
 		}
 		if _, ok := event.ParseFleet(data); ok {

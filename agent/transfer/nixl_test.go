@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvscope/kvscope/agent/transfer"
+	"github.com/kvscope/kvscope/agent/transfer/nixltest"
 	"github.com/kvscope/kvscope/core/event"
 	"github.com/kvscope/kvscope/core/model"
 	"github.com/kvscope/kvscope/core/model/modeltest"
@@ -88,7 +89,7 @@ func TestNIXLTransfersAreExact(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m, x := nixlTransfer(t, tt.pTP, tt.dTP, tt.connector)
 			b := newNIXL(t, fmt.Sprintf("kvscope-test-%d", i), m, x)
-			v, st := move(t, b, m, x, "req-1:done")
+			v, st := nixltest.Move(t, b, m, x, "req-1:done")
 			if v != oracle.Exact {
 				t.Fatalf("verdict %s", v)
 			}
@@ -193,29 +194,6 @@ func TestNIXLNeedsTheMetadataExchange(t *testing.T) {
 	}
 }
 
-// move runs x through a backend, each request carrying notif, and returns
-// the oracle's verdict and the backend's statistics.
-func move(t *testing.T, b transfer.Backend, m *model.Model, x *xfer.Transfer, notif string) (oracle.Verdict, *transfer.Stats) {
-	t.Helper()
-	prover, err := oracle.NewProver(m, x, b, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := b.Prepare(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := b.Post(p, notif)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := transfer.WaitFor(b, h, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return prover.Verify().Verdict, st
-}
-
 // agreeCase is one deployment and request both backends move.
 type agreeCase struct {
 	name      string
@@ -248,11 +226,11 @@ func agreeMove(t *testing.T, b transfer.Backend, m *model.Model, x, shifted *xfe
 	t.Helper()
 	var out agreeVerdicts
 	var st *transfer.Stats
-	out.moved, st = move(t, b, m, x, "req:done")
+	out.moved, st = nixltest.Move(t, b, m, x, "req:done")
 	if st.Bytes != x.Bytes || st.Merged != x.Merged {
 		t.Errorf("%s: %d bytes in %d merged descriptors, kvscope computed %d in %d", b.Name(), st.Bytes, st.Merged, x.Bytes, x.Merged)
 	}
-	out.shifted, _ = move(t, b, m, shifted, "req:done")
+	out.shifted, _ = nixltest.Move(t, b, m, shifted, "req:done")
 	return out
 }
 

@@ -4,14 +4,9 @@ package watch_test
 
 import (
 	"testing"
-	"time"
 
-	"github.com/kvscope/kvscope/agent/transfer"
+	"github.com/kvscope/kvscope/agent/transfer/nixltest"
 	"github.com/kvscope/kvscope/agent/watch"
-	"github.com/kvscope/kvscope/core/model/modeltest"
-	"github.com/kvscope/kvscope/core/oracle"
-	"github.com/kvscope/kvscope/core/plan"
-	"github.com/kvscope/kvscope/core/xfer"
 )
 
 // TestRealNIXLRings: real NIXL v1.4.0 agents write their telemetry rings
@@ -23,47 +18,7 @@ func TestRealNIXLRings(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("NIXL_TELEMETRY_DIR", dir)
 	t.Setenv("NIXL_TELEMETRY_RUN_INTERVAL", "20")
-	m := modeltest.Load(t, "openai__gpt-oss-20b")
-	e := func(tp int) plan.Engine {
-		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: 32 << 20, MaxModelLen: 1024}
-	}
-	conn, _ := xfer.ParseConnector("nixl")
-	pd, err := xfer.Run(xfer.Setup{Model: m, P: e(2), D: e(4), Connector: conn, Request: xfer.Request{PromptTokens: 300}, KeepPairs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := pd.Transfer
-	b, err := transfer.NewNIXL("kvscope-ring", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.Register(append(append([]*xfer.Registration(nil), x.PRegs...), x.DRegs...)); err != nil {
-		t.Fatal(err)
-	}
-	md, _ := b.Metadata()
-	if err := b.LoadRemote(md); err != nil {
-		t.Fatal(err)
-	}
-	prover, err := oracle.NewProver(m, x, b, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := b.Prepare(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := b.Post(p, "ring:done")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := transfer.WaitFor(b, h, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := prover.Verify().Verdict; v != oracle.Exact {
-		t.Fatalf("verdict %s", v)
-	}
+	x, st := nixltest.Pull(t, "kvscope-ring")
 	want := 0
 	var wantBytes uint64
 	for _, rp := range x.RankPairs {

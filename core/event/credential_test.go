@@ -133,6 +133,6 @@ func FuzzCredential(f *testing.F) {
 		if CheckEpoch(epoch) == nil && len(epoch) > MaxEpoch {
 			t.Fatalf("epoch of %d characters taken", len(epoch))
 		}
-		HistoryGone([]byte(subject))
+		ReadHistory([]byte(subject))
 	})
 }

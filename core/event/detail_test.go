@@ -46,3 +46,53 @@ func TestDetailEvents(t *testing.T) {
 		t.Errorf("AgentOfDetail: %q %v", a, err)
 	}
 }
+
+// TestDetailAt: a browser is told where each drawn agent's detail stood
+// when it (re)joined; a ring counts what it had not seen by then, even
+// with no later detail to show the jump, nothing for an agent it has seen
+// past that point, and for an agent it never saw takes the position as
+// where that agent's detail starts.
+func TestDetailAt(t *testing.T) {
+	header := HistoryHeader(History{Frames: 2, Gone: 7, DetailAt: map[string]uint64{"a": 40, "b": 3, "c": 9}})
+	h, ok := ReadHistory(header)
+	if n, nok := HistoryCount(header); !ok || !nok || n != 2 || h.Frames != 2 || h.Gone != 7 {
+		t.Fatalf("%s: history %d %v (count %d %v), gone %d", header, h.Frames, ok, n, nok, h.Gone)
+	}
+	at := h.DetailAt
+	if len(at) != 3 || at["a"] != 40 {
+		t.Fatalf("ReadHistory(%s).DetailAt = %v", header, at)
+	}
+	for _, c := range []struct{ msg, want string }{
+		{string(HistoryHeader(History{Frames: 3})), `{"history":3}`},
+		{`{"history":3,"gone":-1,"detail_at":{"a":"x"}}`, ""}, // a header whose extras do not read: left out
+	} {
+		if h, ok := ReadHistory([]byte(c.msg)); !ok || h.Frames != 3 || h.Gone != 0 || h.DetailAt != nil || c.want != "" && c.msg != c.want {
+			t.Errorf("a header without detail positions: %s read as %+v, %v", c.msg, h, ok)
+		}
+	}
+	if _, ok := ReadHistory([]byte(`{"fleet":[]}`)); ok {
+		t.Error("the fleet summary read as a history header")
+	}
+	r := NewRing(16)
+	for _, e := range []Event{{Agent: "a", Detail: 30, Kind: DescBatch}, {Agent: "b", Detail: 5, Kind: DescBatch}} {
+		r.Add(e)
+	}
+	for agent, dseq := range at { // a: 31..40 lost; b: seen past 3; c: never seen
+		r.DetailAt(agent, dseq)
+	}
+	if r.DetailGaps != 10 {
+		t.Fatalf("detail gaps %d, want 10 (a's 31-40)", r.DetailGaps)
+	}
+	// What follows continues from the position: no second count; c's
+	// detail starts at 9 for this ring, so 12 is a jump of two.
+	r.Add(Event{Agent: "a", Detail: 41, Kind: DescBatch})
+	r.Add(Event{Agent: "b", Detail: 6, Kind: DescBatch})
+	r.Add(Event{Agent: "c", Detail: 12, Kind: DescBatch})
+	if r.DetailGaps != 12 {
+		t.Errorf("detail gaps %d after a's 41, b's 6 and c's 12, want 12 (a's 31-40, c's 10-11)", r.DetailGaps)
+	}
+	r.DetailAt("a", 41) // told again where it already is
+	if r.DetailGaps != 12 {
+		t.Errorf("detail gaps %d after a position it has seen, want 12", r.DetailGaps)
+	}
+}

@@ -403,42 +403,54 @@ func JoinFrame(events [][]byte) []byte {
 	return append(out, ']')
 }
 
-// HistoryHeader is the first message the hub sends a subscriber: how many
-// frames of history (each agent's state and recent events, one agent
-// wholly in one frame) come before the live frames.
-func HistoryHeader(frames int) []byte { return []byte(fmt.Sprintf(`{"history":%d}`, frames)) }
-
-// HistoryHeaderGone is HistoryHeader for a browser resuming from the
-// event log that missed gone stored messages the log no longer holds (a
-// gap it is told of): {"history":N,"gone":G}.
-func HistoryHeaderGone(frames int, gone uint64) []byte {
-	if gone == 0 {
-		return HistoryHeader(frames)
-	}
-	return []byte(fmt.Sprintf(`{"history":%d,"gone":%d}`, frames, gone))
+// History is the first message the hub sends a subscriber,
+// {"history":N,"gone":G,"detail_at":{"agent":dseq}}. Frames of history
+// (each agent's state and recent events, one agent wholly in one frame)
+// come before the live frames. Gone is, for a browser resuming from the
+// event log, the stored messages it missed that the log no longer holds (a
+// gap it is told of). DetailAt is, for each agent the browser draws, the
+// last dseq the hub handed its browsers before this one joined. Detail is
+// never stored or resent: for a browser coming back, what it had not seen
+// by then is lost, and a Ring counts it with DetailAt even when the agent
+// sends no more; for a new one it is where each agent's detail starts.
+type History struct {
+	Frames   int               `json:"history"`
+	Gone     uint64            `json:"gone,omitempty"`
+	DetailAt map[string]uint64 `json:"detail_at,omitempty"`
 }
 
-// HistoryGone reads the gap a HistoryHeaderGone tells of (0: none).
-func HistoryGone(msg []byte) uint64 {
-	var h struct {
-		Gone uint64 `json:"gone"`
-	}
-	if _, ok := HistoryCount(msg); !ok || json.Unmarshal(bytes.TrimSpace(msg), &h) != nil {
-		return 0
-	}
-	return h.Gone
+// HistoryHeader is h as the hub sends it.
+func HistoryHeader(h History) []byte {
+	b, _ := json.Marshal(h)
+	return b
 }
 
-// HistoryCount reads a HistoryHeader; ok is false for anything else.
-func HistoryCount(msg []byte) (int, bool) {
-	var h struct {
-		History *int `json:"history"`
+// ReadHistory reads a history header; ok is false for anything else. A
+// "gone" or "detail_at" that does not read as one is left out (0, nil).
+func ReadHistory(msg []byte) (h History, ok bool) {
+	var raw struct {
+		Frames   *int            `json:"history"`
+		Gone     json.RawMessage `json:"gone"`
+		DetailAt json.RawMessage `json:"detail_at"`
 	}
 	msg = bytes.TrimSpace(msg)
-	if len(msg) == 0 || msg[0] != '{' || json.Unmarshal(msg, &h) != nil || h.History == nil || *h.History < 0 || *h.History > 1<<20 {
-		return 0, false
+	if len(msg) == 0 || msg[0] != '{' || json.Unmarshal(msg, &raw) != nil || raw.Frames == nil || *raw.Frames < 0 || *raw.Frames > 1<<20 {
+		return History{}, false
 	}
-	return *h.History, true
+	h.Frames = *raw.Frames
+	if json.Unmarshal(raw.Gone, &h.Gone) != nil {
+		h.Gone = 0
+	}
+	if json.Unmarshal(raw.DetailAt, &h.DetailAt) != nil {
+		h.DetailAt = nil
+	}
+	return h, true
+}
+
+// HistoryCount is ReadHistory's count of history frames.
+func HistoryCount(msg []byte) (int, bool) {
+	h, ok := ReadHistory(msg)
+	return h.Frames, ok
 }
 
 // DecodeFrame reads and validates one frame.

@@ -18,6 +18,9 @@ type Head struct {
 	Stream uint64
 	Detail uint64 // dseq: a detail event's number (Event.Detail)
 	Raw    []byte // the event's JSON object: a slice of the frame, not a copy
+	// Payload is the JSON object of the event's payload (its kind's:
+	// "done" for a transfer_done), a slice of Raw; nil when it has none.
+	Payload []byte
 }
 
 // Peek reads the heads of a frame's events in one pass over its bytes. The
@@ -115,79 +118,63 @@ func kindOf(b []byte) Kind {
 // had (reused when this one has it too).
 func (s *scanner) event(h *Head, agent *string) error {
 	bad := func(field, reason string) error { return &FrameError{Field: field, Reason: reason} }
-	if !s.take('{') {
-		return bad("event", s.want("an object"))
-	}
 	var seen uint32
 	var version int64
 	var given [len(payloads)]int // the payloads present
 	ngiven := 0
-	s.space()
-	if !s.take('}') {
-		for {
-			s.space()
-			key, err := s.plainString()
-			if err != nil {
-				return bad("event", "key: "+err.Error())
+	err := s.members("event", "", func(key []byte) error {
+		k := keyIndex(key)
+		switch {
+		case k < 0:
+			return bad(string(key), "unknown field")
+		case seen&(1<<k) != 0:
+			return bad(keyName(k), "given twice")
+		}
+		seen |= 1 << k
+		var err error
+		switch keyName(k) {
+		case "v":
+			version, err = s.integer()
+		case "agent":
+			var b []byte
+			if b, err = s.plainString(); err == nil && string(b) != *agent {
+				*agent = string(b) // a frame is mostly one agent's: one string for all
 			}
-			k := keyIndex(key)
-			switch {
-			case k < 0:
-				return bad(string(key), "unknown field")
-			case seen&(1<<k) != 0:
-				return bad(keyName(k), "given twice")
+			h.Agent = *agent
+		case "kind":
+			var b []byte
+			if b, err = s.plainString(); err == nil {
+				h.Kind = kindOf(b)
 			}
-			seen |= 1 << k
-			s.space()
-			if !s.take(':') {
-				return bad(keyName(k), s.want("':'"))
-			}
-			s.space()
-			switch keyName(k) {
-			case "v":
-				version, err = s.integer()
-			case "agent":
-				var b []byte
-				if b, err = s.plainString(); err == nil && string(b) != *agent {
-					*agent = string(b) // a frame is mostly one agent's: one string for all
-				}
-				h.Agent = *agent
-			case "kind":
-				var b []byte
-				if b, err = s.plainString(); err == nil {
-					h.Kind = kindOf(b)
-				}
-			case "seq":
-				h.Seq, err = s.unsigned()
-			case "stream_seq":
-				h.Stream, err = s.unsigned()
-			case "ts_ns":
-				h.TS, err = s.integer()
-			case "dseq":
-				h.Detail, err = s.unsigned()
-			default: // a payload: an object, or null for none
-				if s.literal("null") {
-					break
-				}
-				if s.peek() != '{' {
-					return bad(keyName(k), s.want("an object"))
-				}
-				given[ngiven] = k - len(envelope)
-				ngiven++
-				err = s.value()
-			}
-			if err != nil {
-				return bad(keyName(k), err.Error())
-			}
-			s.space()
-			if s.take(',') {
-				continue
-			}
-			if s.take('}') {
+		case "seq":
+			h.Seq, err = s.unsigned()
+		case "stream_seq":
+			h.Stream, err = s.unsigned()
+		case "ts_ns":
+			h.TS, err = s.integer()
+		case "dseq":
+			h.Detail, err = s.unsigned()
+		default: // a payload: an object, or null for none
+			if s.literal("null") {
 				break
 			}
-			return bad("event", s.want("',' or '}'"))
+			if s.peek() != '{' {
+				return bad(keyName(k), s.want("an object"))
+			}
+			given[ngiven] = k - len(envelope)
+			ngiven++
+			start := s.i
+			if err = s.value(); err == nil {
+				h.Payload = s.data[start:s.i:s.i]
+			}
 		}
+		if err != nil {
+			return bad(keyName(k), err.Error())
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	switch {
 	case version != Version:
@@ -482,6 +469,42 @@ func (s *scanner) value() error {
 			}
 			break
 		}
+	}
+}
+
+// members reads an object, calling member with each key and the scanner
+// at the key's value, which member reads. Errors name the object (what)
+// or the key, after prefix.
+func (s *scanner) members(what, prefix string, member func(key []byte) error) error {
+	if !s.take('{') {
+		return &FrameError{Field: what, Reason: s.want("an object")}
+	}
+	s.space()
+	if s.take('}') {
+		return nil
+	}
+	for {
+		s.space()
+		key, err := s.plainString()
+		if err != nil {
+			return &FrameError{Field: what, Reason: "key: " + err.Error()}
+		}
+		s.space()
+		if !s.take(':') {
+			return &FrameError{Field: prefix + string(key), Reason: s.want("':'")}
+		}
+		s.space()
+		if err := member(key); err != nil {
+			return err
+		}
+		s.space()
+		if s.take(',') {
+			continue
+		}
+		if s.take('}') {
+			return nil
+		}
+		return &FrameError{Field: what, Reason: s.want("',' or '}'")}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -125,7 +126,12 @@ func FuzzPeek(f *testing.F) {
 	f.Add(frame)
 	f.Add([]byte(`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{"x":[1,-2.5e3,true,null,{"y":"\u00e9\n"}]}}]`))
 	f.Add([]byte(`[ ]`))
+	f.Add([]byte(`[{"v":1,"agent":"a","seq":1,"kind":"transfer_done","done":{"request":"r\n","bytes":-1,"descs":null,"gbps":1e-7,"timing":"measured","pairs":[{"p_rank":1}],"verified":"exact","Bytes":2}}]`))
 	f.Add([]byte(`[{"v":1,"agent":"a","seq":1,"kind":"sample","sample":{},"sample":{}}]`))
+	f.Add([]byte(`[{"v":1,"agent":"a","seq":1,"kind":"transfer_done","done":{"request":"r","timing":"measured","verified":"exact","pairs":[null,{"p_rank":"1","bytes":2.5,"x":1}]}}]`))
+	// Invalid UTF-8, raw and escaped, which encoding/json reads as U+FFFD
+	// (CI's fuzzer found Head.Decode keeping the raw byte).
+	f.Add([]byte("[{\"v\":1,\"agent\":\"t\",\"seq\":2,\"kind\":\"transfer_done\",\"done\":{\"timing\":\"synthesized\",\"verified\":\"\xff\",\"request\":\"\xed\xa0\x80\\ud800\"}}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		heads, perr := Peek(data)
 		events, derr := DecodeFrame(data)
@@ -155,8 +161,36 @@ func FuzzPeek(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if heads, err := Peek(again); err != nil || len(heads) != len(events) {
+			heads, err := Peek(again)
+			if err != nil || len(heads) != len(events) {
 				t.Fatalf("Peek refuses what agents encode, %s: %v", again, err)
+			}
+			// What an agent encodes, Head.Decode reads as DecodeEvent does
+			// (a transfer_done's pairs left out).
+			for i, h := range heads {
+				got, err := h.Decode()
+				if err != nil {
+					t.Fatalf("Head.Decode refuses what agents encode, %s: %v", h.Raw, err)
+				}
+				if !reflect.DeepEqual(got, unpaired(events[i])) {
+					t.Fatalf("Head.Decode(%s) = %+v, DecodeEvent without pairs %+v", h.Raw, got, unpaired(events[i]))
+				}
+			}
+		}
+		for _, h := range heads { // whatever the frame: never two readings
+			got, herr := h.Decode()
+			whole, werr := DecodeEvent(h.Raw)
+			if herr == nil && werr == nil && !reflect.DeepEqual(got, unpaired(whole)) {
+				t.Fatalf("Head.Decode(%s) = %+v, DecodeEvent without pairs %+v", h.Raw, got, unpaired(whole))
+			}
+			// What a server admits, browsers (DecodeEvent) and replicas
+			// (Head.Decode) read, the same.
+			admitted, aerr := Admit([]Head{h})
+			if aerr == nil && (werr != nil || herr != nil) {
+				t.Fatalf("Admit took %s, which DecodeEvent (%v) or Head.Decode (%v) refuses", h.Raw, werr, herr)
+			}
+			if aerr == nil && !reflect.DeepEqual(admitted[0], got) {
+				t.Fatalf("Admit(%s) = %+v, Head.Decode %+v", h.Raw, admitted[0], got)
 			}
 		}
 	})

@@ -57,6 +57,25 @@ func (r *Ring) Add(e Event) bool {
 	return true
 }
 
+// DetailAt takes a hub's word of where agent's detail stood when this
+// ring's browser (re)joined (History.DetailAt): detail up to dseq can no
+// longer come. What this ring had not seen of it by then is counted in
+// DetailGaps; for an agent whose detail it has not seen, dseq is where its
+// detail starts for this ring (nothing missed, and a jump after it counts).
+func (r *Ring) DetailAt(agent string, dseq uint64) {
+	if r.lastDetail == nil {
+		r.lastDetail = map[string]uint64{}
+	}
+	last, seen := r.lastDetail[agent]
+	if seen && dseq <= last {
+		return
+	}
+	if seen {
+		r.DetailGaps += dseq - last
+	}
+	r.lastDetail[agent] = dseq
+}
+
 // put appends an accepted event.
 func (r *Ring) put(e Event) {
 	r.buf[r.next] = e

@@ -74,6 +74,8 @@ func (h *Hub) AgentHandler(secret string) http.Handler {
 			return
 		}
 		defer conn.CloseNow()
+		h.agentsIn.Add(1)
+		defer h.agentsIn.Add(-1)
 		defer h.closeAgentOnStop(conn)()
 		conn.SetReadLimit(event.MaxFrameBytes)
 		ctx := r.Context()
@@ -100,8 +102,10 @@ func (h *Hub) AgentHandler(secret string) http.Handler {
 				}
 				return
 			}
+			var heads []event.Head
 			if split {
-				heads, detail, err := checkDetail(data, name)
+				var detail bool
+				heads, detail, err = checkDetail(data, name)
 				if err != nil {
 					h.reject("malformed")
 					h.logf("agent %q: frame rejected: %q", name, err.Error())
@@ -112,8 +116,16 @@ func (h *Hub) AgentHandler(secret string) http.Handler {
 					h.detailFrame(name, data, heads)
 					continue
 				}
+			} else {
+				heads, err = event.Peek(data)
 			}
-			events, err := event.DecodeFrame(data)
+			// Read once, in the pass Peek made, the pairs checked and
+			// not kept: nothing here aggregates them; the agent's
+			// bytes are what is stored and sent.
+			var events []event.Event
+			if err == nil {
+				events, err = event.Admit(heads)
+			}
 			if err == nil {
 				err = event.CheckAgent(events, name)
 			}

@@ -16,7 +16,8 @@ import (
 // LiveHandler is /ws/live: a browser from this server's origin subscribes
 // read-only to every agent's events (?agents=a,b: those agents' only),
 // or, coming back with ?since=N, resumes from the event log after stream
-// message N. ?detail=a,b names the agents whose detail (descriptor
+// message N. A browser that picks a few agents gets their recent events
+// from the event log (picked.go). ?detail=a,b names the agents whose detail (descriptor
 // batches, unstored) it draws, by default those of ?agents= (every agent
 // without it); the agents it draws send their detail while it is
 // connected (detail.go). It gets {"history": N}, N frames of history, then the live
@@ -44,11 +45,22 @@ func (h *Hub) LiveHandler() http.Handler {
 		}
 		s, hist := h.subscribeTo(agents)
 		defer h.unsubscribe(s)
-		h.watch(s, parseDetail(r.URL.Query(), agents))
+		detailAt := h.watch(s, parseDetail(r.URL.Query(), agents))
 		var caughtUp uint64  // the last stream message the catch-up read
 		more := false        // the catch-up stopped short of the stream's end
 		var gone uint64      // stored messages the browser missed that the log no longer holds
 		release := func() {} // lets another catch-up hold its frames once these are sent
+		if since == 0 && h.log != nil && len(agents) > 0 && len(agents) <= maxPickedFromLog {
+			// A browser that picked agents: their recent summaries from
+			// the log (picked.go); the replica's own when the log cannot
+			// serve them now.
+			if frames, through, err := h.pickedHistory(ctx, agents); err == nil {
+				hist, caughtUp = frames, through
+			} else {
+				h.metrics.Add("kvscope_hub_picked_history_fallbacks_total", "Browsers that picked agents sent this replica's recent events because the event log could not serve theirs in time.", 1)
+				h.logf("a browser picking %d agents: their recent events from the log: %v (sent this replica's)", len(agents), err)
+			}
+		}
 		if since > 0 && h.log != nil {
 			// A browser coming back: everything stored from the last
 			// event it saw on, from the log, instead of the recent history
@@ -77,7 +89,7 @@ func (h *Hub) LiveHandler() http.Handler {
 			return conn.Write(wctx, websocket.MessageText, frame) == nil
 		}
 		// {"history": N}, then the N frames of history, then live frames.
-		if !send(event.HistoryHeaderGone(len(hist), gone)) {
+		if !send(event.HistoryHeader(event.History{Frames: len(hist), Gone: gone, DetailAt: detailAt})) {
 			return
 		}
 		for _, frame := range hist {
@@ -123,6 +135,7 @@ func (h *Hub) LiveHandler() http.Handler {
 // whether every send worked.
 func (h *Hub) sendQueued(s *subscriber, first liveFrame, caughtUp uint64, send func([]byte) bool) bool {
 	batch := []liveFrame{s.take(first)}
+	defer func() { s.pending.Add(-int64(len(batch))) }() // written, or the connection is gone
 	size := len(first.data)
 gather:
 	for len(batch) < 256 && size < event.MaxFrameBytes {

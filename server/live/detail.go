@@ -77,10 +77,27 @@ func parseDetail(q map[string][]string, agents map[string]bool) detailInterest {
 func (d detailInterest) wants(agent string) bool { return d.all || d.agents[agent] }
 
 // watch registers a browser's interest in detail and says so at once
-// (the agents it draws start sending within the round trip).
-func (h *Hub) watch(s *subscriber, in detailInterest) {
+// (the agents it draws start sending within the round trip). It returns
+// where the detail of each agent the browser draws stood as it joined (the
+// last dseq handed to browsers here): a browser coming back missed what it
+// had not seen by then, for good; for a new one it is where detail starts.
+func (h *Hub) watch(s *subscriber, in detailInterest) map[string]uint64 {
 	h.mu.Lock()
 	s.detail = in
+	at := map[string]uint64{}
+	note := func(name string, a *agent) {
+		if a != nil && a.detailAt > 0 {
+			at[name] = a.detailAt
+		}
+	}
+	if in.all {
+		for name, a := range h.agents {
+			note(name, a)
+		}
+	}
+	for name := range in.agents { // the few it names: not every agent
+		note(name, h.agents[name])
+	}
 	if in.all {
 		h.watchingAll++
 	}
@@ -97,6 +114,7 @@ func (h *Hub) watch(s *subscriber, in detailInterest) {
 	for _, a := range fresh {
 		h.say(a, false)
 	}
+	return at
 }
 
 // say tells the fleet that a browser here draws agent's detail (all:
@@ -257,6 +275,9 @@ func (h *Hub) deliverDetail(agent string, frame []byte, heads []event.Head) {
 		for _, hd := range heads {
 			h.rec.add(hd.Raw)
 		}
+	}
+	if a := h.agents[agent]; a != nil && len(heads) > 0 {
+		a.detailAt = heads[len(heads)-1].Detail // in order: one agent process sends it
 	}
 	lf := liveFrame{data: frame, events: len(heads), agent: agent}
 	for s := range h.subs {

@@ -2,10 +2,12 @@ package live
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvscope/kvscope/agent/stream"
@@ -221,4 +223,139 @@ func TestDetailOnDemand(t *testing.T) {
 		s.mu.Unlock()
 	}
 	t.Logf("the fleet browser holds all %d summaries of the 3 agents, in %d connections", want["gpu1/agent"]+want["gpu2/agent"]+want["gpu3/agent"], fleet.conns)
+}
+
+// TestDetailTailToldOnResume: a browser drawing an agent leaves, the
+// agent's detail goes on while the lease lasts and then the agent falls
+// idle, so no later detail shows the jump. Coming back (?since=), the
+// browser is told where that agent's detail stood (the history header's
+// detail_at), and a Ring fed as the app feeds it counts exactly what it
+// missed. A new browser is told the same position, as where its detail
+// starts: nothing missed.
+func TestDetailTailToldOnResume(t *testing.T) {
+	n := livetest.StartNATS(t)
+	r := startReplica(t, n.URL(), livetest.FreeAddr(t))
+	mon := monitorDetail(t, n.URL())
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	const name = "gpu1/agent"
+	st := &stream.Streamer{Agent: name, URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Credential(name), SplitDetail: true}
+	wg.Add(1)
+	go func() { defer wg.Done(); st.Run(ctx) }()
+	st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: name, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+
+	dial := func(query string) *websocket.Conn {
+		t.Helper()
+		conn, _, err := websocket.Dial(ctx, "ws://"+r.Addr+"/ws/live?detail="+name+query, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadLimit(event.MaxFrameBytes + 1024)
+		return conn
+	}
+	// read takes one connection's messages into ring until done says so.
+	ring := event.NewRing(1 << 16)
+	var since uint64
+	read := func(conn *websocket.Conn, done func() bool) []byte {
+		t.Helper()
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer rcancel()
+		var header []byte
+		for !done() {
+			_, data, err := conn.Read(rctx)
+			if err != nil {
+				t.Fatalf("reading: %v (ring at dseq gaps %d, %d events)", err, ring.DetailGaps, ring.Total)
+			}
+			if _, ok := event.HistoryCount(data); ok && header == nil {
+				header = data
+				continue
+			}
+			events, err := event.DecodeFrame(data)
+			if err != nil {
+				continue // the fleet summary
+			}
+			for _, e := range events {
+				if e.Detail == 0 {
+					since = max(since, e.Stream)
+				}
+				ring.Add(e)
+			}
+		}
+		return header
+	}
+	lastDetail := func() uint64 {
+		var d uint64
+		for _, e := range ring.Events() {
+			if e.Agent == name {
+				d = max(d, e.Detail)
+			}
+		}
+		return d
+	}
+
+	first := dial("")
+	_, header, err := first.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := event.ReadHistory(header); !ok {
+		t.Fatalf("the first message is %s, not the history header", header)
+	} else if at := h.DetailAt; at != nil {
+		t.Errorf("before any detail, a browser is told detail positions %v", at)
+	}
+	read(first, st.DetailOn) // the agent told to send
+	const before, after = 5, 3
+	for i := 1; i <= before; i++ {
+		livetest.PublishRequest(st, i)
+	}
+	perRequest := uint64(livetest.RequestBatches + 1)
+	read(first, func() bool { return lastDetail() == before*perRequest && since > 0 })
+	first.Close(websocket.StatusNormalClosure, "away")
+
+	// Away: the lease (event.WatchLease) still runs, so this detail is
+	// sent, and no browser is there to take it. Then nothing more.
+	sent := mon.count(name)
+	for i := before + 1; i <= before+after; i++ {
+		livetest.PublishRequest(st, i)
+	}
+	if !st.DetailOn() {
+		t.Fatal("the lease lapsed before the agent's last requests; the test needs it running")
+	}
+	want := (before + after) * perRequest
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		second := dial(fmt.Sprintf("&since=%d", since))
+		_, header, err := second.Read(ctx) // the first message: {"history": N, ...}
+		second.CloseNow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _ := event.ReadHistory(header)
+		if got := h.DetailAt[name]; got == want {
+			gaps := ring.DetailGaps
+			ring.DetailAt(name, got) // as the app does, once the header's history is in
+			if ring.DetailGaps-gaps != after*perRequest {
+				t.Errorf("told dseq %d after seeing %d: the ring counts %d missed, want %d", got, before*perRequest, ring.DetailGaps-gaps, after*perRequest)
+			}
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("coming back, the header says %s: want %s at dseq %d (%d detail messages on NATS, %d before leaving)", header, name, want, mon.count(name), sent)
+		}
+		time.Sleep(100 * time.Millisecond) // the last frames still on their way to the replica
+	}
+	fresh := dial("") // a page opened now: its detail starts there
+	_, header, err = fresh.Read(ctx)
+	fresh.CloseNow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRing := event.NewRing(16)
+	h, _ := event.ReadHistory(header)
+	for agent, d := range h.DetailAt {
+		newRing.DetailAt(agent, d)
+	}
+	if newRing.Add(event.Event{Agent: name, Detail: want + 1, Kind: event.DescBatch}); newRing.DetailGaps != 0 || h.DetailAt[name] != want {
+		t.Errorf("a new browser told %s: %d detail gaps when the next detail (%d) arrives, want 0 from position %d", header, newRing.DetailGaps, want+1, want)
+	}
 }

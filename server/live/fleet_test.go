@@ -296,11 +296,7 @@ func TestFleet(t *testing.T) {
 // server takes; and an agent may publish only on its own subject.
 func TestAgentsOnNATS(t *testing.T) {
 	const tok = "nats-agent-token"
-	b, err := eventlog.Open(context.Background(), eventlog.Options{DataDir: t.TempDir(), Token: tok})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openLog(t, eventlog.Options{Token: tok})
 	l := startServer(t, "127.0.0.1:0", serverOptions{token: tok, log: b})
 	defer l.stop()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -81,6 +81,21 @@ func (l *liveServer) stop() {
 	<-l.done
 }
 
+// openLog opens an embedded event log with o, in a directory of its own
+// unless o names one or a NATS server, closed when the test ends.
+func openLog(t testing.TB, o eventlog.Options) *eventlog.Log {
+	t.Helper()
+	if o.DataDir == "" && o.URLs == "" {
+		o.DataDir = t.TempDir()
+	}
+	b, err := eventlog.Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
 // liveSub collects what /ws/live sends, reconnecting when asked.
 type liveSub struct {
 	mu     sync.Mutex

@@ -92,6 +92,7 @@ type Hub struct {
 	stop          context.CancelFunc
 	agentsStopped context.Context // done first: no more events come in
 	stopAgents    context.CancelFunc
+	agentsIn      atomic.Int64 // agent connections being served (Close waits for them)
 	closeOnce     sync.Once
 	followed      chan struct{} // closed when following the log ends; nil without a log
 
@@ -153,6 +154,9 @@ type agent struct {
 	// split: its connection numbers detail apart and sends it on demand
 	// (/ws/agent?detail=1); detailOn: it was last told to send it.
 	split, detailOn bool
+	// detailAt: the dseq of the last detail event handed to browsers here,
+	// told to a browser as it joins (event.History.DetailAt).
+	detailAt uint64
 }
 
 // historyBuilders bounds the subscribers packing their history at once.
@@ -217,16 +221,18 @@ func New(o Options) *Hub {
 func (h *Hub) Close() {
 	h.closeOnce.Do(func() {
 		h.stopAgents()
-		// What agents were acknowledged is in the browsers' queues: let
-		// them have it (up to 1 s) before their connections close too.
+		// What agents were acknowledged is in the browsers' queues, or
+		// about to be (an agent's frame being stored as its connection
+		// closes): let the browsers have it, every frame written, (up to
+		// 1 s) before their connections close too.
 		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 			h.mu.Lock()
-			queued := 0
+			pending := h.agentsIn.Load()
 			for s := range h.subs {
-				queued += len(s.frames)
+				pending += s.pending.Load()
 			}
 			h.mu.Unlock()
-			if queued == 0 {
+			if pending == 0 {
 				break
 			}
 		}

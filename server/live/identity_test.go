@@ -294,11 +294,7 @@ func TestRestartedAgentIsStoredAgain(t *testing.T) {
 			defer cancel()
 			o := serverOptions{token: identityToken, logf: t.Logf}
 			if withLog {
-				b, err := eventlog.Open(context.Background(), eventlog.Options{DataDir: t.TempDir(), Token: identityToken})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer b.Close()
+				b := openLog(t, eventlog.Options{Token: identityToken})
 				o.log = b
 			}
 			l := startServer(t, "127.0.0.1:0", o)
@@ -417,11 +413,7 @@ func TestSeqJumpOverWebsocketIsRefused(t *testing.T) {
 // at most MaxConnections: past them connections are refused, and other
 // agents (and the server itself) still connect.
 func TestNATSConnectionsAreBounded(t *testing.T) {
-	b, err := eventlog.Open(context.Background(), eventlog.Options{DataDir: t.TempDir(), Token: identityToken, MaxConnections: 12, MaxAgentConnections: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openLog(t, eventlog.Options{Token: identityToken, MaxConnections: 12, MaxAgentConnections: 3})
 	connect := func(agent string) (*nats.Conn, error) {
 		return nats.Connect(b.URL(), nats.UserInfo(agent, credFor(identityToken, agent)), nats.MaxReconnects(0))
 	}
@@ -449,6 +441,7 @@ func TestNATSConnectionsAreBounded(t *testing.T) {
 	open[0].Close()
 	open = open[1:]
 	var again *nats.Conn
+	var err error
 	for deadline := time.Now().Add(5 * time.Second); again == nil; time.Sleep(100 * time.Millisecond) {
 		if again, err = connect("greedy"); err != nil && time.Now().After(deadline) {
 			t.Fatalf("greedy, with 2 connections open: %v", err)

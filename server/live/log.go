@@ -87,17 +87,15 @@ type catchUp struct {
 // the queue full).
 var errCatchUpBusy = errors.New("too many browsers catching up")
 
-// readBack reads a resuming browser's catch-up: the events stored from
-// stream message since on (that message again: a browser may have seen
-// only part of it), in turn with the others. A message that does not
-// route and an event too large for a frame are left out, and counted.
-// The step's frames are held until release is called (once they are
-// sent); release is never nil.
-func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool) (c catchUp, release func(), err error) {
+// catchUpTurn waits for a turn to read back from the log (at most
+// h.catchUpWait, or errCatchUpBusy): done(err) ends the read (and, on an
+// error, releases its frames too); release lets another hold its frames
+// once they are sent. release is never nil.
+func (h *Hub) catchUpTurn(ctx context.Context) (release func(), done func(error), err error) {
 	release = func() {}
 	if h.catchUpWaiting.Add(1) > catchUpQueue {
 		h.catchUpWaiting.Add(-1)
-		return catchUp{}, release, errCatchUpBusy
+		return release, nil, errCatchUpBusy
 	}
 	wctx, cancel := context.WithTimeout(ctx, h.catchUpWait)
 	defer cancel()
@@ -121,16 +119,30 @@ func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool
 	}
 	h.catchUpWaiting.Add(-1)
 	if err != nil {
-		return catchUp{}, release, err
+		return release, nil, err
 	}
 	var once sync.Once
 	release = func() { once.Do(func() { <-h.catchUpsHeld }) }
-	defer func() {
+	return release, func(err error) {
 		<-h.catchUps
 		if err != nil {
 			release()
 		}
-	}()
+	}, nil
+}
+
+// readBack reads a resuming browser's catch-up: the events stored from
+// stream message since on (that message again: a browser may have seen
+// only part of it), in turn with the others. A message that does not
+// route and an event too large for a frame are left out, and counted.
+// The step's frames are held until release is called (once they are
+// sent); release is never nil.
+func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool) (c catchUp, release func(), err error) {
+	release, done, err := h.catchUpTurn(ctx)
+	if err != nil {
+		return catchUp{}, release, err
+	}
+	defer func() { done(err) }()
 	var raws [][]byte
 	skipped := 0
 	rr, err := h.log.ReadRange(ctx, eventlog.Range{From: since, MaxEvents: maxCatchUp, MaxBytes: catchUpMessageBytes, Timeout: catchUpTimeout},
@@ -138,19 +150,12 @@ func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool
 			if agents != nil && !agents[agent] {
 				return 0
 			}
-			_, rs, err := eventlog.Route(data, agent, seq)
-			if err != nil {
-				skipped++
-				return 0
+			kept, n, left := routeBack(data, agent, seq)
+			skipped += left
+			for _, k := range kept {
+				raws = append(raws, k.Raw)
 			}
-			for _, r := range rs {
-				if len(r) <= event.MaxEventBytes {
-					raws = append(raws, r)
-				} else {
-					skipped++
-				}
-			}
-			return len(rs)
+			return n
 		})
 	if skipped > 0 {
 		h.metrics.Add(metricCatchUpSkipped, helpCatchUpSkipped, float64(skipped))
@@ -167,6 +172,26 @@ func (h *Hub) readBack(ctx context.Context, since uint64, agents map[string]bool
 		c.frames = [][]byte{}
 	}
 	return c, release, nil
+}
+
+// routeBack reads a stored message back for a browser (eventlog.Route):
+// its events, less those too large for a frame; n is how many it held,
+// skipped how many were left out (a message that does not route counts
+// as one).
+func routeBack(data []byte, agent string, seq uint64) (kept []event.Encoded, n, skipped int) {
+	events, raws, err := eventlog.Route(data, agent, seq)
+	if err != nil {
+		return nil, 0, 1
+	}
+	kept = make([]event.Encoded, 0, len(events))
+	for i, e := range events {
+		if len(raws[i]) > event.MaxEventBytes {
+			skipped++
+			continue
+		}
+		kept = append(kept, event.Encoded{Event: e, Raw: raws[i]})
+	}
+	return kept, len(events), skipped
 }
 
 // store keeps an agent's events and returns the last sequence number

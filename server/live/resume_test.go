@@ -61,7 +61,13 @@ type resume struct {
 
 func resumeOnce(t *testing.T, ctx context.Context, addr string, since uint64, until func(resume) bool) resume {
 	t.Helper()
-	conn, _, err := websocket.Dial(ctx, fmt.Sprintf("ws://%s/ws/live?since=%d", addr, since), nil)
+	return historyOnce(t, ctx, fmt.Sprintf("ws://%s/ws/live?since=%d", addr, since), until)
+}
+
+// historyOnce is resumeOnce for any /ws/live URL.
+func historyOnce(t *testing.T, ctx context.Context, url string, until func(resume) bool) resume {
+	t.Helper()
+	conn, _, err := websocket.Dial(ctx, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,11 +121,7 @@ func resumeOnce(t *testing.T, ctx context.Context, addr string, since uint64, un
 func TestResumeIsBoundedInBytes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := eventlog.Open(context.Background(), eventlog.Options{DataDir: t.TempDir(), Token: identityToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openLog(t, eventlog.Options{Token: identityToken})
 	const frames, perFrame, eventBytes = 60, 100, 4000 // 24 MB
 	storeFrames(t, b, "far", frames, perFrame, eventBytes)
 	l := startServer(t, "127.0.0.1:0", serverOptions{token: identityToken, log: b, replay: 1, logf: t.Logf})
@@ -157,18 +159,14 @@ func TestResumeIsBoundedInBytes(t *testing.T) {
 func TestResumeSaysWhatIsGone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := eventlog.Open(context.Background(), eventlog.Options{DataDir: t.TempDir(), Token: identityToken, MaxBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openLog(t, eventlog.Options{Token: identityToken, MaxBytes: 1 << 20})
 	storeFrames(t, b, "old", 40, 10, 10_000) // 4 MB into a 1 MiB stream
 	l := startServer(t, "127.0.0.1:0", serverOptions{token: identityToken, log: b, replay: 1, logf: t.Logf})
 	defer l.stop()
 	r := resumeOnce(t, ctx, l.addr, 1, func(r resume) bool { return true })
 	var gone uint64
 	fmt.Sscanf(r.header[strings.Index(r.header, `"gone":`)+len(`"gone":`):], "%d", &gone)
-	if !strings.Contains(r.header, `"gone":`) || gone < 20 || event.HistoryGone([]byte(r.header)) != gone {
+	if h, _ := event.ReadHistory([]byte(r.header)); !strings.Contains(r.header, `"gone":`) || gone < 20 || h.Gone != gone {
 		t.Fatalf("header %s: want the messages gone (at least 20 of 40) told", r.header)
 	}
 	if r.firstEvent != gone*10+1 {
@@ -194,11 +192,7 @@ func TestResumeSaysWhatIsGone(t *testing.T) {
 func TestResumeThatCannotBeServedIsToldSo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := eventlog.Open(context.Background(), eventlog.Options{DataDir: t.TempDir(), Token: identityToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openLog(t, eventlog.Options{Token: identityToken})
 	storeFrames(t, b, "a", 5, 10, 100)
 	l := startServer(t, "127.0.0.1:0", serverOptions{token: identityToken, log: b, logf: t.Logf})
 	defer l.stop()
@@ -280,3 +274,89 @@ func (s *fleetSub) has(agent string, seq uint64) bool {
 }
 
 func errAs(err error, target any) bool { return errors.As(err, target) }
+
+// TestPickedAgentsHistoryFromTheLog: in a fleet whose recent events no
+// replica holds in memory (300 agents; this replica followed the log from
+// its last message only), a browser that picks two agents is sent every
+// event the log holds of them, stamped with their stream sequence, and
+// nothing of the others.
+func TestPickedAgentsHistoryFromTheLog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b := openLog(t, eventlog.Options{Token: identityToken})
+	const agents, frames, perFrame = 300, 4, 2
+	for f := 0; f < frames; f++ {
+		for a := 0; a < agents; a++ {
+			name := fmt.Sprintf("a%03d", a)
+			var evs []event.Event
+			for i := 0; i < perFrame; i++ {
+				seq := uint64(f*perFrame + i + 1)
+				evs = append(evs, event.Event{V: event.Version, Agent: name, Seq: seq, TS: int64(seq), Kind: event.Sample, Sample: &event.SampleData{}})
+			}
+			data, _ := event.EncodeFrame(evs)
+			if err := b.Publish(ctx, name, "", data, evs[0].Seq, evs[len(evs)-1].Seq, evs[len(evs)-1].TS); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l := startServer(t, "127.0.0.1:0", serverOptions{token: identityToken, log: b, replay: 1, logf: t.Logf})
+	defer l.stop()
+	per := map[string]int{}
+	conn, _, err := websocket.Dial(ctx, "ws://"+l.addr+"/ws/live?agents=a007,a250", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(event.MaxFrameBytes + 1024)
+	stamped := 0
+	for header := true; ; header = false {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if header {
+			continue
+		}
+		if _, ok := event.ParseFleet(data); ok {
+			break
+		}
+		evs, err := event.DecodeFrame(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			per[e.Agent]++
+			if e.Stream != 0 {
+				stamped++
+			}
+		}
+	}
+	// Then live: a new event of a007 once, nothing of an agent not picked.
+	for _, name := range []string{"a100", "a007"} {
+		seq := uint64(frames*perFrame + 1)
+		data, _ := event.EncodeFrame([]event.Event{{V: event.Version, Agent: name, Seq: seq, TS: int64(seq), Kind: event.Sample, Sample: &event.SampleData{}}})
+		if err := b.Publish(ctx, name, "", data, seq, seq, int64(seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for live := false; !live; {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := event.DecodeFrame(data)
+		if err != nil {
+			continue // a fleet summary
+		}
+		for _, e := range evs {
+			if e.Agent != "a007" || e.Seq != uint64(frames*perFrame+1) {
+				t.Errorf("live after the history: %s seq %d, want only a007's new event %d", e.Agent, e.Seq, frames*perFrame+1)
+			}
+			live = true
+		}
+	}
+	want := frames * perFrame
+	if per["a007"] != want || per["a250"] != want || len(per) != 2 || stamped != 2*want {
+		t.Errorf("picked a007 and a250: history %v (%d stamped), want %d events of each (all stamped) and no other agent's", per, stamped, want)
+	}
+}

@@ -17,6 +17,9 @@ type subscriber struct {
 	behind     chan struct{}
 	behindOnce sync.Once
 	queued     atomic.Int64 // bytes in frames
+	// pending counts the frames queued and not yet written or dropped:
+	// a closing hub lets browsers have them first.
+	pending atomic.Int64
 	// agents, when not nil, are the only agents whose events the
 	// subscriber gets (the fleet summary covers every agent).
 	agents map[string]bool
@@ -50,6 +53,7 @@ func (h *Hub) offer(s *subscriber, frame liveFrame) {
 		select {
 		case s.frames <- frame:
 			s.queued.Add(int64(len(frame.data)))
+			s.pending.Add(1)
 		default:
 			s.fallBehind(h)
 		}
@@ -60,6 +64,7 @@ func (h *Hub) offer(s *subscriber, frame liveFrame) {
 			select {
 			case s.frames <- frame:
 				s.queued.Add(int64(len(frame.data)))
+				s.pending.Add(1)
 				return
 			default:
 			}
@@ -67,6 +72,7 @@ func (h *Hub) offer(s *subscriber, frame liveFrame) {
 		select {
 		case old := <-s.frames:
 			s.queued.Add(-int64(len(old.data)))
+			s.pending.Add(-1)
 			h.dropFrame(s, old)
 		default:
 			if s.queued.Load() > 0 || len(frame.data) > subQueueBytes { // a frame larger than the whole queue: dropped

@@ -2,14 +2,7 @@ package grafana_test
 
 import (
 	"encoding/json"
-	"fmt"
-	"net"
-	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,42 +27,8 @@ func TestDashboardQueriesRunOnPrometheus(t *testing.T) {
 	defer watcher.Close()
 	hub := httptest.NewServer(deploytest.Served(t).Handler())
 	defer hub.Close()
-	dir := t.TempDir()
-	rules, err := filepath.Abs(rulesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
-rule_files: [%q]
-scrape_configs:
-  - job_name: kvscope-watch
-    static_configs: [{targets: [%q]}]
-  - job_name: kvscope-serve
-    static_configs: [{targets: [%q]}]
-`, rules, strings.TrimPrefix(watcher.URL, "http://"), strings.TrimPrefix(hub.URL, "http://"))
-	cfgFile := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(prom, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	}()
+	addr := deploytest.StartPrometheus(t, prom, t.TempDir(), rulesFile, map[string]string{
+		"kvscope-watch": strings.TrimPrefix(watcher.URL, "http://"), "kvscope-serve": strings.TrimPrefix(hub.URL, "http://")})
 	// Three scrapes of each target and the recording rules evaluated on
 	// them: rate() and the rules' series exist from then on.
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -106,37 +65,6 @@ scrape_configs:
 
 // promQuery runs an instant query and returns how many series it gave.
 func promQuery(addr, expr string) (int, error) {
-	resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(expr))
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			ResultType string            `json:"resultType"`
-			Result     []json.RawMessage `json:"result"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return 0, err
-	}
-	if r.Status != "success" {
-		return 0, fmt.Errorf("%s: %s", r.Status, r.Error)
-	}
-	if r.Data.ResultType == "scalar" {
-		return 1, nil
-	}
-	return len(r.Data.Result), nil
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	v, err := deploytest.Query(addr, expr)
+	return len(v), err
 }

@@ -13,11 +13,7 @@ import (
 	"github.com/kvscope/kvscope/agent/deploy/deploytest"
 	"github.com/kvscope/kvscope/agent/metrics"
 	"github.com/kvscope/kvscope/agent/runner"
-	"github.com/kvscope/kvscope/agent/transfer"
-	"github.com/kvscope/kvscope/core/model/modeltest"
-	"github.com/kvscope/kvscope/core/oracle"
-	"github.com/kvscope/kvscope/core/plan"
-	"github.com/kvscope/kvscope/core/xfer"
+	"github.com/kvscope/kvscope/agent/transfer/nixltest"
 )
 
 // TestRealPrometheusOnRealNIXL (make test-nixl): real NIXL v1.4.0 agents
@@ -38,47 +34,7 @@ func TestRealPrometheusOnRealNIXL(t *testing.T) {
 	}
 	t.Setenv("NIXL_TELEMETRY_DIR", rings)
 	t.Setenv("NIXL_TELEMETRY_RUN_INTERVAL", "20")
-	m := modeltest.Load(t, "openai__gpt-oss-20b")
-	e := func(tp int) plan.Engine {
-		return plan.Engine{TensorParallelSize: tp, KVCacheMemoryBytes: 32 << 20, MaxModelLen: 1024}
-	}
-	conn, _ := xfer.ParseConnector("nixl")
-	pd, err := xfer.Run(xfer.Setup{Model: m, P: e(2), D: e(4), Connector: conn, Request: xfer.Request{PromptTokens: 300}, KeepPairs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := pd.Transfer
-	b, err := transfer.NewNIXL("kvscope-prom", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.Register(append(append([]*xfer.Registration(nil), x.PRegs...), x.DRegs...)); err != nil {
-		t.Fatal(err)
-	}
-	md, _ := b.Metadata()
-	if err := b.LoadRemote(md); err != nil {
-		t.Fatal(err)
-	}
-	prover, err := oracle.NewProver(m, x, b, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := b.Prepare(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := b.Post(p, "prom:done")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := transfer.WaitFor(b, h, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := prover.Verify().Verdict; v != oracle.Exact {
-		t.Fatalf("verdict %s", v)
-	}
+	x, st := nixltest.Pull(t, "kvscope-prom")
 	want := 0
 	for _, rp := range x.RankPairs {
 		if len(rp.Pairs) > 0 {
@@ -95,13 +51,13 @@ func TestRealPrometheusOnRealNIXL(t *testing.T) {
 		watchErr <- runner.Watch(ctx, runner.WatchConfig{Name: pair, Dir: rings, Interval: 10 * time.Millisecond, Metrics: reg, Logf: t.Logf})
 	}()
 	defer func() { cancel(); <-watchErr }()
-	promAddr := startPrometheus(t, prom, dir, map[string]string{"kvscope-watch": serve(t, reg.Handler())})
-	eventually(t, 60*time.Second, "the real rings' transfer through PromQL", func() error {
-		n, err := query(promAddr, `sum(kvscope_transfer_size_bytes_count{pair="`+pair+`",source="ring"})`)
+	promAddr := deploytest.StartPrometheus(t, prom, dir, "rules.yml", map[string]string{"kvscope-watch": serve(t, reg.Handler())})
+	deploytest.Eventually(t, 60*time.Second, "the real rings' transfer through PromQL", func() error {
+		n, err := deploytest.QueryOne(promAddr, `sum(kvscope_transfer_size_bytes_count{pair="`+pair+`",source="ring"})`)
 		if err != nil {
 			return err
 		}
-		got, err := query(promAddr, `sum(kvscope_transfer_size_bytes_sum{pair="`+pair+`",source="ring"})`)
+		got, err := deploytest.QueryOne(promAddr, `sum(kvscope_transfer_size_bytes_sum{pair="`+pair+`",source="ring"})`)
 		if err != nil {
 			return err
 		}

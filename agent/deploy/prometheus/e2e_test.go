@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/kvscope/kvscope/agent/runner"
 	"github.com/kvscope/kvscope/agent/watch"
 	"github.com/kvscope/kvscope/agent/watch/watchtest"
+	"github.com/kvscope/kvscope/server/live/livetest"
 )
 
 // TestRealPrometheus: Debian's prometheus server on loopback, with
@@ -69,14 +68,14 @@ func TestRealPrometheus(t *testing.T) {
 
 	serverAddr := kvscopeServe(t, dir)
 
-	promAddr := startPrometheus(t, prom, dir, map[string]string{"kvscope-watch": watcherAddr, "kvscope-serve": serverAddr})
+	promAddr := deploytest.StartPrometheus(t, prom, dir, "rules.yml", map[string]string{"kvscope-watch": watcherAddr, "kvscope-serve": serverAddr})
 
-	eventually(t, 60*time.Second, "the rings' transfers through PromQL", func() error {
-		n, err := query(promAddr, `sum(kvscope_transfer_size_bytes_count{pair="`+pair+`"})`)
+	deploytest.Eventually(t, 60*time.Second, "the rings' transfers through PromQL", func() error {
+		n, err := deploytest.QueryOne(promAddr, `sum(kvscope_transfer_size_bytes_count{pair="`+pair+`"})`)
 		if err != nil {
 			return err
 		}
-		b, err := query(promAddr, `sum(kvscope_transfer_size_bytes_sum{pair="`+pair+`"})`)
+		b, err := deploytest.QueryOne(promAddr, `sum(kvscope_transfer_size_bytes_sum{pair="`+pair+`"})`)
 		if err != nil {
 			return err
 		}
@@ -85,14 +84,14 @@ func TestRealPrometheus(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, "kvscope serve scraped", func() error {
-		up, err := query(promAddr, `up{job="kvscope-serve"}`)
+	deploytest.Eventually(t, 30*time.Second, "kvscope serve scraped", func() error {
+		up, err := deploytest.QueryOne(promAddr, `up{job="kvscope-serve"}`)
 		if err != nil || up != 1 {
 			return fmt.Errorf("up %g: %v", up, err)
 		}
 		return nil
 	})
-	eventually(t, 60*time.Second, "KvscopeStuckTransfer firing", func() error {
+	deploytest.Eventually(t, 60*time.Second, "KvscopeStuckTransfer firing", func() error {
 		var r struct {
 			Data struct {
 				Alerts []struct {
@@ -113,39 +112,6 @@ func TestRealPrometheus(t *testing.T) {
 	})
 }
 
-// startPrometheus runs the prometheus server on loopback with kvscope's
-// rules, scraping each job's target every second, until the test ends
-// (its log is printed when the test fails); it returns its address.
-func startPrometheus(t *testing.T, prom, dir string, jobs map[string]string) string {
-	t.Helper()
-	promAddr := freeAddr(t)
-	rules, _ := filepath.Abs("rules.yml")
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [%q]\nscrape_configs:\n", rules)
-	for job, target := range jobs {
-		cfg += fmt.Sprintf("  - job_name: %s\n    static_configs: [{targets: [%q]}]\n", job, target)
-	}
-	cfgFile := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(prom, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
-		"--web.listen-address="+promAddr, "--log.level=warn")
-	logFile, _ := os.Create(filepath.Join(dir, "prometheus.log"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
-	return promAddr
-}
-
 // kvscopeServe builds and starts kvscope serve (no embedded agent) and
 // returns its address once /metrics answers.
 func kvscopeServe(t *testing.T, dir string) string {
@@ -158,7 +124,7 @@ func kvscopeServe(t *testing.T, dir string) string {
 			t.Fatalf("go build ./server: %v\n%s", err, out)
 		}
 	}
-	addr := freeAddr(t)
+	addr := livetest.FreeAddr(t)
 	srv := exec.Command(bin, "serve", "--addr", addr, "--agent", "none", "--data-dir", filepath.Join(dir, "nats"))
 	log, _ := os.Create(filepath.Join(dir, "serve.log"))
 	srv.Stdout, srv.Stderr = log, log
@@ -166,7 +132,7 @@ func kvscopeServe(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	eventually(t, 60*time.Second, "kvscope serve's /metrics", func() error {
+	deploytest.Eventually(t, 60*time.Second, "kvscope serve's /metrics", func() error {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			return err
@@ -192,49 +158,6 @@ func serve(t *testing.T, h http.Handler) string {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func eventually(t *testing.T, within time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s: %v", what, within, err)
-}
-
-// query runs an instant PromQL query that returns one sample.
-func query(addr, q string) (float64, error) {
-	var r struct {
-		Status string `json:"status"`
-		Data   struct {
-			Result []struct {
-				Value [2]any `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	if err := getJSON("http://"+addr+"/api/v1/query?query="+url.QueryEscape(q), &r); err != nil {
-		return 0, err
-	}
-	if r.Status != "success" || len(r.Data.Result) != 1 {
-		return 0, fmt.Errorf("%s: %d results (%s)", q, len(r.Data.Result), r.Status)
-	}
-	s, _ := r.Data.Result[0].Value[1].(string)
-	return strconv.ParseFloat(s, 64)
 }
 
 func getJSON(u string, v any) error {

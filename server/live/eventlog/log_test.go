@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvscope/kvscope/agent/stream"
 	"github.com/kvscope/kvscope/core/event"
@@ -114,7 +115,8 @@ func TestRouteStored(t *testing.T) {
 	for _, tt := range []struct{ frame, agent, want string }{
 		{string(frame), "b", `event 0: agent: "a" in a message of agent "b"`},
 		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","stream_seq":0,"batch":{}}]`, "a", "event 0: stream_seq: set in a stored event"},
-		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{}},{"v":1,"agent":"a","seq":2,"kind":"sample","sample":{"gbps":"fast"}}]`, "a", "event 1: event: json: cannot unmarshal"},
+		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{}},{"v":1,"agent":"a","seq":2,"kind":"sample","sample":{"gbps":"fast"}}]`, "a", "event 1: sample: json: cannot unmarshal"},
+		{`[{"v":1,"agent":"a","seq":1,"kind":"transfer_done","done":{"bytes":"many","timing":"measured"}}]`, "a", "event 0: done.bytes: want a number"},
 		{`[{"v":1,"agent":"a","seq":1,"kind":"desc_batch","batch":{}]`, "a", "event 0"},
 		{`{"a":1}`, "a", "not a JSON array"},
 	} {
@@ -169,6 +171,85 @@ func TestEventsStreamsARange(t *testing.T) {
 	for i, e := range got {
 		if e.Seq != uint64(21+i) || e.Stream != uint64(3+i/10) {
 			t.Fatalf("event %d: seq %d of message %d, want %d of %d", i, e.Seq, e.Stream, 21+i, 3+i/10)
+		}
+	}
+}
+
+// TestReadRecent: a read of a few agents' recent messages reads those
+// agents' subjects only, oldest first, ends at the newest without waiting
+// for more, narrows a window that holds too many to its newest part, and
+// returns at once for an agent with nothing stored.
+func TestReadRecent(t *testing.T) {
+	n := livetest.StartNATS(t)
+	b, err := Open(context.Background(), Options{URLs: n.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	store := func(agent string, seq uint64) {
+		frame, _ := event.EncodeFrame([]event.Event{{V: event.Version, Agent: agent, Seq: seq, TS: int64(seq), Kind: event.Sample, Sample: &event.SampleData{}}})
+		if err := b.Publish(context.Background(), agent, "", frame, seq, seq, int64(seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const busy = 1500
+	for i := uint64(1); i <= busy; i++ {
+		store("busy", i)
+		if i%100 == 0 {
+			store("quiet", i/100)
+		}
+	}
+	type got struct {
+		agents  map[string]int
+		first   uint64
+		last    uint64
+		ordered bool
+	}
+	read := func(r Recent) (got, uint64) {
+		t.Helper()
+		g := got{agents: map[string]int{}, ordered: true}
+		var prev uint64
+		through, err := b.ReadRecent(context.Background(), r, func(data []byte, agent string, seq uint64) {
+			events, err := Decode(data, agent, seq)
+			if err != nil {
+				t.Fatalf("stream message %d: %v", seq, err)
+			}
+			g.agents[agent] += len(events)
+			if seq <= prev {
+				g.ordered = false
+			}
+			prev = seq
+			if agent == "busy" {
+				if g.first == 0 {
+					g.first = events[0].Seq
+				}
+				g.last = events[len(events)-1].Seq
+			}
+		})
+		if err != nil {
+			t.Fatalf("%+v: %v", r, err)
+		}
+		return g, through
+	}
+	// The quiet agent alone: all 15 of its messages, none of the busy one's.
+	g, through := read(Recent{Agents: []string{"quiet"}, Timeout: 5 * time.Second})
+	if g.agents["quiet"] != 15 || g.agents["busy"] != 0 || !g.ordered || through == 0 {
+		t.Errorf("the quiet agent: %v, in order %v, through %d; want its 15 messages only", g.agents, g.ordered, through)
+	}
+	// Both, with room for all: every message.
+	if g, _ := read(Recent{Agents: []string{"busy", "quiet"}, MaxMessages: 5000, Timeout: 5 * time.Second}); g.agents["busy"] != busy || g.agents["quiet"] != 15 {
+		t.Errorf("both with room: %v, want %d and 15", g.agents, busy)
+	}
+	// The busy one with room for 300: its newest part, ending at its last.
+	g, _ = read(Recent{Agents: []string{"busy"}, MaxMessages: 300, Timeout: 5 * time.Second})
+	if g.last != busy || g.agents["busy"] >= busy || g.agents["busy"] < 1 || g.first != busy-uint64(g.agents["busy"])+1 {
+		t.Errorf("the busy agent in 300: %d messages, %d to %d; want fewer than %d, ending at %d, none missing", g.agents["busy"], g.first, g.last, busy, busy)
+	}
+	t.Logf("the busy agent in 300: %d messages (%d to %d)", g.agents["busy"], g.first, g.last)
+	// An agent with nothing stored, and none: nothing, at once (not the timeout's error).
+	for _, agents := range [][]string{{"never"}, nil} {
+		if g, through := read(Recent{Agents: agents, Timeout: 5 * time.Second}); len(g.agents) != 0 || through != 0 {
+			t.Errorf("agents %v: %v through %d, want nothing", agents, g.agents, through)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package eventlog
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -110,7 +111,8 @@ func Decode(data []byte, agent string, seq uint64) ([]event.Event, error) {
 
 // Route reads a stored frame for routing to browsers, without decoding
 // what a replica does not read: each event's head (its payload decoded
-// only for the kinds the hub reads, PayloadRead) and its JSON as the
+// only for the kinds the hub reads, PayloadRead, and a transfer_done's
+// without its pairs: event.Head.Decode) and its JSON as the
 // agent wrote it, stamped with the message's stream sequence
 // ({"stream_seq":N, then the event's own fields). The frame is checked as
 // event.Peek checks; a payload of a kind the hub does not read reaches
@@ -139,7 +141,7 @@ func Route(data []byte, agent string, seq uint64) ([]event.Event, [][]byte, erro
 	for i, h := range heads {
 		e := event.Event{V: event.Version, Agent: h.Agent, Seq: h.Seq, Kind: h.Kind, TS: h.TS}
 		if PayloadRead(h.Kind) {
-			if e, err = event.DecodeEvent(h.Raw); err != nil {
+			if e, err = h.Decode(); err != nil {
 				err.(*event.FrameError).Index = i
 				return nil, nil, err
 			}
@@ -292,6 +294,122 @@ func (l *Log) ReadRange(ctx context.Context, r Range, take func(data []byte, age
 		if seq >= through || r.MaxEvents > 0 && kept >= r.MaxEvents || r.MaxBytes > 0 && bytes >= r.MaxBytes {
 			out.Complete = seq >= through
 			return out, nil
+		}
+	}
+}
+
+// Recent is a read of what the stream stored of a few agents lately: their
+// messages from Window before the newest of them on (0: 2 minutes), at
+// most about MaxMessages of them (0: 1,024; when the window holds more,
+// it is narrowed to its newest part), within Timeout (0: 10 s). A browser
+// that picks agents out of a large fleet is sent this: the replica's
+// memory holds only the fleet's last moments.
+type Recent struct {
+	Agents      []string
+	Window      time.Duration
+	MaxMessages int
+	Timeout     time.Duration
+}
+
+// ReadRecent hands take the messages of r, oldest first, each with its
+// agent and stream sequence, and returns the last stream sequence it
+// handed (0: none). It reads each agent's subject only (JetStream's
+// per-subject index): its cost is the picked agents' messages, not the
+// fleet's. A message that is no agent's (MessageAgent) is left out.
+func (l *Log) ReadRecent(ctx context.Context, r Recent, take func(data []byte, agent string, seq uint64)) (uint64, error) {
+	window, most, timeout := r.Window, r.MaxMessages, r.Timeout
+	if window <= 0 {
+		window = 2 * time.Minute
+	}
+	if most <= 0 {
+		most = 1024
+	}
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// Each agent's newest message says whether it has any in the window
+	// and where the window ends; an agent with none is not read (a read
+	// that finds nothing would wait for a message that never comes).
+	type last struct {
+		subject string
+		at      time.Time
+	}
+	var lasts []last
+	var newest time.Time
+	for _, a := range r.Agents {
+		subject := event.Subject(a)
+		m, err := l.stream.GetLastMsgForSubject(rctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("the newest stored message of agent %q: %w", event.Clip(a, 64), err)
+		}
+		lasts = append(lasts, last{subject, m.Time})
+		if m.Time.After(newest) {
+			newest = m.Time
+		}
+	}
+	start := newest.Add(-window)
+	for try := 0; ; try++ {
+		var subjects []string
+		for _, l := range lasts {
+			if !l.at.Before(start) {
+				subjects = append(subjects, l.subject)
+			}
+		}
+		if len(subjects) == 0 {
+			return 0, nil
+		}
+		cons, err := l.js.OrderedConsumer(rctx, StreamName, jetstream.OrderedConsumerConfig{
+			FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start})
+		if err != nil {
+			return 0, err
+		}
+		through, narrower, err := readRecent(rctx, cons, newest, most, try < 2, take)
+		if err != nil || narrower.IsZero() {
+			return through, err
+		}
+		start = narrower
+	}
+}
+
+// readRecent reads cons until it has no more (its messages' NumPending
+// reaches 0). When narrow is set and the first message says that more
+// than most follow, it reads nothing and returns a later start instead:
+// the window's newest most messages, were they evenly spread.
+func readRecent(ctx context.Context, cons jetstream.Consumer, newest time.Time, most int, narrow bool, take func(data []byte, agent string, seq uint64)) (through uint64, narrower time.Time, err error) {
+	it, err := cons.Messages(jetstream.PullMaxBytes(pullBytes))
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for first := true; ; first = false {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, time.Time{}, fmt.Errorf("reading the picked agents' recent messages: %w", ctx.Err())
+			}
+			return 0, time.Time{}, err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		if first && narrow && meta.NumPending+1 > uint64(most) {
+			span := newest.Sub(meta.Timestamp)
+			return 0, newest.Add(-time.Duration(float64(span) * float64(most) / float64(meta.NumPending+1))), nil
+		}
+		if agent, err := MessageAgent(m.Subject(), m.Headers()); err == nil {
+			take(m.Data(), agent, meta.Sequence.Stream)
+		}
+		through = max(through, meta.Sequence.Stream)
+		if meta.NumPending == 0 {
+			return through, time.Time{}, nil
 		}
 	}
 }
