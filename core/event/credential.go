@@ -79,8 +79,11 @@ func CheckCredential(secret, cred, agent string) error {
 	if err != nil {
 		return err
 	}
-	mac, err := base64.RawURLEncoding.DecodeString(cred[len(credentialPrefix)+len(scope)+1:])
-	if err != nil || secret == "" || !hmac.Equal(mac, credentialMAC(secret, scope)) {
+	// The whole credential is compared with the one issued, not its MAC
+	// decoded: base64's decoder skips line breaks, so a decoded MAC would
+	// let "kvsa1.a.AB\nCD" pass for "kvsa1.a.ABCD".
+	want := credentialPrefix + scope + "." + base64.RawURLEncoding.EncodeToString(credentialMAC(secret, scope))
+	if secret == "" || !hmac.Equal([]byte(cred), []byte(want)) {
 		return fmt.Errorf("the credential of %q is not one this server issued", Clip(scope, 64))
 	}
 	if !InScope(scope, agent) {

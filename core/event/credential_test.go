@@ -31,6 +31,9 @@ func TestCredentials(t *testing.T) {
 		{secret, strings.Replace(cred, "gpu7", "gpu8", 1), "gpu8", "not one this server issued"},
 		{secret, cred[:len(cred)-1] + "A", "gpu7", "not one this server issued"},
 		{secret, cred + "=", "gpu7", "not one this server issued"},
+		// base64 decoders skip line breaks; a credential is its exact text.
+		{secret, cred[:len(cred)-4] + "\n\r" + cred[len(cred)-4:], "gpu7", "not one this server issued"},
+		{secret, cred + "\n", "gpu7", "not one this server issued"},
 		{secret, secret, "gpu7", "not an agent credential"},
 		{secret, "kvsa1.", "gpu7", "not an agent credential"},
 		{secret, "kvsa1.gpu7.", "gpu7", "not an agent credential"},
@@ -120,6 +123,7 @@ func FuzzCredential(f *testing.F) {
 	cred, _ := IssueCredential("s3cret-token-0123", "gpu7")
 	f.Add("s3cret-token-0123", cred, "gpu7/p", "kvscope.ev.gpu7~2E", "E1")
 	f.Add("", "kvsa1..", "", "kvscope.ev.~", "")
+	f.Add("s3cret-token-0123", cred[:20]+"\n\n\n"+cred[20:], "gpu7/p", "", "") // CI's finding
 	f.Fuzz(func(t *testing.T, secret, cred, agent, subject, epoch string) {
 		if err := CheckCredential(secret, cred, agent); err == nil {
 			scope, _ := CredentialScope(cred)
