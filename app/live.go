@@ -157,6 +157,16 @@ func (l *Live) DetailAt(at map[string]uint64) {
 	}
 }
 
+// Tick counts the detail that drawn agents' samples said was sent and
+// that has not come within event.DetailGrace (Ring.DetailDue): a lost
+// tail is told, though no later detail shows the jump. The view calls it
+// as it draws.
+func (l *Live) Tick(now time.Time) {
+	if l.Ring.DetailDue(now, event.DetailGrace) {
+		l.Version++
+	}
+}
+
 // AddFrame decodes one websocket frame and adds its events; a frame that
 // does not decode is counted and dropped whole.
 func (l *Live) AddFrame(data []byte, at time.Time) error {

@@ -499,3 +499,33 @@ func TestLiveDetailAtCountsATailNoLaterDetailShows(t *testing.T) {
 		t.Errorf("told the same position twice: gaps %d, version %d (was %d)", l.Ring.DetailGaps, l.Version, version)
 	}
 }
+
+// TestLiveTickCountsALostTail: a drawn agent's sample says its detail got
+// to dseq 26; the page has 20, and nothing more comes. Within
+// event.DetailGrace nothing is counted (it may be on its way); after it
+// the 6 show in the detail-gaps counter and the page redraws, once.
+func TestLiveTickCountsALostTail(t *testing.T) {
+	l := NewLive()
+	for d := uint64(1); d <= 20; d++ {
+		l.Add(event.Event{V: event.Version, Agent: "a", Detail: d, Kind: event.DescBatch, Batch: &event.BatchData{Timing: event.Measured}}, t0)
+	}
+	l.Add(event.Event{V: event.Version, Agent: "a", Seq: 1, Kind: event.Sample, Sample: &event.SampleData{DetailThrough: 26}}, t0)
+	l.Tick(t0)
+	l.Tick(t0.Add(event.DetailGrace - time.Millisecond))
+	if l.Ring.DetailGaps != 0 {
+		t.Fatalf("within the grace: %d detail gaps, want 0", l.Ring.DetailGaps)
+	}
+	version := l.Version
+	l.Tick(t0.Add(event.DetailGrace))
+	if l.Ring.DetailGaps != 6 || l.Version == version {
+		t.Fatalf("after the grace: %d detail gaps (version %d, was %d), want 6 and a redraw", l.Ring.DetailGaps, l.Version, version)
+	}
+	if html := liveStatsHTML(l, liveStatus{State: "open"}, false, 0); !strings.Contains(html, `data-testid="live-detail-gaps" data-count="6"`) {
+		t.Errorf("the page does not show the 6 missed: %s", html)
+	}
+	version = l.Version
+	l.Tick(t0.Add(10 * event.DetailGrace))
+	if l.Ring.DetailGaps != 6 || l.Version != version {
+		t.Errorf("ticking on: %d gaps, version %d (was %d); want 6, no redraw", l.Ring.DetailGaps, l.Version, version)
+	}
+}

@@ -398,6 +398,7 @@ func (s *liveSession) draw() {
 	s.mu.Lock()
 	l := s.live
 	now := time.Now()
+	l.Tick(now)
 	writes := map[string]string{}
 	since := uint64(0)
 	if s.paused {

@@ -192,8 +192,14 @@ func (s *scaleSub) run(ctx context.Context) {
 			}
 			now := time.Now()
 			s.mu.Lock()
+			s.dring.DetailDue(now, event.DetailGrace) // as the app does as it draws
 			for _, h := range heads {
 				since = max(since, h.Stream)
+				if h.Kind == event.Sample { // how far the agent's detail got: a lost tail is told
+					if e, err := h.Decode(); err == nil {
+						s.dring.Add(e)
+					}
+				}
 				if h.Detail != 0 {
 					if s.dring.Add(event.Event{Agent: h.Agent, Detail: h.Detail, Kind: h.Kind}) {
 						s.detail++
@@ -377,9 +383,13 @@ func fleetScale(b *testing.B, natsBin, mode string, agents, rps, seconds int) {
 	close(stopSampling)
 	// The drilled-in detail shares its browser's queue with every summary:
 	// behind a backlog it comes late. Wait (bounded, outside the CPU
-	// figures) until that browser has every summary too and its detail has
-	// stopped coming for 2 s.
-	drilledSoFar := func() (int64, int64) { drill.mu.Lock(); defer drill.mu.Unlock(); return drill.summaries, drill.detail }
+	// figures) until that browser has every summary too and its detail,
+	// received or told missed, has stopped coming for 2 s.
+	drilledSoFar := func() (int64, int64) {
+		drill.mu.Lock()
+		defer drill.mu.Unlock()
+		return drill.summaries, drill.detail + int64(drill.dring.DetailGaps)
+	}
 	n, still := int64(-1), 0
 	for deadline := time.Now().Add(60 * time.Second); still < 4 && time.Now().Before(deadline); {
 		time.Sleep(500 * time.Millisecond)
@@ -426,6 +436,7 @@ func fleetScale(b *testing.B, natsBin, mode string, agents, rps, seconds int) {
 	// batches of each request), what reached the browser.
 	made := len(drilled) * rps * seconds * (livetest.RequestBatches + 1)
 	b.ReportMetric(100*float64(detailEvents)/float64(made), "drilled-detail-%")
+	b.ReportMetric(100*float64(detailEvents+int64(detailGaps))/float64(made), "drilled-detail-told-%") // received, or told missed
 	b.ReportMetric(float64(drillResumes), "drill-resumes")
 	b.ReportMetric(float64(detailGaps), "drilled-detail-gaps")
 	b.ReportMetric(0, "ns/op")

@@ -15,7 +15,9 @@ import (
 // a replica says so on the agent's websocket ({"detail":true} and
 // {"detail":false}), or, for an agent on NATS, on its watch subject at
 // least every event.WatchEvery (a lease of event.WatchLease). Unwatched,
-// detail costs a counter.
+// detail costs a counter. Each sample carries the detail sequence so far
+// (SampleData.DetailThrough), so that a browser drawing the agent learns
+// of detail lost on the way even when no later detail shows the jump.
 
 // DefaultDetailQueue is the detail events waiting for their frame, at
 // most: past it the oldest go (the browser sees the jump in dseq).

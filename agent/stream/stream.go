@@ -110,6 +110,11 @@ func (s *Streamer) Publish(e event.Event) {
 		s.mu.Unlock()
 		return // sent on the next tick
 	}
+	if s.SplitDetail && e.Kind == event.Sample && e.Sample != nil {
+		stamped := *e.Sample // the caller's stays as it was
+		stamped.DetailThrough = s.dseq
+		e.Sample = &stamped
+	}
 	s.seq++
 	e.V, e.Agent, e.Seq = event.Version, s.Agent, s.seq
 	s.enqueue(e)

@@ -3,6 +3,7 @@ package event
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDetailEvents: a detail event carries dseq instead of seq; Peek and
@@ -47,11 +48,11 @@ func TestDetailEvents(t *testing.T) {
 	}
 }
 
-// TestDetailAt: a browser is told where each drawn agent's detail stood
-// when it (re)joined; a ring counts what it had not seen by then, even
-// with no later detail to show the jump, nothing for an agent it has seen
-// past that point, and for an agent it never saw takes the position as
-// where that agent's detail starts.
+// TestDetailAt: a browser coming back is told where each drawn agent's
+// detail stood; a ring counts what it had not seen by then, even with no
+// later detail to show the jump, nothing for an agent it has seen past
+// that point, and nothing for an agent it never saw (that position may be
+// from before it drew the agent: its detail starts with the first it gets).
 func TestDetailAt(t *testing.T) {
 	header := HistoryHeader(History{Frames: 2, Gone: 7, DetailAt: map[string]uint64{"a": 40, "b": 3, "c": 9}})
 	h, ok := ReadHistory(header)
@@ -84,15 +85,104 @@ func TestDetailAt(t *testing.T) {
 		t.Fatalf("detail gaps %d, want 10 (a's 31-40)", r.DetailGaps)
 	}
 	// What follows continues from the position: no second count; c's
-	// detail starts at 9 for this ring, so 12 is a jump of two.
+	// detail starts at 12 for this ring, its first.
 	r.Add(Event{Agent: "a", Detail: 41, Kind: DescBatch})
 	r.Add(Event{Agent: "b", Detail: 6, Kind: DescBatch})
 	r.Add(Event{Agent: "c", Detail: 12, Kind: DescBatch})
-	if r.DetailGaps != 12 {
-		t.Errorf("detail gaps %d after a's 41, b's 6 and c's 12, want 12 (a's 31-40, c's 10-11)", r.DetailGaps)
+	r.Add(Event{Agent: "c", Detail: 14, Kind: DescBatch})
+	if r.DetailGaps != 11 {
+		t.Errorf("detail gaps %d after a's 41, b's 6 and c's 12 and 14, want 11 (a's 31-40, c's 13)", r.DetailGaps)
 	}
 	r.DetailAt("a", 41) // told again where it already is
-	if r.DetailGaps != 12 {
-		t.Errorf("detail gaps %d after a position it has seen, want 12", r.DetailGaps)
+	if r.DetailGaps != 11 {
+		t.Errorf("detail gaps %d after a position it has seen, want 11", r.DetailGaps)
+	}
+}
+
+// TestDetailDue: an agent's samples say how far its detail sequence has
+// got; detail a ring has not had DetailGrace after it first saw that word
+// is counted missed (a lost tail no later detail shows), once, and what
+// arrives in time, or was told before, is not. An agent whose detail the
+// ring has never had is not counted: its detail may never have been sent.
+func TestDetailDue(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sample := func(agent string, seq, through uint64) Event {
+		return Event{Agent: agent, Seq: seq, Kind: Sample, Sample: &SampleData{DetailThrough: through}}
+	}
+	batch := func(agent string, dseq uint64) Event { return Event{Agent: agent, Detail: dseq, Kind: DescBatch} }
+	type step struct {
+		add  []Event
+		due  time.Duration // DetailDue at t0+due, when add is empty
+		gaps uint64        // DetailGaps after the step
+	}
+	for _, c := range []struct {
+		name  string
+		steps []step
+	}{
+		{"a lost tail is counted after the grace, once", []step{
+			{add: []Event{batch("a", 10), sample("a", 1, 15)}},
+			{due: 0, gaps: 0},                       // first seen: the grace starts
+			{due: DetailGrace - time.Millisecond},   // still on its way
+			{due: DetailGrace, gaps: 5},             // 11-15 lost
+			{due: 3 * DetailGrace, gaps: 5},         // not again
+			{add: []Event{batch("a", 13)}, gaps: 5}, // late: a repeat
+			{add: []Event{batch("a", 16)}, gaps: 5}, // continues from 15
+		}},
+		{"detail arriving within the grace is not missed", []step{
+			{add: []Event{batch("a", 10), sample("a", 1, 15)}},
+			{due: 0},
+			{add: []Event{batch("a", 11), batch("a", 12), batch("a", 13), batch("a", 14), batch("a", 15)}},
+			{due: 5 * DetailGrace, gaps: 0},
+		}},
+		{"part arrives: the rest is counted", []step{
+			{add: []Event{batch("a", 10), sample("a", 1, 15)}},
+			{due: 0},
+			{add: []Event{batch("a", 12)}, gaps: 1}, // 11 by the jump
+			{due: DetailGrace, gaps: 4},             // and 13-15 by the word
+		}},
+		{"a later word waits for its own grace", []step{
+			{add: []Event{batch("a", 10), sample("a", 1, 12)}},
+			{due: 0},
+			{add: []Event{sample("a", 2, 20)}},
+			{due: time.Second},
+			{due: DetailGrace, gaps: 2},                // 11-12
+			{due: time.Second + DetailGrace, gaps: 10}, // 13-20
+		}},
+		{"an agent whose detail never came is not counted", []step{
+			{add: []Event{sample("b", 1, 500)}},
+			{due: 0},
+			{due: 2 * DetailGrace},
+			{add: []Event{batch("b", 600), sample("b", 2, 600)}},
+			{due: 4 * DetailGrace, gaps: 0},
+		}},
+		{"a repeated sample is no word", []step{
+			{add: []Event{batch("a", 10), sample("a", 2, 10)}},
+			{add: []Event{sample("a", 2, 30)}}, // seq 2 again: refused
+			{due: 0},
+			{due: 2 * DetailGrace, gaps: 0},
+		}},
+		{"an agent that restarted starts again", []step{
+			{add: []Event{{Agent: "a", Seq: 1, TS: 1, Kind: Hello}, batch("a", 10), sample("a", 2, 15)}},
+			{due: 0},
+			{add: []Event{{Agent: "a", Seq: 1, TS: 2, Kind: Hello}}},
+			{due: 2 * DetailGrace, gaps: 0},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := NewRing(64)
+			for i, s := range c.steps {
+				before := r.DetailGaps
+				if len(s.add) > 0 {
+					for _, e := range s.add {
+						r.Add(e)
+					}
+				} else if told := r.DetailDue(t0.Add(s.due), DetailGrace); told != (r.DetailGaps != before) {
+					t.Errorf("step %d: DetailDue reported %v, gaps %d to %d", i, told, before, r.DetailGaps)
+				}
+				if r.DetailGaps != s.gaps {
+					t.Fatalf("step %d: detail gaps %d, want %d", i, r.DetailGaps, s.gaps)
+				}
+			}
+		})
 	}
 }

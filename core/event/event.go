@@ -295,6 +295,12 @@ type SampleData struct {
 	Requests      int     `json:"requests"` // transfers completed so far (a running total)
 	Descs         int     `json:"descs"`
 	DroppedEvents uint64  `json:"dropped_events"` // total so far: the agent's queue overflowed
+	// DetailThrough is the agent's detail sequence so far (the last dseq it
+	// numbered, sent or not), from agents that send detail apart: a
+	// browser drawing the agent that has not had that detail a little
+	// later knows it was lost (Ring.DetailDue), though no later detail
+	// shows the jump.
+	DetailThrough uint64 `json:"detail_through,omitempty"`
 }
 
 // Limits bound what a frame may hold.

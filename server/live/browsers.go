@@ -45,7 +45,7 @@ func (h *Hub) LiveHandler() http.Handler {
 		}
 		s, hist := h.subscribeTo(agents)
 		defer h.unsubscribe(s)
-		detailAt := h.watch(s, parseDetail(r.URL.Query(), agents))
+		detailAt := h.watch(s, parseDetail(r.URL.Query(), agents), since > 0)
 		var caughtUp uint64  // the last stream message the catch-up read
 		more := false        // the catch-up stopped short of the stream's end
 		var gone uint64      // stored messages the browser missed that the log no longer holds

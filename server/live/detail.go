@@ -77,16 +77,18 @@ func parseDetail(q map[string][]string, agents map[string]bool) detailInterest {
 func (d detailInterest) wants(agent string) bool { return d.all || d.agents[agent] }
 
 // watch registers a browser's interest in detail and says so at once
-// (the agents it draws start sending within the round trip). It returns
-// where the detail of each agent the browser draws stood as it joined (the
-// last dseq handed to browsers here): a browser coming back missed what it
-// had not seen by then, for good; for a new one it is where detail starts.
-func (h *Hub) watch(s *subscriber, in detailInterest) map[string]uint64 {
+// (the agents it draws start sending within the round trip). For a
+// browser coming back it returns where the detail of each agent it draws
+// stood as it joined (the last dseq handed to browsers here): it missed
+// what it had not seen by then, for good. A new browser is told nothing:
+// a position from before it drew an agent is no place for its detail to
+// start (what came after, nobody may have drawn: never sent, not missed).
+func (h *Hub) watch(s *subscriber, in detailInterest, back bool) map[string]uint64 {
 	h.mu.Lock()
 	s.detail = in
 	at := map[string]uint64{}
 	note := func(name string, a *agent) {
-		if a != nil && a.detailAt > 0 {
+		if back && a != nil && a.detailAt > 0 {
 			at[name] = a.detailAt
 		}
 	}

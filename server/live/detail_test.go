@@ -230,8 +230,8 @@ func TestDetailOnDemand(t *testing.T) {
 // idle, so no later detail shows the jump. Coming back (?since=), the
 // browser is told where that agent's detail stood (the history header's
 // detail_at), and a Ring fed as the app feeds it counts exactly what it
-// missed. A new browser is told the same position, as where its detail
-// starts: nothing missed.
+// missed. A new browser is told no position: its detail starts with the
+// first it gets.
 func TestDetailTailToldOnResume(t *testing.T) {
 	n := livetest.StartNATS(t)
 	r := startReplica(t, n.URL(), livetest.FreeAddr(t))
@@ -246,54 +246,8 @@ func TestDetailTailToldOnResume(t *testing.T) {
 	go func() { defer wg.Done(); st.Run(ctx) }()
 	st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: name, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
 
-	dial := func(query string) *websocket.Conn {
-		t.Helper()
-		conn, _, err := websocket.Dial(ctx, "ws://"+r.Addr+"/ws/live?detail="+name+query, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn.SetReadLimit(event.MaxFrameBytes + 1024)
-		return conn
-	}
-	// read takes one connection's messages into ring until done says so.
-	ring := event.NewRing(1 << 16)
-	var since uint64
-	read := func(conn *websocket.Conn, done func() bool) []byte {
-		t.Helper()
-		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-		defer rcancel()
-		var header []byte
-		for !done() {
-			_, data, err := conn.Read(rctx)
-			if err != nil {
-				t.Fatalf("reading: %v (ring at dseq gaps %d, %d events)", err, ring.DetailGaps, ring.Total)
-			}
-			if _, ok := event.HistoryCount(data); ok && header == nil {
-				header = data
-				continue
-			}
-			events, err := event.DecodeFrame(data)
-			if err != nil {
-				continue // the fleet summary
-			}
-			for _, e := range events {
-				if e.Detail == 0 {
-					since = max(since, e.Stream)
-				}
-				ring.Add(e)
-			}
-		}
-		return header
-	}
-	lastDetail := func() uint64 {
-		var d uint64
-		for _, e := range ring.Events() {
-			if e.Agent == name {
-				d = max(d, e.Detail)
-			}
-		}
-		return d
-	}
+	page := &detailPage{t: t, ctx: ctx, addr: r.Addr, agent: name, ring: event.NewRing(1 << 16)}
+	dial, read, lastDetail, ring := page.dial, page.read, page.lastDetail, page.ring
 
 	first := dial("")
 	_, header, err := first.Read(ctx)
@@ -311,7 +265,7 @@ func TestDetailTailToldOnResume(t *testing.T) {
 		livetest.PublishRequest(st, i)
 	}
 	perRequest := uint64(livetest.RequestBatches + 1)
-	read(first, func() bool { return lastDetail() == before*perRequest && since > 0 })
+	read(first, func() bool { return lastDetail() == before*perRequest && page.since > 0 })
 	first.Close(websocket.StatusNormalClosure, "away")
 
 	// Away: the lease (event.WatchLease) still runs, so this detail is
@@ -325,7 +279,7 @@ func TestDetailTailToldOnResume(t *testing.T) {
 	}
 	want := (before + after) * perRequest
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		second := dial(fmt.Sprintf("&since=%d", since))
+		second := dial(fmt.Sprintf("&since=%d", page.since))
 		_, header, err := second.Read(ctx) // the first message: {"history": N, ...}
 		second.CloseNow()
 		if err != nil {
@@ -344,18 +298,128 @@ func TestDetailTailToldOnResume(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // the last frames still on their way to the replica
 	}
-	fresh := dial("") // a page opened now: its detail starts there
+	fresh := dial("") // a page opened now is told no positions: its detail starts with the first it gets
 	_, header, err = fresh.Read(ctx)
 	fresh.CloseNow()
 	if err != nil {
 		t.Fatal(err)
 	}
-	newRing := event.NewRing(16)
-	h, _ := event.ReadHistory(header)
-	for agent, d := range h.DetailAt {
-		newRing.DetailAt(agent, d)
+	if h, _ := event.ReadHistory(header); h.DetailAt != nil {
+		t.Errorf("a new browser told %s: positions from before it drew the agent", header)
 	}
-	if newRing.Add(event.Event{Agent: name, Detail: want + 1, Kind: event.DescBatch}); newRing.DetailGaps != 0 || h.DetailAt[name] != want {
-		t.Errorf("a new browser told %s: %d detail gaps when the next detail (%d) arrives, want 0 from position %d", header, newRing.DetailGaps, want+1, want)
+}
+
+// detailPage is a browser drawing one agent's detail (/ws/live?detail=),
+// its messages fed into a Ring as the app feeds it: DetailDue as it reads,
+// as the app does as it draws.
+type detailPage struct {
+	t           *testing.T
+	ctx         context.Context
+	addr, agent string
+	ring        *event.Ring
+	since       uint64 // the last stream message seen
+}
+
+func (p *detailPage) dial(query string) *websocket.Conn {
+	p.t.Helper()
+	conn, _, err := websocket.Dial(p.ctx, "ws://"+p.addr+"/ws/live?detail="+p.agent+query, nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	conn.SetReadLimit(event.MaxFrameBytes + 1024)
+	return conn
+}
+
+// read takes one connection's messages into the ring until done says so
+// (the fleet summary comes every second, so it is asked at least that
+// often), and returns the history header.
+func (p *detailPage) read(conn *websocket.Conn, done func() bool) []byte {
+	p.t.Helper()
+	rctx, rcancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer rcancel()
+	var header []byte
+	for !done() {
+		_, data, err := conn.Read(rctx)
+		if err != nil {
+			p.t.Fatalf("reading: %v (ring at dseq gaps %d, %d events)", err, p.ring.DetailGaps, p.ring.Total)
+		}
+		p.ring.DetailDue(time.Now(), event.DetailGrace)
+		if _, ok := event.HistoryCount(data); ok && header == nil {
+			header = data
+			continue
+		}
+		events, err := event.DecodeFrame(data)
+		if err != nil {
+			continue // the fleet summary
+		}
+		for _, e := range events {
+			if e.Detail == 0 {
+				p.since = max(p.since, e.Stream)
+			}
+			p.ring.Add(e)
+		}
+	}
+	return header
+}
+
+// lastDetail is the last dseq of the agent's the ring holds.
+func (p *detailPage) lastDetail() uint64 {
+	var d uint64
+	for _, e := range p.ring.Events() {
+		if e.Agent == p.agent {
+			d = max(d, e.Detail)
+		}
+	}
+	return d
+}
+
+// TestDetailTailToldBySample: a browser draws an agent; the agent's last
+// detail never leaves it (it takes its numbers and is not sent, as when
+// the agent's detail queue or its link drops it), and it sends no more
+// detail, so no jump shows the loss. Its next 1 Hz sample says how far its
+// detail sequence got, and within event.DetailGrace of that the browser's
+// ring counts exactly what it did not get; what did arrive is not counted.
+func TestDetailTailToldBySample(t *testing.T) {
+	n := livetest.StartNATS(t)
+	r := startReplica(t, n.URL(), livetest.FreeAddr(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	const name = "gpu1/agent"
+	st := &stream.Streamer{Agent: name, URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Credential(name), SplitDetail: true}
+	wg.Add(1)
+	go func() { defer wg.Done(); st.Run(ctx) }()
+	st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: name, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+
+	page := &detailPage{t: t, ctx: ctx, addr: r.Addr, agent: name, ring: event.NewRing(1 << 16)}
+	conn := page.dial("")
+	defer conn.CloseNow()
+	page.read(conn, st.DetailOn) // the agent told to send
+	const requests, lost = 3, 50
+	for i := 1; i <= requests; i++ {
+		livetest.PublishRequest(st, i)
+	}
+	perRequest := uint64(livetest.RequestBatches + 1)
+	page.read(conn, func() bool { return page.lastDetail() == requests*perRequest })
+	st.SkipDetail(lost) // numbered while drawn, never sent
+	sample := &event.SampleData{GBps: 1, Requests: requests}
+	st.Publish(event.Event{Kind: event.Sample, Sample: sample})
+	if sample.DetailThrough != 0 {
+		t.Error("Publish stamped the caller's sample")
+	}
+	start := time.Now()
+	page.read(conn, func() bool { return page.ring.DetailGaps != 0 || time.Since(start) > 3*event.DetailGrace })
+	if page.ring.DetailGaps != lost {
+		t.Fatalf("%d detail gaps %v after the sample, want the %d lost (%d received)", page.ring.DetailGaps, time.Since(start).Round(time.Millisecond), lost, page.lastDetail())
+	}
+	if took := time.Since(start); took < event.DetailGrace {
+		t.Errorf("counted %v after the sample was sent, before the grace of %v", took.Round(time.Millisecond), event.DetailGrace)
+	}
+	livetest.PublishRequest(st, requests+1) // and the detail after it continues with no second count
+	want := (requests+1)*perRequest + lost
+	page.read(conn, func() bool { return page.lastDetail() == want })
+	if page.ring.DetailGaps != lost {
+		t.Errorf("%d detail gaps after the next request's detail, want still %d", page.ring.DetailGaps, lost)
 	}
 }
