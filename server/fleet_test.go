@@ -202,3 +202,53 @@ func TestServeWithoutItsLog(t *testing.T) {
 		t.Errorf("the log does not say the event log at %s is unavailable:\n%s", dead, out.String())
 	}
 }
+
+// TestFleetBrowserToldLostDetail: in Chromium, the live view draws an
+// agent's detail. While the agent's samples say its detail got no further
+// than what the page has, the page counts nothing missed; when the agent's
+// last 50 detail events never leave it (numbered, not sent) and no more
+// detail follows, its next sample tells the page, which shows the 50
+// missed within event.DetailGrace and a redraw.
+func TestFleetBrowserToldLostDetail(t *testing.T) {
+	ctx, _, _ := browser(t)
+	n := livetest.StartNATS(t)
+	r := startReplica(t, n.URL(), livetest.FreeAddr(t))
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r.Addr+"/?view=flow")); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
+		t.Fatalf("the live panel never showed: %v", err)
+	}
+	waitFor(t, ctx, "the live websocket opens", `!!document.querySelector('[data-testid="live-status"][data-state="open"]')`, 15*time.Second)
+	actx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	const name = "gpu1/agent"
+	st := &stream.Streamer{Agent: name, URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Credential(name), SplitDetail: true}
+	wg.Add(1)
+	go func() { defer wg.Done(); st.Run(actx) }()
+	st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: name, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+	for deadline := time.Now().Add(10 * time.Second); !st.DetailOn(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the page draws the agent, but the agent was never told to send its detail")
+		}
+	}
+	sample := func(i int) {
+		st.Publish(event.Event{Kind: event.Sample, Sample: &event.SampleData{GBps: 1, Requests: i}})
+	}
+	for i := 1; i <= 3; i++ {
+		livetest.PublishRequest(st, i)
+	}
+	sample(3)
+	waitFor(t, ctx, "the agent's bands and its sample", `document.querySelectorAll('[data-testid="live-band"]').length > 0 &&
+		Number(document.querySelector('[data-testid="live-events"]')?.dataset.count || 0) > 3`, 15*time.Second)
+	time.Sleep(event.DetailGrace + 500*time.Millisecond)
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="live-detail-gaps"]').length`)); n != 0 {
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="live-detail-gaps"]').textContent`))
+		t.Fatalf("nothing was lost, yet the page says: %s", text)
+	}
+	st.SkipDetail(50) // numbered while drawn, never sent: a lost tail
+	sample(4)
+	waitFor(t, ctx, "the page tells the 50 lost", `document.querySelector('[data-testid="live-detail-gaps"]')?.dataset.count === '50'`, 10*time.Second)
+}
