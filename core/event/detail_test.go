@@ -51,8 +51,8 @@ func TestDetailEvents(t *testing.T) {
 // TestDetailAt: a browser coming back is told where each drawn agent's
 // detail stood; a ring counts what it had not seen by then, even with no
 // later detail to show the jump, nothing for an agent it has seen past
-// that point, and nothing for an agent it never saw (that position may be
-// from before it drew the agent: its detail starts with the first it gets).
+// that point, and for an agent whose detail never reached it takes the
+// position as where that agent's detail starts.
 func TestDetailAt(t *testing.T) {
 	header := HistoryHeader(History{Frames: 2, Gone: 7, DetailAt: map[string]uint64{"a": 40, "b": 3, "c": 9}})
 	h, ok := ReadHistory(header)
@@ -85,17 +85,24 @@ func TestDetailAt(t *testing.T) {
 		t.Fatalf("detail gaps %d, want 10 (a's 31-40)", r.DetailGaps)
 	}
 	// What follows continues from the position: no second count; c's
-	// detail starts at 12 for this ring, its first.
+	// detail starts at 9 for this ring, so 12 is a jump of two.
 	r.Add(Event{Agent: "a", Detail: 41, Kind: DescBatch})
 	r.Add(Event{Agent: "b", Detail: 6, Kind: DescBatch})
 	r.Add(Event{Agent: "c", Detail: 12, Kind: DescBatch})
-	r.Add(Event{Agent: "c", Detail: 14, Kind: DescBatch})
-	if r.DetailGaps != 11 {
-		t.Errorf("detail gaps %d after a's 41, b's 6 and c's 12 and 14, want 11 (a's 31-40, c's 13)", r.DetailGaps)
+	if r.DetailGaps != 12 {
+		t.Errorf("detail gaps %d after a's 41, b's 6 and c's 12, want 12 (a's 31-40, c's 10-11)", r.DetailGaps)
 	}
 	r.DetailAt("a", 41) // told again where it already is
-	if r.DetailGaps != 11 {
-		t.Errorf("detail gaps %d after a position it has seen, want 11", r.DetailGaps)
+	if r.DetailGaps != 12 {
+		t.Errorf("detail gaps %d after a position it has seen, want 12", r.DetailGaps)
+	}
+	// A position starts an agent for the samples too: c's sample saying
+	// 20 counts 13-20 once the grace is over.
+	r.Add(Event{Agent: "c", Seq: 1, Kind: Sample, Sample: &SampleData{DetailThrough: 20}})
+	t0 := time.Unix(1000, 0)
+	r.DetailDue(t0, DetailGrace)
+	if r.DetailDue(t0.Add(DetailGrace), DetailGrace); r.DetailGaps != 20 {
+		t.Errorf("detail gaps %d after c's sample, want 20 (and c's 13-20)", r.DetailGaps)
 	}
 }
 

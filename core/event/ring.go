@@ -157,15 +157,23 @@ func (r *Ring) DetailDue(now time.Time, grace time.Duration) bool {
 // DetailAt takes a hub's word of where agent's detail stood when this
 // ring's browser came back (History.DetailAt): detail up to dseq can no
 // longer come. What this ring had not seen of it by then is counted in
-// DetailGaps. For an agent whose detail it has not seen it does nothing:
-// that position may be from before this ring's browser drew the agent,
-// and the detail since then produced while nobody drew it (never sent).
+// DetailGaps. For an agent whose detail it has not seen (all of it was
+// lost on the way to this browser), dseq is where that agent's detail
+// starts for this ring: nothing is counted, and what it misses after that
+// is. Hubs tell only browsers coming back, which drew those agents
+// before: a position told to a new browser may be from before it drew the
+// agent, with detail since then that nobody drew and was never sent.
 func (r *Ring) DetailAt(agent string, dseq uint64) {
+	if r.lastDetail == nil {
+		r.lastDetail = map[string]uint64{}
+	}
 	last, seen := r.lastDetail[agent]
-	if !seen || dseq <= last {
+	if seen && dseq <= last {
 		return
 	}
-	r.DetailGaps += dseq - last
+	if seen {
+		r.DetailGaps += dseq - last
+	}
 	r.lastDetail[agent] = dseq
 	r.arrived(agent)
 }
