@@ -384,14 +384,17 @@ func fleetScale(b *testing.B, natsBin, mode string, agents, rps, seconds int) {
 	// The drilled-in detail shares its browser's queue with every summary:
 	// behind a backlog it comes late. Wait (bounded, outside the CPU
 	// figures) until that browser has every summary too and its detail,
-	// received or told missed, has stopped coming for 2 s.
+	// received or told missed, has stopped coming for longer than a
+	// sample's word takes to be counted (event.DetailGrace and a fleet
+	// summary's second: the drill browser counts as it reads).
 	drilledSoFar := func() (int64, int64) {
 		drill.mu.Lock()
 		defer drill.mu.Unlock()
 		return drill.summaries, drill.detail + int64(drill.dring.DetailGaps)
 	}
 	n, still := int64(-1), 0
-	for deadline := time.Now().Add(60 * time.Second); still < 4 && time.Now().Before(deadline); {
+	stable := int((event.DetailGrace + 2*time.Second) / (500 * time.Millisecond))
+	for deadline := time.Now().Add(60 * time.Second); still < stable && time.Now().Before(deadline); {
 		time.Sleep(500 * time.Millisecond)
 		sums, m := drilledSoFar()
 		if m != n || sums < want {
@@ -409,7 +412,7 @@ func fleetScale(b *testing.B, natsBin, mode string, agents, rps, seconds int) {
 		s.mu.Unlock()
 	}
 	drill.mu.Lock()
-	detailP99, detailEvents, detailGaps, drillResumes := p99(drill.detailAges), drill.detail, drill.dring.DetailGaps, drill.resumes
+	detailP99, detailEvents, detailGaps, drillResumes, drillSums := p99(drill.detailAges), drill.detail, drill.dring.DetailGaps, drill.resumes, drill.summaries
 	drill.mu.Unlock()
 	reqs := float64(requests.Load())
 	perK := func(d time.Duration) float64 {
@@ -438,6 +441,7 @@ func fleetScale(b *testing.B, natsBin, mode string, agents, rps, seconds int) {
 	b.ReportMetric(100*float64(detailEvents)/float64(made), "drilled-detail-%")
 	b.ReportMetric(100*float64(detailEvents+int64(detailGaps))/float64(made), "drilled-detail-told-%") // received, or told missed
 	b.ReportMetric(float64(drillResumes), "drill-resumes")
+	b.ReportMetric(100*float64(drillSums)/float64(max(want, 1)), "drill-summaries-%") // the drill browser caught up by the end
 	b.ReportMetric(float64(detailGaps), "drilled-detail-gaps")
 	b.ReportMetric(0, "ns/op")
 	wg.Wait()

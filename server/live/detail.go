@@ -76,19 +76,26 @@ func parseDetail(q map[string][]string, agents map[string]bool) detailInterest {
 // wants reports whether the browser draws agent's detail.
 func (d detailInterest) wants(agent string) bool { return d.all || d.agents[agent] }
 
+// detailFresh is how recently an agent's detail must have been handed to
+// browsers here for its position to be told: an older one may be from
+// before the browser drew the agent, a start that would count detail
+// nobody drew (never sent) as missed.
+const detailFresh = 10 * time.Second
+
 // watch registers a browser's interest in detail and says so at once
 // (the agents it draws start sending within the round trip). For a
 // browser coming back it returns where the detail of each agent it draws
-// stood as it joined (the last dseq handed to browsers here): it missed
-// what it had not seen by then, for good. A new browser is told nothing:
-// a position from before it drew an agent is no place for its detail to
-// start (what came after, nobody may have drawn: never sent, not missed).
+// stood as it joined (the last dseq handed to browsers here, if within
+// detailFresh): it missed what it had not seen by then, for good. A new
+// browser is told nothing: a position from before it drew an agent is no
+// place for its detail to start.
 func (h *Hub) watch(s *subscriber, in detailInterest, back bool) map[string]uint64 {
 	h.mu.Lock()
 	s.detail = in
 	at := map[string]uint64{}
+	now := time.Now()
 	note := func(name string, a *agent) {
-		if back && a != nil && a.detailAt > 0 {
+		if back && a != nil && a.detailAt > 0 && now.Sub(a.detailAtTS) < detailFresh {
 			at[name] = a.detailAt
 		}
 	}
@@ -280,6 +287,7 @@ func (h *Hub) deliverDetail(agent string, frame []byte, heads []event.Head) {
 	}
 	if a := h.agents[agent]; a != nil && len(heads) > 0 {
 		a.detailAt = heads[len(heads)-1].Detail // in order: one agent process sends it
+		a.detailAtTS = time.Now()
 	}
 	lf := liveFrame{data: frame, events: len(heads), agent: agent}
 	for s := range h.subs {

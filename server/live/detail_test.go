@@ -423,3 +423,35 @@ func TestDetailTailToldBySample(t *testing.T) {
 		t.Errorf("%d detail gaps after the next request's detail, want still %d", page.ring.DetailGaps, lost)
 	}
 }
+
+// TestDetailPositionsTold: a hub tells a browser coming back where the
+// detail of the agents it draws stood, but only while that position is
+// fresh (handed within detailFresh); a new browser is told nothing.
+func TestDetailPositionsTold(t *testing.T) {
+	h := New(Options{})
+	defer h.Close()
+	h.Publish([]event.Event{{V: 1, Agent: "a", Seq: 1, TS: 1, Kind: event.Hello, Hello: &event.HelloData{Host: "a", Role: "both", Backend: "host", GPUs: []event.GPU{}}}})
+	frame := []byte(`[{"v":1,"agent":"a","dseq":7,"kind":"desc_batch","ts_ns":1,"batch":{"request":"r","p_rank":0,"d_rank":0,"p_group":0,"d_group":0,"layer":"l","layer_kind":"full","descs":1,"bytes":1,"start_ns":0,"end_ns":1,"timing":"measured"}}]`)
+	heads, err := event.Peek(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.deliverDetail("a", frame, heads)
+	told := func(back bool) map[string]uint64 {
+		s, _ := h.subscribe()
+		defer h.unsubscribe(s)
+		return h.watch(s, detailInterest{all: true}, back)
+	}
+	if at := told(true); at["a"] != 7 || len(at) != 1 {
+		t.Errorf("a browser coming back is told %v, want a at 7", at)
+	}
+	if at := told(false); len(at) != 0 {
+		t.Errorf("a new browser is told %v, want nothing", at)
+	}
+	h.mu.Lock()
+	h.agents["a"].detailAtTS = time.Now().Add(-detailFresh)
+	h.mu.Unlock()
+	if at := told(true); len(at) != 0 {
+		t.Errorf("told a position handed %v ago: %v", detailFresh, at)
+	}
+}

@@ -155,8 +155,9 @@ type agent struct {
 	// (/ws/agent?detail=1); detailOn: it was last told to send it.
 	split, detailOn bool
 	// detailAt: the dseq of the last detail event handed to browsers here,
-	// told to a browser as it joins (event.History.DetailAt).
-	detailAt uint64
+	// and when, told to a browser coming back (event.History.DetailAt).
+	detailAt   uint64
+	detailAtTS time.Time
 }
 
 // historyBuilders bounds the subscribers packing their history at once.
