@@ -419,6 +419,13 @@ func fleetScale(b *testing.B, natsBin, mode string, agents, rps, seconds int) {
 		return d.Seconds() / (reqs / loadTime.Seconds() / 1000) / elapsed.Seconds()
 	} // cores per 1,000 requests/s
 	rc := []float64{(cpu1[0] - cpu0[0]).Seconds() / elapsed.Seconds(), (cpu1[1] - cpu0[1]).Seconds() / elapsed.Seconds()}
+	if least() < want { // who is short, and how often it resumed: late or lost
+		for i, s := range subs {
+			s.mu.Lock()
+			b.Logf("fleet browser %d: %d of %d summaries, %d resumes", i, s.summaries, want, s.resumes)
+			s.mu.Unlock()
+		}
+	}
 	b.ReportMetric(float64(least())/elapsed.Seconds(), "summaries/s")
 	b.ReportMetric(reqs/loadTime.Seconds(), "requests/s")
 	b.ReportMetric(p99(sumAges), "summary-p99-ms")
