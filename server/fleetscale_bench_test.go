@@ -148,6 +148,10 @@ type scaleSub struct {
 	mu         sync.Mutex
 	last       map[string]uint64
 	dring      *event.Ring // the detail's sequences and gaps, counted as the app counts them
+	// Per agent: the last dseq received, the last a sample said was
+	// numbered, and the positions told (for the log, when detail is short).
+	gotDetail, saidDetail map[string]uint64
+	toldAt                map[string][]uint64
 	summaries  int64
 	detail     int64
 	resumes    int // connections after the first (fell behind, resumed ?since=)
@@ -157,6 +161,7 @@ type scaleSub struct {
 
 func (s *scaleSub) run(ctx context.Context) {
 	s.last, s.dring = map[string]uint64{}, event.NewRing(1)
+	s.gotDetail, s.saidDetail, s.toldAt = map[string]uint64{}, map[string]uint64{}, map[string][]uint64{}
 	var since uint64
 	for ctx.Err() == nil {
 		u := s.url
@@ -184,6 +189,7 @@ func (s *scaleSub) run(ctx context.Context) {
 				if h, ok := event.ReadHistory(data); ok { // where detail stood: missed since, or starts
 					s.mu.Lock()
 					for agent, d := range h.DetailAt {
+						s.toldAt[agent] = append(s.toldAt[agent], d)
 						s.dring.DetailAt(agent, d)
 					}
 					s.mu.Unlock()
@@ -197,11 +203,14 @@ func (s *scaleSub) run(ctx context.Context) {
 				since = max(since, h.Stream)
 				if h.Kind == event.Sample { // how far the agent's detail got: a lost tail is told
 					if e, err := h.Decode(); err == nil {
-						s.dring.Add(e)
+						if s.dring.Add(e) && e.Sample.DetailThrough > 0 {
+							s.saidDetail[e.Agent] = e.Sample.DetailThrough
+						}
 					}
 				}
 				if h.Detail != 0 {
 					if s.dring.Add(event.Event{Agent: h.Agent, Detail: h.Detail, Kind: h.Kind}) {
+						s.gotDetail[h.Agent] = h.Detail
 						s.detail++
 						if h.Detail%16 == 0 {
 							s.detailAges = append(s.detailAges, now.Sub(time.Unix(0, h.TS)))
@@ -447,6 +456,13 @@ func fleetScale(b *testing.B, natsBin, mode string, agents, rps, seconds int) {
 	made := len(drilled) * rps * seconds * (livetest.RequestBatches + 1)
 	b.ReportMetric(100*float64(detailEvents)/float64(made), "drilled-detail-%")
 	b.ReportMetric(100*float64(detailEvents+int64(detailGaps))/float64(made), "drilled-detail-told-%") // received, or told missed
+	if detailEvents+int64(detailGaps) < int64(made) {
+		drill.mu.Lock()
+		for a := range drilled {
+			b.Logf("drilled %s: last dseq received %d, last said by a sample %d, positions told %v", a, drill.gotDetail[a], drill.saidDetail[a], drill.toldAt[a])
+		}
+		drill.mu.Unlock()
+	}
 	b.ReportMetric(float64(drillResumes), "drill-resumes")
 	b.ReportMetric(100*float64(drillSums)/float64(max(want, 1)), "drill-summaries-%") // the drill browser caught up by the end
 	b.ReportMetric(float64(detailGaps), "drilled-detail-gaps")
