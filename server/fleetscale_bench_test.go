@@ -144,14 +144,21 @@ func (p *proc) sampleRSS() {
 // (once per agent and seq) and the detail (dseq), with their ages from the
 // agent's publish (transfer_done and every 16th batch).
 type scaleSub struct {
-	url        string
-	mu         sync.Mutex
-	last       map[string]uint64
-	dring      *event.Ring // the detail's sequences and gaps, counted as the app counts them
+	url   string
+	mu    sync.Mutex
+	last  map[string]uint64
+	dring *event.Ring // the detail's sequences and gaps, counted as the app counts them
 	// Per agent: the last dseq received, the last a sample said was
 	// numbered, and the positions told (for the log, when detail is short).
 	gotDetail, saidDetail map[string]uint64
 	toldAt                map[string][]uint64
+	// For the log, when summaries are short: how the last connection
+	// ended, the stream messages told gone, where it resumes from, and
+	// the messages read on the connection now open (-1: none open).
+	lastEnd    string
+	gone       uint64
+	since      uint64
+	readNow    int
 	summaries  int64
 	detail     int64
 	resumes    int // connections after the first (fell behind, resumed ?since=)
@@ -179,8 +186,18 @@ func (s *scaleSub) run(ctx context.Context) {
 			s.mu.Unlock()
 		}
 		conn.SetReadLimit(event.MaxFrameBytes + 1024)
+		s.mu.Lock()
+		s.readNow = 0
+		s.mu.Unlock()
 		for {
 			_, data, err := conn.Read(ctx)
+			s.mu.Lock()
+			if err != nil {
+				s.lastEnd, s.readNow, s.since = err.Error(), -1, since
+			} else {
+				s.readNow++
+			}
+			s.mu.Unlock()
 			if err != nil {
 				break
 			}
@@ -188,6 +205,7 @@ func (s *scaleSub) run(ctx context.Context) {
 			if err != nil { // the history header, the fleet summary
 				if h, ok := event.ReadHistory(data); ok { // where detail stood: missed since, or starts
 					s.mu.Lock()
+					s.gone += h.Gone
 					for agent, d := range h.DetailAt {
 						s.toldAt[agent] = append(s.toldAt[agent], d)
 						s.dring.DetailAt(agent, d)
@@ -394,11 +412,12 @@ func fleetScale(b *testing.B, natsBin, mode string, agents, rps, seconds int) {
 	// behind a backlog it comes late. Wait (bounded, outside the CPU
 	// figures) until that browser has every summary too and its detail,
 	// received or told missed, has stopped coming for longer than a
-	// sample's word takes to be counted (event.DetailGrace and a fleet
-	// summary's second: the drill browser counts as it reads).
+	// sample's word takes to be counted (event.DetailGrace and a poll:
+	// the drill browser counts as it reads and at each poll here).
 	drilledSoFar := func() (int64, int64) {
 		drill.mu.Lock()
 		defer drill.mu.Unlock()
+		drill.dring.DetailDue(time.Now(), event.DetailGrace) // as the app does on its draw tick, messages or not
 		return drill.summaries, drill.detail + int64(drill.dring.DetailGaps)
 	}
 	n, still := int64(-1), 0
@@ -431,7 +450,8 @@ func fleetScale(b *testing.B, natsBin, mode string, agents, rps, seconds int) {
 	if least() < want { // who is short, and how often it resumed: late or lost
 		for i, s := range subs {
 			s.mu.Lock()
-			b.Logf("fleet browser %d: %d of %d summaries, %d resumes", i, s.summaries, want, s.resumes)
+			b.Logf("fleet browser %d: %d of %d summaries, %d resumes, %d told gone; last connection ended %q resuming after %d; messages on the open one %d",
+				i, s.summaries, want, s.resumes, s.gone, s.lastEnd, s.since, s.readNow)
 			s.mu.Unlock()
 		}
 	}
