@@ -323,3 +323,55 @@ func TestHubPruneForgetsAllOfAnAgent(t *testing.T) {
 		t.Fatalf("the forgotten agent coming back is welcomed with %s, want {\"ack\":0}", w)
 	}
 }
+
+// TestHubBehindTakesNoMore: once a subscriber on the log has been told to
+// resume, it is queued nothing more, even as its queue drains (its
+// connection may send what was queued before it notices). A frame queued
+// after the one it lost would carry it past that frame's stream position,
+// and its resume from the last position it saw would never bring it back.
+func TestHubBehindTakesNoMore(t *testing.T) {
+	h := New(Options{})
+	h.log = &eventlog.Log{} // offer's behaviour with a log; nothing here reads it
+	s, _ := h.subscribe()
+	sample := func(seq int) []event.Event {
+		return []event.Event{{V: 1, Agent: "a", Seq: uint64(seq), Kind: event.Sample, Sample: &event.SampleData{}}}
+	}
+	n := 0
+	for {
+		n++
+		h.Publish(sample(n))
+		select {
+		case <-s.behind:
+		default:
+			continue
+		}
+		break
+	}
+	lost := n // the first frame it was not queued
+	drain := func() (seqs []uint64) {
+		for {
+			select {
+			case f := <-s.frames:
+				s.take(f)
+				events, err := event.DecodeFrame(f.data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range events {
+					seqs = append(seqs, e.Seq)
+				}
+			default:
+				return seqs
+			}
+		}
+	}
+	if seqs := drain(); len(seqs) == 0 || seqs[len(seqs)-1] >= uint64(lost) {
+		t.Fatalf("queued before falling behind at %d: %v…", lost, seqs[max(0, len(seqs)-3):])
+	}
+	for i := 1; i <= 100; i++ {
+		h.Publish(sample(lost + i))
+	}
+	if seqs := drain(); len(seqs) != 0 {
+		t.Errorf("after falling behind at seq %d and draining, %d more were queued (from %d): its resume would skip %d", lost, len(seqs), seqs[0], lost)
+	}
+}

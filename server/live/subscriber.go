@@ -46,6 +46,15 @@ const subQueueBytes = 8 << 20
 // from the log instead. h.mu is held.
 func (h *Hub) offer(s *subscriber, frame liveFrame) {
 	if h.log != nil {
+		select {
+		case <-s.behind:
+			// Told to resume: nothing more, though its queue may drain
+			// meanwhile. A frame after the one it lost would carry it past
+			// that frame's stream position, and it resumes from the last
+			// position it saw.
+			return
+		default:
+		}
 		if s.queued.Load()+int64(len(frame.data)) > subQueueBytes {
 			s.fallBehind(h)
 			return
