@@ -225,10 +225,7 @@ func TestFleetBrowserToldLostDetail(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	const name = "gpu1/agent"
-	st := &stream.Streamer{Agent: name, URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Credential(name), SplitDetail: true}
-	wg.Add(1)
-	go func() { defer wg.Done(); st.Run(actx) }()
-	st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: name, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+	st := livetest.StartSplitAgent(actx, &wg, r.Addr, name)
 	for deadline := time.Now().Add(10 * time.Second); !st.DetailOn(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the page draws the agent, but the agent was never told to send its detail")

@@ -241,10 +241,7 @@ func TestDetailTailToldOnResume(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	const name = "gpu1/agent"
-	st := &stream.Streamer{Agent: name, URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Credential(name), SplitDetail: true}
-	wg.Add(1)
-	go func() { defer wg.Done(); st.Run(ctx) }()
-	st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: name, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+	st := livetest.StartSplitAgent(ctx, &wg, r.Addr, name)
 
 	page := &detailPage{t: t, ctx: ctx, addr: r.Addr, agent: name, ring: event.NewRing(1 << 16)}
 	dial, read, lastDetail, ring := page.dial, page.read, page.lastDetail, page.ring
@@ -387,10 +384,7 @@ func TestDetailTailToldBySample(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	const name = "gpu1/agent"
-	st := &stream.Streamer{Agent: name, URL: "ws://" + r.Addr + "/ws/agent", Token: livetest.Credential(name), SplitDetail: true}
-	wg.Add(1)
-	go func() { defer wg.Done(); st.Run(ctx) }()
-	st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: name, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+	st := livetest.StartSplitAgent(ctx, &wg, r.Addr, name)
 
 	page := &detailPage{t: t, ctx: ctx, addr: r.Addr, agent: name, ring: event.NewRing(1 << 16)}
 	conn := page.dial("")

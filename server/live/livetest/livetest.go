@@ -126,6 +126,17 @@ func StartAgents(ctx context.Context, wg, pubs *sync.WaitGroup, n, perAgent, rat
 	return streamers
 }
 
+// StartSplitAgent starts an agent named name on the server at addr that
+// sends its detail apart (stream.Streamer.SplitDetail), with its hello
+// published; wg ends with its stream, which runs until ctx ends.
+func StartSplitAgent(ctx context.Context, wg *sync.WaitGroup, addr, name string) *stream.Streamer {
+	st := &stream.Streamer{Agent: name, URL: "ws://" + addr + "/ws/agent", Token: Credential(name), SplitDetail: true}
+	wg.Add(1)
+	go func() { defer wg.Done(); st.Run(ctx) }()
+	st.Publish(event.Event{Kind: event.Hello, Hello: &event.HelloData{Host: name, Role: "both", Backend: "host", GPUs: []event.GPU{}}})
+	return st
+}
+
 // Serve starts what one replica serves on ln over the NATS at natsURL
 // (opening the event log there): its handler, served until the returned
 // stop, which also closes what the handler holds, its hub and its log.
