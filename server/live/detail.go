@@ -95,17 +95,19 @@ func (h *Hub) watch(s *subscriber, in detailInterest, back bool) map[string]uint
 	at := map[string]uint64{}
 	now := time.Now()
 	note := func(name string, a *agent) {
-		if back && a != nil && a.detailAt > 0 && now.Sub(a.detailAtTS) < detailFresh {
+		if a != nil && a.detailAt > 0 && now.Sub(a.detailAtTS) < detailFresh {
 			at[name] = a.detailAt
 		}
 	}
-	if in.all {
-		for name, a := range h.agents {
-			note(name, a)
+	if back { // a new browser is told nothing: no agent looked up
+		if in.all {
+			for name, a := range h.agents {
+				note(name, a)
+			}
 		}
-	}
-	for name := range in.agents { // the few it names: not every agent
-		note(name, h.agents[name])
+		for name := range in.agents { // the few it names: not every agent
+			note(name, h.agents[name])
+		}
 	}
 	if in.all {
 		h.watchingAll++
