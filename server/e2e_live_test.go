@@ -48,6 +48,17 @@ func waitFor(t *testing.T, ctx context.Context, what, cond string, limit time.Du
 	}
 }
 
+// openLivePanel loads url in the page and waits for the app's live panel.
+func openLivePanel(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
+		t.Fatalf("the live panel never showed: %v", err)
+	}
+}
+
 // TestLiveView runs the server with its embedded agent and watches the
 // descriptor flow view's live panel: bands move as the agent transfers,
 // transfers are verified, the GPU panel shows the agent's hello, pause
@@ -70,12 +81,7 @@ func TestLiveView(t *testing.T) {
 			window.WebSocket.prototype = WS.prototype;`}); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?view=flow")); err != nil {
-		t.Fatal(err)
-	}
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
-		t.Fatalf("the live panel never showed: %v", err)
-	}
+	openLivePanel(t, ctx, ts.URL+"/?view=flow")
 	waitFor(t, ctx, "the live websocket opens", `!!document.querySelector('[data-testid="live-status"][data-state="open"]')`, 15*time.Second)
 
 	agentCtx, stopAgent := context.WithCancel(context.Background())
@@ -251,12 +257,7 @@ func TestLiveViewWithoutServer(t *testing.T) {
 	}
 	fsrv := httptest.NewServer(http.FileServer(http.Dir(dir)))
 	defer fsrv.Close()
-	if err := chromedp.Do(ctx, chromedp.Navigate(fsrv.URL+"/?view=flow&model=Qwen/Qwen3-0.6B&p-tensor-parallel-size=1&d-tensor-parallel-size=2")); err != nil {
-		t.Fatal(err)
-	}
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
-		t.Fatalf("the live panel never showed: %v", err)
-	}
+	openLivePanel(t, ctx, fsrv.URL+"/?view=flow&model=Qwen/Qwen3-0.6B&p-tensor-parallel-size=1&d-tensor-parallel-size=2")
 	waitFor(t, ctx, "the panel says there is no live server", `!!document.querySelector('[data-testid="live-status"][data-state="none"]')`, 15*time.Second)
 	// Quietly: no empty bands, timeline or lists, and the configured flow
 	// still draws.

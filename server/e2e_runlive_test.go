@@ -24,12 +24,7 @@ func TestRunLive(t *testing.T) {
 	ts := embeddedAgentServer(t, "run-live-test-token")
 
 	q := "/?model=Qwen%2FQwen3-0.6B&view=flow&p-tensor-parallel-size=1&d-tensor-parallel-size=2&prompt-tokens=512&prefix-hit-tokens=128"
-	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+q)); err != nil {
-		t.Fatal(err)
-	}
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
-		t.Fatalf("the live panel never showed: %v", err)
-	}
+	openLivePanel(t, ctx, ts.URL+q)
 	waitFor(t, ctx, "the default scenario's bands (D TP 4)",
 		`[...document.querySelectorAll('[data-agent="embedded"] [data-testid="live-band"]')].some(b => b.dataset.d == '3')`, 30*time.Second)
 	waitFor(t, ctx, "the computed flow", `document.querySelectorAll('#flow-svg path.band').length > 0`, 30*time.Second)

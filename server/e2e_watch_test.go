@@ -44,12 +44,7 @@ func TestDeploymentPanel(t *testing.T) {
 	}))
 	defer metrics.Close()
 
-	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/?view=flow")); err != nil {
-		t.Fatal(err)
-	}
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
-		t.Fatalf("the live panel never showed: %v", err)
-	}
+	openLivePanel(t, ctx, ts.URL+"/?view=flow")
 	wctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

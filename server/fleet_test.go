@@ -49,12 +49,7 @@ func TestFleetBrowser(t *testing.T) {
 	n := livetest.StartNATS(t)
 	r1 := startReplica(t, n.URL(), livetest.FreeAddr(t))
 	r2 := startReplica(t, n.URL(), livetest.FreeAddr(t))
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r2.Addr+"/?view=flow")); err != nil {
-		t.Fatal(err)
-	}
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
-		t.Fatalf("the live panel never showed: %v", err)
-	}
+	openLivePanel(t, ctx, "http://"+r2.Addr+"/?view=flow")
 	waitFor(t, ctx, "the live websocket opens", `!!document.querySelector('[data-testid="live-status"][data-state="open"]')`, 15*time.Second)
 	actx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -213,12 +208,7 @@ func TestFleetBrowserToldLostDetail(t *testing.T) {
 	ctx, _, _ := browser(t)
 	n := livetest.StartNATS(t)
 	r := startReplica(t, n.URL(), livetest.FreeAddr(t))
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r.Addr+"/?view=flow")); err != nil {
-		t.Fatal(err)
-	}
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#kvscope[data-wasm="ready"] #live`))); err != nil {
-		t.Fatalf("the live panel never showed: %v", err)
-	}
+	openLivePanel(t, ctx, "http://"+r.Addr+"/?view=flow")
 	waitFor(t, ctx, "the live websocket opens", `!!document.querySelector('[data-testid="live-status"][data-state="open"]')`, 15*time.Second)
 	actx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
